@@ -1,0 +1,1 @@
+//! livegate: a bidirectional live-streaming gateway re-implementing Google ADK's live runtime.
