@@ -1,1 +1,11 @@
 //! livegate: a bidirectional live-streaming gateway re-implementing Google ADK's live runtime.
+//!
+//! Layers, lowest first (SPEC §1): [`event`] (ADK events and their JSON), [`model`] (live model
+//! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
+//! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
+//! Lower layers never import upper ones.
+
+pub mod artifact;
+pub mod event;
+pub mod model;
+pub mod session;

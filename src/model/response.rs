@@ -1,0 +1,40 @@
+//! `LlmResponse`: one upstream server message, normalized across backends.
+
+use crate::event::{Content, FunctionCall, SessionResumptionUpdate, Transcription, UsageMetadata};
+
+/// One message from a live model. Several fields may be set at once, as in a Gemini
+/// `serverContent`; the live flow splits them into ADK events in ADK's order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LlmResponse {
+    /// Model turn parts: text fragments and/or inline audio chunks.
+    pub content: Option<Content>,
+    /// A fragment of the user's speech transcription (new text only).
+    pub input_transcription: Option<Transcription>,
+    /// A fragment of the model's speech transcription (new text only).
+    pub output_transcription: Option<Transcription>,
+    /// The model finished generating (audio may still be playing).
+    pub generation_complete: bool,
+    /// The model's turn is over.
+    pub turn_complete: bool,
+    /// The model's answer was cut off by user speech.
+    pub interrupted: bool,
+    /// Token usage, with ADK's field names.
+    pub usage_metadata: Option<UsageMetadata>,
+    /// Function calls the model wants executed.
+    pub tool_calls: Vec<FunctionCall>,
+    /// Ids of function calls the model cancelled.
+    pub tool_call_cancellations: Vec<String>,
+    /// A new resumption handle.
+    pub session_resumption_update: Option<SessionResumptionUpdate>,
+    /// The upstream will close soon; reconnect with the latest handle.
+    pub go_away: Option<GoAway>,
+    /// The model name, for `modelVersion`.
+    pub model_version: Option<String>,
+}
+
+/// Notice that the upstream will close the session.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GoAway {
+    /// Time left before the close, as the upstream wrote it (e.g. `"10s"`).
+    pub time_left: Option<String>,
+}

@@ -1,0 +1,111 @@
+//! Sessions and their state: the `SessionService` contract and its backends (in-memory, SQLite).
+//!
+//! State keys follow ADK's prefixes: `app:` (shared by the app), `user:` (shared by one user's
+//! sessions), `temp:` (never persisted), unprefixed (this session only).
+
+mod error;
+mod memory;
+mod sqlite;
+pub mod state;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::event::Event;
+
+pub use error::SessionError;
+pub use memory::InMemorySessionService;
+pub use sqlite::SqliteSessionService;
+
+/// A conversation: its identity, merged state and committed events.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// Application name.
+    pub app_name: String,
+    /// Owner.
+    pub user_id: String,
+    /// Session id.
+    pub id: String,
+    /// Merged state: `app:` and `user:` keys with their prefixes, plus this session's keys.
+    pub state: Map<String, Value>,
+    /// Committed events, oldest first.
+    pub events: Vec<Event>,
+    /// Time of the last committed event (seconds since the epoch).
+    pub last_update_time: f64,
+}
+
+/// Which events `get_session` returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GetSessionConfig {
+    /// Only the most recent N events (0 = none).
+    pub num_recent_events: Option<usize>,
+    /// Only events with `timestamp >= after_timestamp`.
+    pub after_timestamp: Option<f64>,
+}
+
+/// Stores sessions, their state and their events.
+#[async_trait]
+pub trait SessionService: Send + Sync + std::fmt::Debug {
+    /// Creates a session; a missing id gets a fresh UUID. Fails with `AlreadyExists` on a duplicate.
+    async fn create_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        state: Map<String, Value>,
+    ) -> Result<Session, SessionError>;
+
+    /// Reads a session with its merged state and (filtered) events; `None` if it does not exist.
+    async fn get_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        config: &GetSessionConfig,
+    ) -> Result<Option<Session>, SessionError>;
+
+    /// Lists a user's sessions (state included, events left out), most recently updated first.
+    async fn list_sessions(
+        &self,
+        app_name: &str,
+        user_id: &str,
+    ) -> Result<Vec<Session>, SessionError>;
+
+    /// Deletes a session and its events. Deleting a missing session is not an error.
+    async fn delete_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<(), SessionError>;
+
+    /// Commits an event (ADK's `append_event`): partial events are returned untouched and not
+    /// stored; `temp:` keys are applied to `session.state` but stripped from the stored delta; the
+    /// delta is routed to app, user and session state; the event is appended to `session.events`.
+    async fn append_event(
+        &self,
+        session: &mut Session,
+        event: Event,
+    ) -> Result<Event, SessionError>;
+
+    /// Checks the store is reachable (for `/readyz`).
+    async fn ping(&self) -> Result<(), SessionError>;
+}
+
+/// Opens the session store a URL names: `memory:` or `sqlite://PATH`.
+pub async fn open_session_service(
+    url: &str,
+) -> Result<std::sync::Arc<dyn SessionService>, SessionError> {
+    if url == "memory:" || url == "memory://" {
+        return Ok(std::sync::Arc::new(InMemorySessionService::default()));
+    }
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let _stub = SqliteSessionService::open(path).await?; // STUB: helper replaces with Ok(Arc::new(..))
+        return Ok(std::sync::Arc::new(InMemorySessionService::default()));
+    }
+    Err(SessionError::InvalidArgument(format!(
+        "unsupported session store {url:?} (expected memory: or sqlite://PATH)"
+    )))
+}

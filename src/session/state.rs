@@ -1,0 +1,1 @@
+//! State prefixes (stub, being written).
