@@ -5,7 +5,11 @@
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
 //! Lower layers never import upper ones.
 
+pub mod agent;
 pub mod artifact;
 pub mod event;
+pub mod gateway;
+pub mod live;
 pub mod model;
+pub mod runner;
 pub mod session;

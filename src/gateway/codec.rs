@@ -1,0 +1,286 @@
+//! The client frame codec: WebSocket frames to `LiveRequest`s and events to outbound frames.
+//! Plain data, no sockets, so every wire shape is testable alone.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::event::{decode_base64, Blob, Content, Event};
+use crate::live::LiveRequest;
+
+/// Mime type of microphone audio from the client.
+pub const INPUT_AUDIO_MIME: &str = "audio/pcm;rate=16000";
+
+/// How model audio reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AudioFrames {
+    /// Raw PCM in a binary frame, then the event's JSON without `data`.
+    #[default]
+    Binary,
+    /// Base64 inside the event JSON, exactly as ADK sends it.
+    Base64,
+}
+
+impl std::str::FromStr for AudioFrames {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "binary" => Ok(AudioFrames::Binary),
+            "base64" | "json" => Ok(AudioFrames::Base64),
+            other => Err(format!(
+                "unknown audio frame mode {other:?} (expected binary or base64)"
+            )),
+        }
+    }
+}
+
+/// A client frame that could not be understood.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FrameError {
+    /// The text frame is not JSON of the expected shape.
+    #[error("malformed JSON message: {0}")]
+    MalformedJson(String),
+    /// The `type` is not one the gateway knows.
+    #[error("unknown message type {0:?} (expected text, image, audio, activity_start, activity_end or audio_stream_end)")]
+    UnknownType(String),
+    /// A required field is missing.
+    #[error("message of type {kind:?} is missing the {field:?} field")]
+    MissingField {
+        /// The message type.
+        kind: String,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// Audio must be whole 16-bit samples.
+    #[error("audio frame of {0} bytes is not a whole number of 16-bit samples")]
+    OddAudioLength(usize),
+    /// Base64 data could not be decoded.
+    #[error("invalid base64 in the data field: {0}")]
+    InvalidBase64(String),
+}
+
+impl FrameError {
+    /// The ADK error code reported for this error.
+    pub fn code(&self) -> &'static str {
+        "INVALID_ARGUMENT"
+    }
+}
+
+#[derive(Deserialize)]
+struct RawFrame {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    data: Option<String>,
+    #[serde(rename = "mimeType", alias = "mime_type")]
+    mime_type: Option<String>,
+}
+
+/// Decodes a binary frame: raw PCM16 LE mono 16 kHz audio.
+pub fn decode_binary(data: Bytes) -> Result<LiveRequest, FrameError> {
+    if data.len() % 2 != 0 {
+        return Err(FrameError::OddAudioLength(data.len()));
+    }
+    Ok(LiveRequest {
+        blob: Some(Blob::new(data, INPUT_AUDIO_MIME)),
+        ..LiveRequest::default()
+    })
+}
+
+/// Decodes a JSON text frame.
+pub fn decode_text(text: &str) -> Result<LiveRequest, FrameError> {
+    let raw: RawFrame =
+        serde_json::from_str(text).map_err(|e| FrameError::MalformedJson(e.to_string()))?;
+    let missing = |field| FrameError::MissingField {
+        kind: raw.kind.clone(),
+        field,
+    };
+    let request = match raw.kind.as_str() {
+        "text" => {
+            let text = raw.text.clone().ok_or_else(|| missing("text"))?;
+            LiveRequest {
+                content: Some(Content::text("user", text)),
+                ..LiveRequest::default()
+            }
+        }
+        "image" | "audio" => {
+            let data = raw.data.as_deref().ok_or_else(|| missing("data"))?;
+            let bytes =
+                decode_base64(data).map_err(|e| FrameError::InvalidBase64(e.to_string()))?;
+            let is_audio = raw.kind == "audio";
+            if is_audio && bytes.len() % 2 != 0 {
+                return Err(FrameError::OddAudioLength(bytes.len()));
+            }
+            let default_mime = if is_audio {
+                INPUT_AUDIO_MIME
+            } else {
+                "image/jpeg"
+            };
+            let mime = raw
+                .mime_type
+                .clone()
+                .unwrap_or_else(|| default_mime.to_owned());
+            LiveRequest {
+                blob: Some(Blob::new(bytes, mime)),
+                ..LiveRequest::default()
+            }
+        }
+        "activity_start" => LiveRequest {
+            activity_start: true,
+            ..LiveRequest::default()
+        },
+        "activity_end" => LiveRequest {
+            activity_end: true,
+            ..LiveRequest::default()
+        },
+        "audio_stream_end" => LiveRequest {
+            audio_stream_end: true,
+            ..LiveRequest::default()
+        },
+        other => return Err(FrameError::UnknownType(other.to_owned())),
+    };
+    Ok(request)
+}
+
+/// One event ready for the socket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutFrame {
+    /// Raw PCM sent as a binary frame before the JSON (binary audio mode).
+    pub binary: Option<Bytes>,
+    /// The event's JSON.
+    pub json: String,
+    /// Playback length of the audio this frame carries (zero if none).
+    pub audio: Duration,
+    /// The event says the model's answer was interrupted.
+    pub interrupted: bool,
+}
+
+impl OutFrame {
+    /// True if the frame carries model audio.
+    pub fn is_audio(&self) -> bool {
+        !self.audio.is_zero()
+    }
+}
+
+/// Encodes an event for the client. In binary mode the PCM of an audio chunk is moved out of the
+/// JSON (no base64, no copy) and its `inlineData` keeps only the mime type.
+pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, serde_json::Error> {
+    let mut binary = None;
+    let mut audio = Duration::ZERO;
+    if let Some(content) = event.content.as_mut() {
+        for part in &mut content.parts {
+            let Some(blob) = part
+                .inline_data
+                .as_mut()
+                .filter(|b| b.is_audio() && !b.data.is_empty())
+            else {
+                continue;
+            };
+            audio += pcm_duration(blob.data.len(), blob.sample_rate().unwrap_or(24_000));
+            if mode == AudioFrames::Binary && binary.is_none() {
+                binary = Some(std::mem::take(&mut blob.data));
+            }
+        }
+    }
+    Ok(OutFrame {
+        json: serde_json::to_string(&event)?,
+        binary,
+        audio,
+        interrupted: event.interrupted == Some(true),
+    })
+}
+
+/// Playback time of `bytes` of 16-bit mono PCM at `rate` Hz.
+pub fn pcm_duration(bytes: usize, rate: u32) -> Duration {
+    Duration::from_secs_f64(bytes as f64 / 2.0 / f64::from(rate.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_every_client_message_kind() {
+        let r = decode_text(r#"{"type":"text","text":"hello"}"#).unwrap();
+        assert_eq!(r.content.unwrap().joined_text(), "hello");
+        let r = decode_text(r#"{"type":"image","data":"/9j/","mimeType":"image/jpeg"}"#).unwrap();
+        assert_eq!(r.blob.unwrap().mime_type, "image/jpeg");
+        let r = decode_text(r#"{"type":"audio","data":"AAABAA=="}"#).unwrap();
+        assert_eq!(r.blob.unwrap().data.len(), 4);
+        assert!(
+            decode_text(r#"{"type":"activity_start"}"#)
+                .unwrap()
+                .activity_start
+        );
+        assert!(
+            decode_text(r#"{"type":"activity_end"}"#)
+                .unwrap()
+                .activity_end
+        );
+        assert!(
+            decode_text(r#"{"type":"audio_stream_end"}"#)
+                .unwrap()
+                .audio_stream_end
+        );
+        let r = decode_binary(Bytes::from_static(&[1, 0, 2, 0])).unwrap();
+        assert_eq!(r.blob.unwrap().mime_type, INPUT_AUDIO_MIME);
+    }
+
+    #[test]
+    fn rejects_bad_frames_with_clear_errors() {
+        assert!(matches!(
+            decode_text("{not json"),
+            Err(FrameError::MalformedJson(_))
+        ));
+        assert!(matches!(
+            decode_text(r#"{"text":"no type"}"#),
+            Err(FrameError::MalformedJson(_))
+        ));
+        assert_eq!(
+            decode_text(r#"{"type":"dance"}"#),
+            Err(FrameError::UnknownType("dance".into()))
+        );
+        assert!(matches!(
+            decode_text(r#"{"type":"text"}"#),
+            Err(FrameError::MissingField { field: "text", .. })
+        ));
+        assert!(matches!(
+            decode_text(r#"{"type":"image","data":"!!"}"#),
+            Err(FrameError::InvalidBase64(_))
+        ));
+        assert_eq!(
+            decode_binary(Bytes::from_static(&[1, 2, 3])),
+            Err(FrameError::OddAudioLength(3))
+        );
+        assert_eq!(
+            decode_text(r#"{"type":"audio","data":"AAAB"}"#),
+            Err(FrameError::OddAudioLength(3))
+        );
+    }
+
+    #[test]
+    fn binary_mode_moves_pcm_out_of_the_json() {
+        let pcm = Bytes::from(vec![0u8; 4800]);
+        let event = Event {
+            content: Some(Content::blob(
+                "model",
+                Blob::new(pcm.clone(), "audio/pcm;rate=24000"),
+            )),
+            ..Event::new("e-1", "agent")
+        };
+        let frame = encode_event(event.clone(), AudioFrames::Binary).unwrap();
+        assert_eq!(
+            frame.binary.as_ref().map(|b| b.as_ptr()),
+            Some(pcm.as_ptr()),
+            "no copy"
+        );
+        assert!(frame
+            .json
+            .contains(r#""inlineData":{"mimeType":"audio/pcm;rate=24000"}"#));
+        assert_eq!(frame.audio, Duration::from_millis(100));
+        let frame = encode_event(event, AudioFrames::Base64).unwrap();
+        assert!(frame.binary.is_none() && frame.json.contains(r#""data":"AAAA"#));
+    }
+}

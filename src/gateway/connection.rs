@@ -1,0 +1,240 @@
+//! One client connection: a reader loop feeding the run's request queue, a task forwarding the
+//! run's events to the writer, and the writer task that owns the sink.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::Message;
+use futures::{Sink, Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::codec::{decode_binary, decode_text, encode_event, AudioFrames, FrameError};
+use super::ids::PathId;
+use super::writer::{run_writer, WriterCommand, WriterExit};
+use super::Gateway;
+use crate::event::Event;
+use crate::live::{live_request_queue, LiveRequest, RunConfig};
+use crate::model::Modality;
+
+/// Close code sent to a connection whose session was taken over by a newer one.
+pub const CLOSE_TAKEN_OVER: u16 = 4000;
+/// Capacity of the channel from the run to the writer.
+const WRITER_CHANNEL_CAPACITY: usize = 256;
+/// How long a closing connection waits for its run to end and flush.
+const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Per-connection choices made in the URL's query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// How model audio reaches the client.
+    pub audio: AudioFrames,
+    /// Response modality.
+    pub modality: Modality,
+    /// Proactive audio.
+    pub proactivity: bool,
+    /// Affective dialog.
+    pub affective_dialog: bool,
+}
+
+impl ConnectOptions {
+    /// The run config for this connection on this gateway.
+    pub fn run_config(&self, save_audio: bool) -> RunConfig {
+        RunConfig {
+            response_modalities: Some(vec![self.modality]),
+            save_live_blob: save_audio,
+            proactivity: self
+                .proactivity
+                .then(|| serde_json::json!({"proactiveAudio": true})),
+            enable_affective_dialog: self.affective_dialog.then_some(true),
+            session_resumption: Some(Default::default()),
+            ..RunConfig::default()
+        }
+    }
+}
+
+/// Why the reader loop stopped.
+enum End {
+    ClientGone,
+    TakenOver,
+    Shutdown,
+    RunEnded,
+    TooBig,
+}
+
+/// Serves one WebSocket connection until the client leaves, the session is taken over, the run
+/// ends or the gateway shuts down. Generic over the socket halves so it runs over channels in tests.
+pub async fn serve_connection<S, R>(
+    gateway: Arc<Gateway>,
+    sink: S,
+    mut stream: R,
+    user_id: PathId,
+    session_id: PathId,
+    options: ConnectOptions,
+) where
+    S: Sink<Message> + Unpin + Send + 'static,
+    S::Error: std::fmt::Display,
+    R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
+{
+    let span = tracing::info_span!("connection", user_id = %user_id, session_id = %session_id, invocation_id = tracing::field::Empty);
+    async move {
+        let lease = gateway
+            .registry
+            .acquire(user_id.as_str(), session_id.as_str(), RUN_DRAIN_GRACE)
+            .await;
+        let (writer_tx, writer_rx) = mpsc::channel(WRITER_CHANNEL_CAPACITY);
+        let writer = tokio::spawn(run_writer(sink, writer_rx, gateway.writer_config));
+
+        let (queue, requests) = live_request_queue(gateway.queue_capacity);
+        let run_config = options.run_config(gateway.save_audio);
+        let run = match gateway
+            .runner
+            .run_live(user_id.as_str(), session_id.as_str(), requests, run_config)
+            .await
+        {
+            Ok(run) => run,
+            Err(error) => {
+                tracing::error!(%error, "could not start the live run");
+                let event = Event::error(
+                    "",
+                    &gateway.runner.agent.name,
+                    error.code(),
+                    format!("could not start the live run: {error}"),
+                );
+                send_event(&writer_tx, event, options.audio).await;
+                let _ = writer_tx
+                    .send(WriterCommand::Close {
+                        code: 1011,
+                        reason: "could not start the live run".into(),
+                    })
+                    .await;
+                drop(writer_tx);
+                let _ = writer.await;
+                gateway
+                    .registry
+                    .release(user_id.as_str(), session_id.as_str(), &lease);
+                return;
+            }
+        };
+        let invocation_id = run.invocation_id.clone();
+        tracing::Span::current().record("invocation_id", invocation_id.as_str());
+        tracing::info!(modality = ?options.modality, audio = ?options.audio, "live run started");
+
+        // Forward the run's events to the writer; keep draining after the client is gone so the
+        // run can finish committing and flushing recordings.
+        let run_done = CancellationToken::new();
+        let forward = tokio::spawn({
+            let writer_tx = writer_tx.clone();
+            let run_done = run_done.clone();
+            let mode = options.audio;
+            let mut events = run.events;
+            async move {
+                let mut writer_open = true;
+                while let Some(event) = events.next().await {
+                    if writer_open {
+                        writer_open = send_event(&writer_tx, event, mode).await;
+                    }
+                }
+                run_done.cancel();
+            }
+            .in_current_span()
+        });
+
+        let agent = gateway.runner.agent.name.clone();
+        let end = loop {
+            let message = tokio::select! {
+                biased;
+                _ = lease.taken_over.cancelled() => break End::TakenOver,
+                _ = gateway.shutdown.cancelled() => break End::Shutdown,
+                _ = run_done.cancelled() => break End::RunEnded,
+                message = stream.next() => message,
+            };
+            let decoded: Result<LiveRequest, FrameError> = match message {
+                Some(Ok(Message::Binary(data))) => decode_binary(data),
+                Some(Ok(Message::Text(text))) => decode_text(text.as_str()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(Message::Close(_))) | None => break End::ClientGone,
+                Some(Err(error)) => {
+                    let text = error.to_string();
+                    tracing::info!(error = %text, "client socket error");
+                    if text.contains("too long")
+                        || text.contains("Space limit")
+                        || text.contains("capacity")
+                    {
+                        break End::TooBig;
+                    }
+                    break End::ClientGone;
+                }
+            };
+            match decoded {
+                Ok(request) => {
+                    // Backpressure: a slow model stops us reading the socket.
+                    let sent = tokio::select! {
+                        biased;
+                        _ = lease.taken_over.cancelled() => break End::TakenOver,
+                        _ = gateway.shutdown.cancelled() => break End::Shutdown,
+                        sent = queue.send(request) => sent,
+                    };
+                    if sent.is_err() {
+                        break End::RunEnded;
+                    }
+                }
+                Err(error) => {
+                    tracing::info!(%error, "bad client frame");
+                    let event =
+                        Event::error(&invocation_id, &agent, error.code(), error.to_string());
+                    if !send_event(&writer_tx, event, options.audio).await {
+                        break End::ClientGone;
+                    }
+                }
+            }
+        };
+
+        // Close the run and let it flush (bounded), then close the socket.
+        queue.close();
+        if tokio::time::timeout(RUN_DRAIN_GRACE, run_done.cancelled())
+            .await
+            .is_err()
+        {
+            tracing::warn!("live run did not end in time; abandoning it");
+            forward.abort();
+        }
+        let close = match end {
+            End::ClientGone => None,
+            End::TakenOver => Some((CLOSE_TAKEN_OVER, "session taken over by a newer connection")),
+            End::Shutdown => Some((1001, "gateway shutting down")),
+            End::RunEnded => Some((1000, "live run ended")),
+            End::TooBig => Some((1009, "message too big")),
+        };
+        if let Some((code, reason)) = close {
+            let _ = writer_tx.try_send(WriterCommand::Close {
+                code,
+                reason: reason.into(),
+            });
+        }
+        drop(writer_tx);
+        match tokio::time::timeout(Duration::from_secs(5), writer).await {
+            Ok(Ok((WriterExit::ClientGone(reason), _))) => tracing::info!(reason, "client gone"),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("writer did not finish in time"),
+        }
+        gateway
+            .registry
+            .release(user_id.as_str(), session_id.as_str(), &lease);
+        tracing::info!("connection closed");
+    }
+    .instrument(span)
+    .await
+}
+
+/// Encodes and queues an event for the writer; false once the writer is gone.
+async fn send_event(writer: &mpsc::Sender<WriterCommand>, event: Event, mode: AudioFrames) -> bool {
+    match encode_event(event, mode) {
+        Ok(frame) => writer.send(WriterCommand::Frame(frame)).await.is_ok(),
+        Err(error) => {
+            tracing::error!(%error, "could not encode an event");
+            true
+        }
+    }
+}

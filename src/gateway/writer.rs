@@ -1,0 +1,270 @@
+//! The writer task: the only owner of a socket's sink. Paces model audio at real time plus a small
+//! lead, drops queued audio of an interrupted answer before sending `interrupted`, and gives up on
+//! a client that stops reading.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message};
+use futures::{Sink, SinkExt};
+use tokio::sync::mpsc;
+use tokio::time::{timeout, Instant};
+
+use super::codec::OutFrame;
+
+/// What the connection asks the writer to do.
+#[derive(Debug)]
+pub enum WriterCommand {
+    /// Send an event.
+    Frame(OutFrame),
+    /// Send a close frame and stop.
+    Close {
+        /// WebSocket close code.
+        code: u16,
+        /// Close reason.
+        reason: String,
+    },
+}
+
+/// Writer settings.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterConfig {
+    /// How far audio may run ahead of real-time playback at the client.
+    pub audio_lead: Duration,
+    /// How long one send may block before the client counts as stalled.
+    pub send_timeout: Duration,
+    /// Frames the writer holds back while pacing before it stops taking more.
+    pub max_pending: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            audio_lead: Duration::from_millis(500),
+            send_timeout: Duration::from_secs(10),
+            max_pending: 1024,
+        }
+    }
+}
+
+/// How the writer ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriterExit {
+    /// Closed on request (or the connection dropped its sender).
+    Closed,
+    /// The socket failed or the client stopped reading.
+    ClientGone(String),
+}
+
+/// Counts of what the writer did, for metrics and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Audio frames dropped because their answer was interrupted.
+    pub dropped_interrupted_audio: u64,
+}
+
+/// Real-time pacing of one audio stream.
+#[derive(Debug, Default)]
+struct Playback {
+    started: Option<Instant>,
+    queued: Duration,
+}
+
+impl Playback {
+    /// When a chunk may be sent: no earlier than `lead` before the client will need it.
+    fn send_at(&mut self, now: Instant, lead: Duration) -> Instant {
+        match self.started {
+            // The client has played everything we sent: start a new stream clock.
+            Some(start) if start + self.queued >= now => {
+                (start + self.queued).checked_sub(lead).unwrap_or(now)
+            }
+            _ => {
+                self.started = Some(now);
+                self.queued = Duration::ZERO;
+                now
+            }
+        }
+    }
+
+    fn sent(&mut self, audio: Duration) {
+        self.queued += audio;
+    }
+}
+
+/// Runs the writer until closed or the client is gone.
+pub async fn run_writer<S>(
+    mut sink: S,
+    mut commands: mpsc::Receiver<WriterCommand>,
+    config: WriterConfig,
+) -> (WriterExit, WriterStats)
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    let mut pending: VecDeque<OutFrame> = VecDeque::new();
+    let mut playback = Playback::default();
+    let mut stats = WriterStats::default();
+    let mut close: Option<(u16, String)> = None;
+    let mut open = true;
+
+    loop {
+        // Take what is queued, so an `interrupted` can drop the audio it overtakes.
+        while open && close.is_none() && pending.len() < config.max_pending {
+            match commands.try_recv() {
+                Ok(command) => accept(command, &mut pending, &mut close, &mut stats, &mut playback),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        let Some(front) = pending.front() else {
+            if let Some((code, reason)) = close.take() {
+                let frame = Message::Close(Some(CloseFrame {
+                    code,
+                    reason: reason.into(),
+                }));
+                let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+                return (WriterExit::Closed, stats);
+            }
+            if !open {
+                return (WriterExit::Closed, stats);
+            }
+            match commands.recv().await {
+                Some(command) => {
+                    accept(command, &mut pending, &mut close, &mut stats, &mut playback)
+                }
+                None => open = false,
+            }
+            continue;
+        };
+
+        if front.is_audio() {
+            let now = Instant::now();
+            let at = playback.send_at(now, config.audio_lead);
+            if at > now && close.is_none() {
+                // Wait for the pacing deadline, but keep listening (an interrupt may arrive).
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    command = commands.recv(), if open && pending.len() < config.max_pending => match command {
+                        Some(command) => accept(command, &mut pending, &mut close, &mut stats, &mut playback),
+                        None => open = false,
+                    },
+                }
+                continue;
+            }
+        }
+
+        let Some(frame) = pending.pop_front() else {
+            continue;
+        };
+        if frame.is_audio() {
+            playback.sent(frame.audio);
+        }
+        if let Err(reason) = send_frame(&mut sink, frame, config.send_timeout).await {
+            return (WriterExit::ClientGone(reason), stats);
+        }
+    }
+}
+
+fn accept(
+    command: WriterCommand,
+    pending: &mut VecDeque<OutFrame>,
+    close: &mut Option<(u16, String)>,
+    stats: &mut WriterStats,
+    playback: &mut Playback,
+) {
+    match command {
+        WriterCommand::Frame(frame) => {
+            if frame.interrupted {
+                let before = pending.len();
+                pending.retain(|f| !f.is_audio());
+                stats.dropped_interrupted_audio += (before - pending.len()) as u64;
+                *playback = Playback::default();
+            }
+            pending.push_back(frame);
+        }
+        WriterCommand::Close { code, reason } => *close = Some((code, reason)),
+    }
+}
+
+async fn send_frame<S>(sink: &mut S, frame: OutFrame, limit: Duration) -> Result<(), String>
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    let send = async {
+        if let Some(pcm) = frame.binary {
+            sink.feed(Message::Binary(pcm)).await?;
+        }
+        sink.send(Message::Text(frame.json.into())).await
+    };
+    match timeout(limit, send).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("client did not read for {limit:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc as fmpsc;
+    use futures::StreamExt;
+
+    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> OutFrame {
+        OutFrame {
+            binary: None,
+            json: json.into(),
+            audio: Duration::from_millis(audio_ms),
+            interrupted,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interrupted_drops_queued_audio_of_the_answer() {
+        let (sink, mut out) = fmpsc::unbounded::<Message>();
+        let (tx, rx) = mpsc::channel(64);
+        // Ten seconds of audio at once: pacing holds most of it back.
+        for i in 0..10 {
+            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 1000, false)))
+                .await
+                .unwrap();
+        }
+        let writer = tokio::spawn(run_writer(sink, rx, WriterConfig::default()));
+        // The first chunk goes out at once.
+        let first = out.next().await.unwrap();
+        assert_eq!(first, Message::Text("a0".into()));
+        tx.send(WriterCommand::Frame(frame("int", 0, true)))
+            .await
+            .unwrap();
+        tx.send(WriterCommand::Close {
+            code: 1000,
+            reason: "bye".into(),
+        })
+        .await
+        .unwrap();
+        let (exit, stats) = writer.await.unwrap();
+        assert_eq!(exit, WriterExit::Closed);
+        let rest: Vec<Message> = out.collect().await;
+        assert_eq!(
+            rest[0],
+            Message::Text("int".into()),
+            "no audio after interrupted"
+        );
+        assert!(matches!(rest[1], Message::Close(_)));
+        assert!(stats.dropped_interrupted_audio >= 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_reads_is_given_up_on() {
+        // A sink that never accepts anything.
+        let sink = futures::sink::unfold((), |_, _m: Message| {
+            futures::future::pending::<Result<(), String>>()
+        });
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(WriterCommand::Frame(frame("x", 0, false)))
+            .await
+            .unwrap();
+        let (exit, _) = run_writer(Box::pin(sink), rx, WriterConfig::default()).await;
+        assert!(matches!(exit, WriterExit::ClientGone(_)));
+    }
+}

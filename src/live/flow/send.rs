@@ -1,0 +1,137 @@
+//! The send loop: live requests from the client, to the model connection.
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::audio_cache::{AudioCache, AudioSide};
+use crate::event::{Event, FunctionResponse};
+use crate::live::LiveRequestReceiver;
+use crate::model::LiveInput;
+
+/// An event the send loop commits without yielding it, and the ack that it was committed.
+pub(crate) type PersistRequest = (Event, oneshot::Sender<()>);
+
+/// What the send loop needs besides its channels.
+#[derive(Debug, Clone)]
+pub(crate) struct SendContext {
+    pub invocation_id: String,
+    pub record_audio: bool,
+    pub cache: AudioCache,
+    pub persist: mpsc::Sender<PersistRequest>,
+    pub stop: CancellationToken,
+}
+
+/// Forwards requests to the model until the queue closes, the model goes away or `stop` fires;
+/// hands the request receiver back so a reconnect can go on with it.
+pub(crate) async fn send_loop(
+    mut requests: LiveRequestReceiver,
+    model: mpsc::Sender<LiveInput>,
+    ctx: SendContext,
+) -> LiveRequestReceiver {
+    loop {
+        let request = tokio::select! {
+            biased;
+            _ = ctx.stop.cancelled() => return requests,
+            request = requests.recv() => request,
+        };
+        let is_function_response = request
+            .content
+            .as_ref()
+            .is_some_and(|c| c.parts.iter().any(|p| p.function_response.is_some()));
+        let creates_content_event = request.content.is_some()
+            && !request.close
+            && !request.partial
+            && !is_function_response;
+        if let Some(delta) = &request.state_delta {
+            if !creates_content_event {
+                let mut event = Event::new(&ctx.invocation_id, "user");
+                event.actions.state_delta = delta.clone();
+                if !persist(&ctx, event).await {
+                    return requests;
+                }
+            }
+        }
+        if request.close {
+            return requests;
+        }
+
+        let realtime = if request.activity_start {
+            Some(LiveInput::ActivityStart)
+        } else if request.activity_end {
+            Some(LiveInput::ActivityEnd)
+        } else if request.audio_stream_end {
+            Some(LiveInput::AudioStreamEnd)
+        } else if let Some(blob) = request.blob {
+            if ctx.record_audio {
+                ctx.cache.push(AudioSide::Input, &blob);
+            }
+            Some(LiveInput::Realtime(blob))
+        } else {
+            None
+        };
+        if let Some(input) = realtime {
+            if !forward(&ctx, &model, input).await {
+                return requests;
+            }
+        }
+
+        // Content is handled in addition to the realtime branch, as ADK does.
+        if let Some(mut content) = request.content {
+            if is_function_response && content.parts.iter().all(|p| p.function_response.is_some()) {
+                let responses: Vec<FunctionResponse> = content
+                    .parts
+                    .into_iter()
+                    .filter_map(|p| p.function_response)
+                    .collect();
+                if !forward(&ctx, &model, LiveInput::ToolResponse(responses)).await {
+                    return requests;
+                }
+                continue;
+            }
+            if content.role.as_deref().is_none_or(str::is_empty) {
+                content.role = Some("user".into());
+            }
+            if creates_content_event {
+                let mut event = Event::new(&ctx.invocation_id, "user");
+                event.content = Some(content.clone());
+                event.actions.state_delta = request
+                    .state_delta
+                    .unwrap_or_else(Map::<String, Value>::new);
+                if !persist(&ctx, event).await {
+                    return requests;
+                }
+            }
+            let input = LiveInput::Content {
+                content,
+                turn_complete: !request.partial,
+            };
+            if !forward(&ctx, &model, input).await {
+                return requests;
+            }
+        }
+    }
+}
+
+async fn forward(ctx: &SendContext, model: &mpsc::Sender<LiveInput>, input: LiveInput) -> bool {
+    tokio::select! {
+        biased;
+        _ = ctx.stop.cancelled() => false,
+        sent = model.send(input) => sent.is_ok(),
+    }
+}
+
+/// Commits an event through the flow and waits until it is committed.
+async fn persist(ctx: &SendContext, event: Event) -> bool {
+    let (ack, committed) = oneshot::channel();
+    tokio::select! {
+        biased;
+        _ = ctx.stop.cancelled() => return false,
+        sent = ctx.persist.send((event, ack)) => if sent.is_err() { return false },
+    }
+    tokio::select! {
+        biased;
+        _ = ctx.stop.cancelled() => false,
+        done = committed => done.is_ok(),
+    }
+}

@@ -1,0 +1,12 @@
+//! ADK's live layer: `LiveRequest` / `LiveRequestQueue`, `RunConfig`, and the live flow that joins a
+//! request queue to a model connection (send loop, receive loop, aggregation, audio recording).
+
+pub mod flow;
+mod queue;
+mod run_config;
+
+pub use queue::{
+    live_request_queue, LiveRequest, LiveRequestQueue, LiveRequestReceiver, QueueClosed,
+    DEFAULT_QUEUE_CAPACITY,
+};
+pub use run_config::RunConfig;

@@ -1,0 +1,214 @@
+//! `LiveRequestQueue`: what a client sends to a live run, bounded, with a close that always gets through.
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Blob, Content};
+
+/// Default capacity of a live request queue.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
+
+/// One request from the client side of a live run (ADK's `LiveRequest`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveRequest {
+    /// A turn of content (text, image, function responses).
+    pub content: Option<Content>,
+    /// A realtime media chunk (audio or an image frame).
+    pub blob: Option<Blob>,
+    /// Manual voice activity start.
+    pub activity_start: bool,
+    /// Manual voice activity end.
+    pub activity_end: bool,
+    /// The audio stream paused (microphone muted).
+    pub audio_stream_end: bool,
+    /// Close the run.
+    pub close: bool,
+    /// The content is a partial turn (the model should not answer yet).
+    pub partial: bool,
+    /// Session state changes to commit with this request.
+    pub state_delta: Option<Map<String, Value>>,
+}
+
+/// Sending after the queue was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the live request queue is closed")]
+pub struct QueueClosed;
+
+/// The sending side of a live request queue; cheap to clone.
+///
+/// Unlike ADK's unbounded asyncio queue, sends wait when the queue is full (backpressure from a
+/// slow model reaches the socket reader), and sending after `close` is an error.
+#[derive(Debug, Clone)]
+pub struct LiveRequestQueue {
+    tx: mpsc::Sender<LiveRequest>,
+    closed: CancellationToken,
+}
+
+/// The receiving side of a live request queue, owned by the live flow.
+#[derive(Debug)]
+pub struct LiveRequestReceiver {
+    rx: mpsc::Receiver<LiveRequest>,
+    closed: CancellationToken,
+}
+
+/// Creates a live request queue holding at most `capacity` requests.
+pub fn live_request_queue(capacity: usize) -> (LiveRequestQueue, LiveRequestReceiver) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let closed = CancellationToken::new();
+    (
+        LiveRequestQueue {
+            tx,
+            closed: closed.clone(),
+        },
+        LiveRequestReceiver { rx, closed },
+    )
+}
+
+impl LiveRequestQueue {
+    /// Sends a request, waiting for space; a request with `close` set closes the queue.
+    pub async fn send(&self, request: LiveRequest) -> Result<(), QueueClosed> {
+        if request.close {
+            self.close();
+            return Ok(());
+        }
+        if self.closed.is_cancelled() {
+            return Err(QueueClosed);
+        }
+        tokio::select! {
+            biased;
+            _ = self.closed.cancelled() => Err(QueueClosed),
+            sent = self.tx.send(request) => sent.map_err(|_| QueueClosed),
+        }
+    }
+
+    /// Sends a complete user turn.
+    pub async fn send_content(&self, content: Content) -> Result<(), QueueClosed> {
+        self.send(LiveRequest {
+            content: Some(content),
+            ..LiveRequest::default()
+        })
+        .await
+    }
+
+    /// Sends a realtime media chunk.
+    pub async fn send_realtime(&self, blob: Blob) -> Result<(), QueueClosed> {
+        self.send(LiveRequest {
+            blob: Some(blob),
+            ..LiveRequest::default()
+        })
+        .await
+    }
+
+    /// Signals the start of user activity (manual voice activity detection).
+    pub async fn send_activity_start(&self) -> Result<(), QueueClosed> {
+        self.send(LiveRequest {
+            activity_start: true,
+            ..LiveRequest::default()
+        })
+        .await
+    }
+
+    /// Signals the end of user activity (manual voice activity detection).
+    pub async fn send_activity_end(&self) -> Result<(), QueueClosed> {
+        self.send(LiveRequest {
+            activity_end: true,
+            ..LiveRequest::default()
+        })
+        .await
+    }
+
+    /// Signals that the audio stream paused.
+    pub async fn send_audio_stream_end(&self) -> Result<(), QueueClosed> {
+        self.send(LiveRequest {
+            audio_stream_end: true,
+            ..LiveRequest::default()
+        })
+        .await
+    }
+
+    /// Closes the queue. Never waits and always gets through, even when the queue is full;
+    /// requests already queued are still delivered before the close.
+    pub fn close(&self) {
+        self.closed.cancel();
+    }
+
+    /// Whether the queue was closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+}
+
+impl LiveRequestReceiver {
+    /// Receives the next request; after the queue is closed and drained, returns a close request.
+    pub async fn recv(&mut self) -> LiveRequest {
+        let closed = tokio::select! {
+            biased;
+            request = self.rx.recv() => match request {
+                Some(request) => return request,
+                None => true,
+            },
+            _ = self.closed.cancelled() => true,
+        };
+        debug_assert!(closed);
+        // Deliver what was queued before the close, then the close itself.
+        match self.rx.try_recv() {
+            Ok(request) => request,
+            Err(_) => {
+                self.closed.cancel();
+                LiveRequest {
+                    close: true,
+                    ..LiveRequest::default()
+                }
+            }
+        }
+    }
+
+    /// Whether the client closed the queue (sticky: stays true after the close was received).
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::timeout;
+
+    #[tokio::test]
+    async fn close_gets_through_a_full_queue_and_unblocks_senders() {
+        let (queue, mut rx) = live_request_queue(1);
+        queue.send_audio_stream_end().await.unwrap();
+        let blocked = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.send_activity_start().await }
+        });
+        queue.close();
+        let res = timeout(Duration::from_secs(1), blocked)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(res, Err(QueueClosed));
+        // The request queued before the close is still delivered, then the close.
+        assert!(rx.recv().await.audio_stream_end);
+        assert!(rx.recv().await.close);
+        assert!(rx.recv().await.close, "close is sticky");
+        assert_eq!(queue.send_activity_end().await, Err(QueueClosed));
+    }
+
+    #[tokio::test]
+    async fn dropping_every_sender_reads_as_close() {
+        let (queue, mut rx) = live_request_queue(4);
+        queue.send_activity_end().await.unwrap();
+        drop(queue);
+        assert!(rx.recv().await.activity_end);
+        assert!(
+            timeout(Duration::from_secs(1), rx.recv())
+                .await
+                .unwrap()
+                .close
+        );
+        assert!(rx.is_closed());
+    }
+}

@@ -1,0 +1,63 @@
+//! `RunConfig`: how a live run behaves, with ADK's defaults.
+
+use serde_json::{Map, Value};
+
+use crate::model::{Modality, RealtimeInputConfig, SessionResumptionConfig};
+
+/// Settings of one run (ADK's `RunConfig`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunConfig {
+    /// Response modalities; `None` means AUDIO in live runs.
+    pub response_modalities: Option<Vec<Modality>>,
+    /// Speech config (voice), passed to the model as JSON.
+    pub speech_config: Option<Value>,
+    /// Transcribe the user's audio (on by default, as in ADK).
+    pub input_audio_transcription: bool,
+    /// Transcribe the model's audio (on by default, as in ADK).
+    pub output_audio_transcription: bool,
+    /// Voice activity detection settings.
+    pub realtime_input_config: Option<RealtimeInputConfig>,
+    /// Session resumption (handle, transparent).
+    pub session_resumption: Option<SessionResumptionConfig>,
+    /// Context window compression, passed to the model as JSON.
+    pub context_window_compression: Option<Value>,
+    /// Proactive audio, passed to the model as JSON.
+    pub proactivity: Option<Value>,
+    /// Affective dialog.
+    pub enable_affective_dialog: Option<bool>,
+    /// Record input and output audio to artifacts.
+    pub save_live_blob: bool,
+    /// Limit on model calls (not enforced in live runs, as in ADK).
+    pub max_llm_calls: u32,
+    /// Metadata merged into every yielded event's `customMetadata`.
+    pub custom_metadata: Option<Map<String, Value>>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            response_modalities: None,
+            speech_config: None,
+            input_audio_transcription: true,
+            output_audio_transcription: true,
+            realtime_input_config: None,
+            session_resumption: None,
+            context_window_compression: None,
+            proactivity: None,
+            enable_affective_dialog: None,
+            save_live_blob: false,
+            max_llm_calls: 500,
+            custom_metadata: None,
+        }
+    }
+}
+
+impl RunConfig {
+    /// The modalities a live run uses: the configured ones, or AUDIO.
+    pub fn live_modalities(&self) -> Vec<Modality> {
+        self.response_modalities
+            .clone()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| vec![Modality::Audio])
+    }
+}

@@ -1,0 +1,129 @@
+//! The conversation history replayed to a model when a live run (re)connects without a handle.
+
+use crate::event::{Content, Event, Part};
+
+/// Builds model contents from committed events: user and model text, function calls and responses,
+/// and finished transcriptions as text; audio and recordings are left out, as ADK does.
+pub fn history_contents(events: &[Event]) -> Vec<Content> {
+    let mut contents: Vec<Content> = Vec::new();
+    let mut last_was_transcript = false;
+    for event in events.iter().filter(|e| !e.is_partial()) {
+        let is_transcript =
+            event.input_transcription.is_some() || event.output_transcription.is_some();
+        let (role, parts) = if let Some(t) = event
+            .input_transcription
+            .as_ref()
+            .filter(|t| t.finished == Some(true))
+        {
+            ("user", vec![Part::text(t.text.clone().unwrap_or_default())])
+        } else if let Some(t) = event
+            .output_transcription
+            .as_ref()
+            .filter(|t| t.finished == Some(true))
+        {
+            (
+                "model",
+                vec![Part::text(t.text.clone().unwrap_or_default())],
+            )
+        } else if let Some(content) = &event.content {
+            let parts: Vec<Part> = content
+                .parts
+                .iter()
+                .filter(|p| !is_audio_part(p) && p.thought != Some(true))
+                .cloned()
+                .collect();
+            let role = match content.role.as_deref() {
+                Some("user") => "user",
+                Some(_) => "model",
+                None if event.author == "user" => "user",
+                None => "model",
+            };
+            (role, parts)
+        } else {
+            continue;
+        };
+        if parts.is_empty() || parts.iter().all(|p| p.text.as_deref() == Some("")) {
+            continue;
+        }
+        // Consecutive transcriptions of one speaker read as one turn.
+        let merge = last_was_transcript && is_transcript;
+        last_was_transcript = is_transcript;
+        if let Some(last) = contents.last_mut().filter(|_| merge) {
+            let both_text = last.parts.len() == 1
+                && parts.len() == 1
+                && last.parts[0].text.is_some()
+                && parts[0].text.is_some();
+            if last.role.as_deref() == Some(role) && both_text {
+                if let (Some(prev), Some(next)) =
+                    (last.parts[0].text.as_mut(), parts[0].text.as_ref())
+                {
+                    if !prev.ends_with(' ') && !next.starts_with(' ') {
+                        prev.push(' ');
+                    }
+                    prev.push_str(next);
+                }
+                continue;
+            }
+        }
+        contents.push(Content {
+            parts,
+            role: Some(role.into()),
+        });
+    }
+    contents
+}
+
+fn is_audio_part(part: &Part) -> bool {
+    let audio_blob = part
+        .inline_data
+        .as_ref()
+        .is_some_and(|b| b.mime_type.starts_with("audio/"));
+    let audio_file = part.file_data.as_ref().is_some_and(|f| {
+        f.mime_type
+            .as_deref()
+            .is_some_and(|m| m.starts_with("audio/"))
+            || (f.file_uri.starts_with("artifact://") && f.file_uri.contains("/_adk_live/"))
+    });
+    audio_blob || audio_file
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{FileData, Transcription};
+
+    #[test]
+    fn keeps_text_and_transcripts_drops_audio() {
+        let user = Event {
+            content: Some(Content::text("user", "hi")),
+            ..Event::new("e", "user")
+        };
+        let heard = Event {
+            input_transcription: Some(Transcription::new("what time", true)),
+            ..Event::new("e", "user")
+        };
+        let said = Event {
+            output_transcription: Some(Transcription::new("It is noon.", true)),
+            ..Event::new("e", "a")
+        };
+        let file = Event {
+            content: Some(Content {
+                parts: vec![Part {
+                    file_data: Some(FileData {
+                        display_name: None,
+                        file_uri: "artifact://a/u/s/_adk_live/x.pcm#0".into(),
+                        mime_type: Some("audio/pcm".into()),
+                    }),
+                    ..Part::default()
+                }],
+                role: Some("user".into()),
+            }),
+            ..Event::new("e", "user")
+        };
+        let contents = history_contents(&[user, heard, file, said]);
+        assert_eq!(contents.len(), 3);
+        assert_eq!(contents[0].joined_text(), "hi");
+        assert_eq!(contents[1].role.as_deref(), Some("user"));
+        assert_eq!(contents[2].joined_text(), "It is noon.");
+    }
+}

@@ -1,0 +1,187 @@
+//! Speech over the WebSocket: transcription, voice answer, barge-in, and recordings.
+
+mod common;
+
+use common::*;
+use livegate::artifact::ArtifactScope;
+use livegate::gateway::config::SimPacingArg;
+use serde_json::Value;
+
+#[tokio::test]
+async fn speech_yields_user_transcription_then_audio_answer_then_turn_complete() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let frames = client.frames_until(is_turn_complete).await;
+
+    let first_transcript = frames
+        .iter()
+        .position(|f| matches!(f, Frame::Event(e) if e.get("inputTranscription").is_some()))
+        .expect("an input transcription");
+    let Frame::Event(t) = &frames[first_transcript] else {
+        unreachable!()
+    };
+    assert_eq!(t["author"], "user");
+    let first_audio = frames
+        .iter()
+        .position(|f| matches!(f, Frame::Audio(_)))
+        .expect("an audio answer");
+    assert!(
+        first_transcript < first_audio,
+        "the user is transcribed before the answer"
+    );
+    let finished = frames.iter().any(|f| {
+        matches!(f, Frame::Event(e) if e["inputTranscription"]["finished"] == true && e["author"] == "user" && e["partial"] == false)
+    });
+    assert!(finished, "a finished input transcription");
+    // The voice echo: as long as the utterance, at 24 kHz.
+    let clip_samples = fixture_pcm("hello.wav").len() / 2;
+    let answer_samples = client.audio_bytes / 2;
+    assert!(
+        answer_samples >= clip_samples,
+        "echo at 24 kHz is longer in samples ({answer_samples} vs {clip_samples})"
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn speaking_over_the_answer_interrupts_it() {
+    let mut args = test_args();
+    args.sim_pacing = SimPacingArg::Realtime;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    client
+        .send_text("tell me a long story about a lighthouse keeper please")
+        .await;
+    // Wait for the answer to start playing.
+    loop {
+        if let Frame::Audio(_) = client.next_frame().await {
+            break;
+        }
+    }
+    let mut pcm = fixture_pcm("interrupt.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let frames = client.frames_until(|e| e["interrupted"] == true).await;
+    assert!(!frames.is_empty());
+    // After `interrupted`, the next audio may only be the answer to the new utterance, which
+    // follows its transcription.
+    let after = client.frames_until(is_turn_complete).await;
+    let transcript = after
+        .iter()
+        .position(|f| matches!(f, Frame::Event(e) if e.get("inputTranscription").is_some()));
+    let first_audio = after.iter().position(|f| matches!(f, Frame::Audio(_)));
+    if let Some(audio) = first_audio {
+        let transcript = transcript.expect("the barge-in utterance is transcribed");
+        assert!(
+            transcript < audio,
+            "no audio of the interrupted answer after `interrupted`"
+        );
+    }
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+fn file_uris(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| {
+            e["content"]["parts"][0]["fileData"]["fileUri"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+async fn recorded_bytes(server: &livegate::gateway::Server, session: &str, side: &str) -> usize {
+    let artifacts = &server.gateway().runner.artifacts;
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: session,
+    };
+    let mut total = 0;
+    for name in artifacts.list_names(scope).await.unwrap() {
+        if name.starts_with(&format!("adk_live_audio_storage_{side}_audio_")) {
+            let artifact = artifacts.load(scope, &name, None).await.unwrap().unwrap();
+            assert_eq!(
+                artifact.mime_type,
+                if side == "input" {
+                    "audio/pcm;rate=16000"
+                } else {
+                    "audio/pcm;rate=24000"
+                }
+            );
+            total += artifact.data.len();
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn recordings_hold_exactly_what_was_sent_and_received() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.events_until_turn_complete().await;
+    let uris = file_uris(&client.events);
+    assert!(
+        uris.iter().any(|u| u.contains("_input_audio_")),
+        "input recording referenced: {uris:?}"
+    );
+    assert!(
+        uris.iter().any(|u| u.contains("_output_audio_")),
+        "output recording referenced: {uris:?}"
+    );
+    for uri in &uris {
+        assert!(
+            uri.starts_with("artifact://livegate/u1/s1/_adk_live/adk_live_audio_storage_"),
+            "{uri}"
+        );
+        assert!(uri.ends_with(".pcm#0"), "{uri}");
+    }
+    let received = client.audio_bytes;
+    client.close().await;
+    assert_eq!(recorded_bytes_of(&server, "s1", "input").await, pcm.len());
+    assert_eq!(recorded_bytes_of(&server, "s1", "output").await, received);
+    server.shutdown(WAIT).await;
+}
+
+/// Bytes recorded on one side of a session, once every connection has finished flushing.
+async fn recorded_bytes_of(server: &livegate::gateway::Server, session: &str, side: &str) -> usize {
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    recorded_bytes(server, session, side).await
+}
+
+#[tokio::test]
+async fn disconnecting_mid_turn_still_saves_the_partial_recordings() {
+    let mut args = test_args();
+    args.sim_pacing = SimPacingArg::Realtime;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s2", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    // Leave in the middle of the spoken answer.
+    loop {
+        if let Frame::Audio(_) = client.next_frame().await {
+            break;
+        }
+    }
+    drop(client);
+    let input = recorded_bytes_of(&server, "s2", "input").await;
+    let output = recorded_bytes_of(&server, "s2", "output").await;
+    assert_eq!(input, pcm.len(), "every input byte is recorded");
+    assert!(
+        output > 0,
+        "the part of the answer generated before the disconnect is recorded"
+    );
+    server.shutdown(WAIT).await;
+}

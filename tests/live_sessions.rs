@@ -1,0 +1,177 @@
+//! Sessions over the WebSocket: persistence across restarts, takeover, bad input.
+
+mod common;
+
+use common::*;
+use livegate::session::{GetSessionConfig, SessionService, SqliteSessionService};
+use serde_json::json;
+
+#[tokio::test]
+async fn session_history_persists_in_sqlite_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("livegate.db");
+    let mut args = test_args();
+    args.session_store = Some(format!("sqlite://{}", db.display()));
+    args.artifact_store = Some(format!("file://{}", dir.path().join("artifacts").display()));
+
+    let server = start(args.clone()).await;
+    let mut client = Client::connect(server.addr, "u1", "chat", "modality=AUDIO").await;
+    client.send_text("hello").await;
+    client.events_until_turn_complete().await;
+    client.close().await;
+    server.shutdown(WAIT).await;
+
+    let store = SqliteSessionService::open(db.to_str().unwrap())
+        .await
+        .unwrap();
+    let session = store
+        .get_session("livegate", "u1", "chat", &GetSessionConfig::default())
+        .await
+        .unwrap()
+        .expect("session stored");
+    let events = &session.events;
+    assert!(
+        events.iter().any(|e| e.author == "user"
+            && e.content
+                .as_ref()
+                .is_some_and(|c| c.joined_text() == "hello")),
+        "the user turn"
+    );
+    assert!(
+        events.iter().any(|e| e
+            .output_transcription
+            .as_ref()
+            .is_some_and(|t| t.finished == Some(true))),
+        "the finished transcription"
+    );
+    assert!(
+        events.iter().any(|e| e.turn_complete == Some(true)),
+        "turnComplete"
+    );
+    assert!(
+        events.iter().all(|e| e.partial != Some(true)),
+        "no partial events"
+    );
+    assert!(
+        events.iter().all(|e| !e.has_inline_media()),
+        "no inline audio"
+    );
+    drop(store);
+
+    // TEXT modality persists the merged text.
+    let server = start(args.clone()).await;
+    let mut client = Client::connect(server.addr, "u1", "chat", "modality=TEXT").await;
+    client.send_text("and again").await;
+    let merged: Vec<String> = client
+        .events_until_turn_complete()
+        .await
+        .iter()
+        .filter(|e| e["partial"] == false)
+        .map(text_of)
+        .filter(|t| !t.is_empty())
+        .collect();
+    client.close().await;
+    server.shutdown(WAIT).await;
+
+    let store = SqliteSessionService::open(db.to_str().unwrap())
+        .await
+        .unwrap();
+    let session = store
+        .get_session("livegate", "u1", "chat", &GetSessionConfig::default())
+        .await
+        .unwrap()
+        .unwrap();
+    let texts: Vec<String> = session
+        .events
+        .iter()
+        .filter_map(|e| e.content.as_ref().map(|c| c.joined_text()))
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert_eq!(
+        texts.first().map(String::as_str),
+        Some("hello"),
+        "history from before the restart is kept"
+    );
+    assert!(texts.iter().any(|t| t == "and again"));
+    assert_eq!(
+        texts.last(),
+        merged.last(),
+        "the merged text is stored: {texts:?}"
+    );
+    assert_eq!(
+        session
+            .events
+            .iter()
+            .filter(|e| e.turn_complete == Some(true))
+            .count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn bad_input_gets_an_error_event_and_the_connection_survives() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_raw_text("{not json").await;
+    client.send_json(json!({"type": "dance"})).await;
+    client.send_binary(vec![1, 2, 3]).await;
+    client
+        .send_json(json!({"type": "image", "data": "%%%"}))
+        .await;
+    let mut messages = Vec::new();
+    for _ in 0..4 {
+        let e = client.next_event().await;
+        assert_eq!(e["errorCode"], "INVALID_ARGUMENT", "{e}");
+        messages.push(e["errorMessage"].as_str().unwrap().to_owned());
+    }
+    assert!(messages[0].contains("malformed JSON"), "{messages:?}");
+    assert!(messages[1].contains("dance"), "{messages:?}");
+    assert!(messages[2].contains("3 bytes"), "{messages:?}");
+    assert!(messages[3].contains("base64"), "{messages:?}");
+    client.send_text("still there?").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().any(|e| !text_of(e).is_empty()),
+        "the next valid message is answered"
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_second_connection_takes_the_session_over() {
+    let server = start(test_args()).await;
+    let mut first = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    first.send_text("hi").await;
+    first.events_until_turn_complete().await;
+    let mut second = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    let closed = loop {
+        if let Frame::Closed(close) = first.next_frame().await {
+            break close;
+        }
+    };
+    let (code, reason) = closed.expect("a close frame with a reason");
+    assert_eq!(code, livegate::gateway::CLOSE_TAKEN_OVER);
+    assert!(reason.contains("taken over"), "{reason}");
+    second.send_text("hello again").await;
+    let events = second.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| !text_of(e).is_empty()));
+    second.close().await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn invalid_ids_are_rejected_before_the_upgrade() {
+    let server = start(test_args()).await;
+    let url = format!("ws://{}/ws/bad%20user/s1", server.addr);
+    let error = tokio_tungstenite::connect_async(url)
+        .await
+        .expect_err("rejected");
+    match error {
+        tokio_tungstenite::tungstenite::Error::Http(response) => assert_eq!(response.status(), 400),
+        other => panic!("expected HTTP 400, got {other}"),
+    }
+    let health = tokio::net::TcpStream::connect(server.addr).await;
+    assert!(health.is_ok());
+    server.shutdown(WAIT).await;
+}
