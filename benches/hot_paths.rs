@@ -1,0 +1,79 @@
+//! Hot paths of one audio chunk: client frame decode (up), event encode (down, binary and base64),
+//! and the live flow's response processing.
+
+use bytes::Bytes;
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use livegate::event::{Blob, Content, Event, Transcription};
+use livegate::gateway::{decode_binary, decode_text, encode_event, AudioFrames};
+use livegate::live::flow::ResponseProcessor;
+use livegate::model::LlmResponse;
+
+fn audio_event() -> Event {
+    // 40 ms of 24 kHz PCM16, the sim's chunk size.
+    let pcm = Bytes::from(vec![7u8; 1920]);
+    Event {
+        model_version: Some("sim".into()),
+        content: Some(Content::blob(
+            "model",
+            Blob::new(pcm, "audio/pcm;rate=24000"),
+        )),
+        ..Event::new("e-00000000-0000-4000-8000-000000000001", "assistant")
+    }
+}
+
+fn bench_down(c: &mut Criterion) {
+    let mut group = c.benchmark_group("downstream");
+    group.throughput(Throughput::Bytes(1920));
+    let event = audio_event();
+    group.bench_function("encode_audio_event_binary", |b| {
+        b.iter(|| encode_event(black_box(event.clone()), AudioFrames::Binary))
+    });
+    group.bench_function("encode_audio_event_base64", |b| {
+        b.iter(|| encode_event(black_box(event.clone()), AudioFrames::Base64))
+    });
+    let transcript = Event {
+        partial: Some(true),
+        output_transcription: Some(Transcription::new(" lighthouse", false)),
+        ..Event::new("e-00000000-0000-4000-8000-000000000001", "assistant")
+    };
+    group.bench_function("encode_transcription_event", |b| {
+        b.iter(|| encode_event(black_box(transcript.clone()), AudioFrames::Binary))
+    });
+    group.bench_function("process_audio_response", |b| {
+        let mut processor = ResponseProcessor::new("e-1", "assistant", false);
+        let response = LlmResponse {
+            content: event.content.clone(),
+            model_version: Some("sim".into()),
+            ..LlmResponse::default()
+        };
+        b.iter(|| processor.process(black_box(response.clone())))
+    });
+    group.finish();
+}
+
+fn bench_up(c: &mut Criterion) {
+    let mut group = c.benchmark_group("upstream");
+    let pcm = Bytes::from(vec![3u8; 640]);
+    group.throughput(Throughput::Bytes(640));
+    group.bench_function("decode_binary_audio_frame", |b| {
+        b.iter(|| decode_binary(black_box(pcm.clone())))
+    });
+    let json = format!(
+        r#"{{"type":"audio","data":"{}"}}"#,
+        livegate::event::encode_base64(&pcm)
+    );
+    group.bench_function("decode_base64_audio_frame", |b| {
+        b.iter(|| decode_text(black_box(&json)))
+    });
+    group.bench_function("decode_text_frame", |b| {
+        b.iter(|| {
+            decode_text(black_box(
+                r#"{"type":"text","text":"what time is it in Tokyo?"}"#,
+            ))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_down, bench_up);
+criterion_main!(benches);
