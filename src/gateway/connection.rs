@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::extract::ws::Message;
 use futures::{Sink, Stream, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -84,7 +84,8 @@ pub async fn serve_connection<S, R>(
             .acquire(user_id.as_str(), session_id.as_str(), RUN_DRAIN_GRACE)
             .await;
         let (writer_tx, writer_rx) = mpsc::channel(WRITER_CHANNEL_CAPACITY);
-        let writer = tokio::spawn(run_writer(sink, writer_rx, gateway.writer_config));
+        let (abort_writer, abort) = oneshot::channel();
+        let writer = tokio::spawn(run_writer(sink, writer_rx, gateway.writer_config, abort));
 
         let (queue, requests) = live_request_queue(gateway.queue_capacity);
         let run_config = options.run_config(gateway.save_audio);
@@ -111,6 +112,7 @@ pub async fn serve_connection<S, R>(
                     .await;
                 drop(writer_tx);
                 let _ = writer.await;
+                drop(abort_writer);
                 gateway
                     .registry
                     .release(user_id.as_str(), session_id.as_str(), &lease);
@@ -191,8 +193,26 @@ pub async fn serve_connection<S, R>(
             }
         };
 
-        // Close the run and let it flush (bounded), then close the socket.
+        // Close the run; a client that is gone or replaced gets no more frames, so the writer is
+        // cut off at once while the run finishes committing and flushing (bounded).
         queue.close();
+        let abort = match end {
+            End::ClientGone => Some(None),
+            End::TakenOver => Some(Some((
+                CLOSE_TAKEN_OVER,
+                "session taken over by a newer connection",
+            ))),
+            End::Shutdown => Some(Some((1001, "gateway shutting down"))),
+            End::TooBig => Some(Some((1009, "message too big"))),
+            End::RunEnded => None,
+        };
+        let abort_writer = match abort {
+            Some(close) => {
+                let _ = abort_writer.send(close.map(|(code, reason)| (code, reason.to_owned())));
+                None
+            }
+            None => Some(abort_writer),
+        };
         if tokio::time::timeout(RUN_DRAIN_GRACE, run_done.cancelled())
             .await
             .is_err()
@@ -200,18 +220,12 @@ pub async fn serve_connection<S, R>(
             tracing::warn!("live run did not end in time; abandoning it");
             forward.abort();
         }
-        let close = match end {
-            End::ClientGone => None,
-            End::TakenOver => Some((CLOSE_TAKEN_OVER, "session taken over by a newer connection")),
-            End::Shutdown => Some((1001, "gateway shutting down")),
-            End::RunEnded => Some((1000, "live run ended")),
-            End::TooBig => Some((1009, "message too big")),
-        };
-        if let Some((code, reason)) = close {
-            let _ = writer_tx.try_send(WriterCommand::Close {
-                code,
-                reason: reason.into(),
-            });
+        if abort_writer.is_some() {
+            let close = WriterCommand::Close {
+                code: 1000,
+                reason: "live run ended".into(),
+            };
+            let _ = writer_tx.send(close).await;
         }
         drop(writer_tx);
         match tokio::time::timeout(Duration::from_secs(5), writer).await {
@@ -222,6 +236,7 @@ pub async fn serve_connection<S, R>(
         gateway
             .registry
             .release(user_id.as_str(), session_id.as_str(), &lease);
+        drop(abort_writer);
         tracing::info!("connection closed");
     }
     .instrument(span)

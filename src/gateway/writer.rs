@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
 use futures::{Sink, SinkExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
 
 use super::codec::OutFrame;
@@ -91,19 +91,52 @@ impl Playback {
     }
 }
 
-/// Runs the writer until closed or the client is gone.
+/// An immediate stop: drop whatever is pending, send this close frame (if any), and exit.
+pub type Abort = Option<(u16, String)>;
+
+/// Runs the writer until closed, aborted, or the client is gone.
+///
+/// `Close` commands are ordered after the frames before them; `abort` is not: it cuts the queue
+/// (a taken-over, shut-down or vanished client does not need the rest of the answer).
 pub async fn run_writer<S>(
-    mut sink: S,
+    sink: S,
+    commands: mpsc::Receiver<WriterCommand>,
+    config: WriterConfig,
+    abort: oneshot::Receiver<Abort>,
+) -> (WriterExit, WriterStats)
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    let mut sink = sink;
+    let mut abort = abort;
+    let mut stats = WriterStats::default();
+    let exit = tokio::select! {
+        biased;
+        close = &mut abort => {
+            if let Ok(Some((code, reason))) = close {
+                let frame = Message::Close(Some(CloseFrame { code, reason: reason.into() }));
+                let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+            }
+            WriterExit::Closed
+        }
+        exit = write_loop(&mut sink, commands, config, &mut stats) => exit,
+    };
+    (exit, stats)
+}
+
+async fn write_loop<S>(
+    sink: &mut S,
     mut commands: mpsc::Receiver<WriterCommand>,
     config: WriterConfig,
-) -> (WriterExit, WriterStats)
+    stats: &mut WriterStats,
+) -> WriterExit
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
     let mut pending: VecDeque<OutFrame> = VecDeque::new();
     let mut playback = Playback::default();
-    let mut stats = WriterStats::default();
     let mut close: Option<(u16, String)> = None;
     let mut open = true;
 
@@ -111,7 +144,7 @@ where
         // Take what is queued, so an `interrupted` can drop the audio it overtakes.
         while open && close.is_none() && pending.len() < config.max_pending {
             match commands.try_recv() {
-                Ok(command) => accept(command, &mut pending, &mut close, &mut stats, &mut playback),
+                Ok(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
@@ -123,15 +156,13 @@ where
                     reason: reason.into(),
                 }));
                 let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
-                return (WriterExit::Closed, stats);
+                return WriterExit::Closed;
             }
             if !open {
-                return (WriterExit::Closed, stats);
+                return WriterExit::Closed;
             }
             match commands.recv().await {
-                Some(command) => {
-                    accept(command, &mut pending, &mut close, &mut stats, &mut playback)
-                }
+                Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
                 None => open = false,
             }
             continue;
@@ -145,7 +176,7 @@ where
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     command = commands.recv(), if open && pending.len() < config.max_pending => match command {
-                        Some(command) => accept(command, &mut pending, &mut close, &mut stats, &mut playback),
+                        Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
                         None => open = false,
                     },
                 }
@@ -159,8 +190,8 @@ where
         if frame.is_audio() {
             playback.sent(frame.audio);
         }
-        if let Err(reason) = send_frame(&mut sink, frame, config.send_timeout).await {
-            return (WriterExit::ClientGone(reason), stats);
+        if let Err(reason) = send_frame(sink, frame, config.send_timeout).await {
+            return WriterExit::ClientGone(reason);
         }
     }
 }
@@ -229,7 +260,8 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let writer = tokio::spawn(run_writer(sink, rx, WriterConfig::default()));
+        let (_abort_tx, abort) = oneshot::channel();
+        let writer = tokio::spawn(run_writer(sink, rx, WriterConfig::default(), abort));
         // The first chunk goes out at once.
         let first = out.next().await.unwrap();
         assert_eq!(first, Message::Text("a0".into()));
@@ -264,7 +296,30 @@ mod tests {
         tx.send(WriterCommand::Frame(frame("x", 0, false)))
             .await
             .unwrap();
-        let (exit, _) = run_writer(Box::pin(sink), rx, WriterConfig::default()).await;
+        let (_abort_tx, abort) = oneshot::channel();
+        let (exit, _) = run_writer(Box::pin(sink), rx, WriterConfig::default(), abort).await;
         assert!(matches!(exit, WriterExit::ClientGone(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abort_cuts_paced_audio_and_sends_the_close_at_once() {
+        let (sink, mut out) = fmpsc::unbounded::<Message>();
+        let (tx, rx) = mpsc::channel(64);
+        for i in 0..30 {
+            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 1000, false)))
+                .await
+                .unwrap();
+        }
+        let (abort_tx, abort) = oneshot::channel();
+        let writer = tokio::spawn(run_writer(sink, rx, WriterConfig::default(), abort));
+        assert_eq!(out.next().await.unwrap(), Message::Text("a0".into()));
+        abort_tx.send(Some((4000, "taken over".into()))).unwrap();
+        let (exit, _) = writer.await.unwrap();
+        assert_eq!(exit, WriterExit::Closed);
+        let rest: Vec<Message> = out.collect().await;
+        assert!(
+            matches!(&rest[..], [Message::Close(Some(f))] if f.code == 4000),
+            "{rest:?}"
+        );
     }
 }
