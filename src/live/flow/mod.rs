@@ -7,6 +7,8 @@
 mod audio_cache;
 mod receive;
 mod send;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,273 @@
+//! The live flow against a scripted model: reconnects, errors, persistence rules, final flush.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+use super::*;
+use crate::artifact::{ArtifactScope, ArtifactService, InMemoryArtifactService};
+use crate::event::{Blob, Content, SessionResumptionUpdate};
+use crate::live::live_request_queue;
+use crate::model::{GoAway, LiveInput};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// One connection the flow opened: its config, what it sends, and a way to answer.
+struct Upstream {
+    config: LiveConnectConfig,
+    inputs: mpsc::Receiver<LiveInput>,
+    responses: mpsc::Sender<Result<LlmResponse, ModelError>>,
+}
+
+/// A model whose connections are handed to the test.
+#[derive(Debug)]
+struct ScriptedModel {
+    connections: mpsc::Sender<Upstream>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upstream")
+    }
+}
+
+#[async_trait]
+impl LiveModel for ScriptedModel {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {
+        let (sender, inputs) = mpsc::channel(16);
+        let (responses, receiver) = mpsc::channel(16);
+        self.connections
+            .send(Upstream {
+                config,
+                inputs,
+                responses,
+            })
+            .await
+            .map_err(|_| ModelError::Gone)?;
+        Ok(LiveConnection { sender, receiver })
+    }
+}
+
+fn flow(
+    record: bool,
+) -> (
+    LiveFlow,
+    mpsc::Receiver<Upstream>,
+    Arc<InMemoryArtifactService>,
+) {
+    let (connections, upstreams) = mpsc::channel(4);
+    let artifacts = Arc::new(InMemoryArtifactService::default());
+    let flow = LiveFlow {
+        model: Arc::new(ScriptedModel { connections }),
+        connect_config: LiveConnectConfig::default(),
+        run_config: RunConfig {
+            save_live_blob: record,
+            ..RunConfig::default()
+        },
+        target: RecordingTarget {
+            artifacts: Some(artifacts.clone()),
+            app_name: "app".into(),
+            user_id: "u".into(),
+            session_id: "s".into(),
+            invocation_id: "e-1".into(),
+            agent_name: "agent".into(),
+        },
+    };
+    (flow, upstreams, artifacts)
+}
+
+async fn next<S: futures::Stream<Item = FlowItem> + Unpin>(items: &mut S) -> FlowItem {
+    timeout(WAIT, items.next())
+        .await
+        .expect("an item in time")
+        .expect("stream goes on")
+}
+
+/// Polls the flow to its end in the background, as the runner does.
+fn drain(
+    flow: LiveFlow,
+    requests: crate::live::LiveRequestReceiver,
+) -> tokio::task::JoinHandle<Vec<FlowItem>> {
+    tokio::spawn(async move { flow.run(requests).collect::<Vec<_>>().await })
+}
+
+#[tokio::test]
+async fn user_text_is_committed_not_yielded_and_sent_as_a_complete_turn() {
+    let (flow, mut upstreams, _) = flow(false);
+    let (queue, requests) = live_request_queue(8);
+    let run = drain(flow, requests);
+    queue
+        .send_content(Content::text("user", "hi"))
+        .await
+        .unwrap();
+    let mut up = upstreams.recv().await.unwrap();
+    let sent = timeout(WAIT, up.inputs.recv()).await.unwrap().unwrap();
+    assert!(matches!(
+        sent,
+        LiveInput::Content {
+            turn_complete: true,
+            ..
+        }
+    ));
+    queue.close();
+    drop(up);
+    let out = timeout(WAIT, run)
+        .await
+        .expect("the run ends after close")
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    assert!(!out[0].emit, "user content is persisted only");
+    assert_eq!(out[0].event.author, "user");
+}
+
+#[tokio::test]
+async fn go_away_reconnects_with_the_latest_handle_without_an_event() {
+    let (flow, mut upstreams, _) = flow(false);
+    let (queue, requests) = live_request_queue(8);
+    let mut items = Box::pin(flow.run(requests));
+    let poll = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(item) = items.next().await {
+            out.push(item);
+        }
+        out
+    });
+    let first = upstreams.recv().await.unwrap();
+    let update = SessionResumptionUpdate {
+        new_handle: Some("h-1".into()),
+        resumable: Some(true),
+    };
+    first
+        .responses
+        .send(Ok(LlmResponse {
+            session_resumption_update: Some(update),
+            ..LlmResponse::default()
+        }))
+        .await
+        .unwrap();
+    first
+        .responses
+        .send(Ok(LlmResponse {
+            go_away: Some(GoAway::default()),
+            ..LlmResponse::default()
+        }))
+        .await
+        .unwrap();
+    let second = timeout(WAIT, upstreams.recv()).await.unwrap().unwrap();
+    assert_eq!(
+        second
+            .config
+            .session_resumption
+            .as_ref()
+            .and_then(|r| r.handle.as_deref()),
+        Some("h-1")
+    );
+    // The conversation goes on over the new connection.
+    queue
+        .send_content(Content::text("user", "still there?"))
+        .await
+        .unwrap();
+    let mut second = second;
+    assert!(matches!(
+        timeout(WAIT, second.inputs.recv()).await.unwrap(),
+        Some(LiveInput::Content { .. })
+    ));
+    queue.close();
+    drop(second);
+    drop(first);
+    let out = timeout(WAIT, poll).await.unwrap().unwrap();
+    assert!(
+        out.iter().all(|i| i.event.error_code.is_none()),
+        "no error event: {out:?}"
+    );
+    assert!(out
+        .iter()
+        .any(|i| i.event.live_session_resumption_update.is_some()));
+}
+
+#[tokio::test]
+async fn an_unrecoverable_error_is_an_error_event_then_the_end() {
+    let (flow, mut upstreams, _) = flow(false);
+    let (_queue, requests) = live_request_queue(8);
+    let mut items = Box::pin(flow.run(requests));
+    let poll = tokio::spawn(async move {
+        let up = upstreams.recv().await.unwrap();
+        up.responses
+            .send(Err(ModelError::Closed {
+                code: 1011,
+                reason: "boom".into(),
+            }))
+            .await
+            .unwrap();
+        up
+    });
+    let item = next(&mut items).await;
+    assert_eq!(item.event.error_code.as_deref(), Some("INTERNAL"));
+    assert!(item.event.error_message.unwrap().contains("boom"));
+    assert!(timeout(WAIT, items.next()).await.unwrap().is_none());
+    drop(poll);
+}
+
+#[tokio::test]
+async fn pending_recordings_are_flushed_when_the_run_ends() {
+    let (flow, mut upstreams, artifacts) = flow(true);
+    let (queue, requests) = live_request_queue(8);
+    let mut items = Box::pin(flow.run(requests));
+    let poll = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(item) = items.next().await {
+            out.push(item);
+        }
+        out
+    });
+    let mut up = upstreams.recv().await.unwrap();
+    queue
+        .send_realtime(Blob::new(
+            Bytes::from(vec![1u8; 640]),
+            "audio/pcm;rate=16000",
+        ))
+        .await
+        .unwrap();
+    assert!(timeout(WAIT, up.inputs.recv()).await.unwrap().is_some());
+    let audio = Content::blob(
+        "model",
+        Blob::new(Bytes::from(vec![2u8; 960]), "audio/pcm;rate=24000"),
+    );
+    up.responses
+        .send(Ok(LlmResponse {
+            content: Some(audio),
+            ..LlmResponse::default()
+        }))
+        .await
+        .unwrap();
+    // The client leaves mid-turn: no turnComplete ever comes.
+    queue.close();
+    drop(up);
+    let out = timeout(WAIT, poll).await.unwrap().unwrap();
+    let files: Vec<_> = out
+        .iter()
+        .filter(|i| {
+            i.event
+                .content
+                .as_ref()
+                .is_some_and(|c| c.parts[0].file_data.is_some())
+        })
+        .collect();
+    assert_eq!(files.len(), 2, "input and output recordings: {out:?}");
+    let scope = ArtifactScope {
+        app_name: "app",
+        user_id: "u",
+        session_id: "s",
+    };
+    let names = artifacts.list_names(scope).await.unwrap();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
