@@ -80,7 +80,7 @@ struct RawFrame {
 
 /// Decodes a binary frame: raw PCM16 LE mono 16 kHz audio.
 pub fn decode_binary(data: Bytes) -> Result<LiveRequest, FrameError> {
-    if data.len() % 2 != 0 {
+    if !data.len().is_multiple_of(2) {
         return Err(FrameError::OddAudioLength(data.len()));
     }
     Ok(LiveRequest {
@@ -110,7 +110,7 @@ pub fn decode_text(text: &str) -> Result<LiveRequest, FrameError> {
             let bytes =
                 decode_base64(data).map_err(|e| FrameError::InvalidBase64(e.to_string()))?;
             let is_audio = raw.kind == "audio";
-            if is_audio && bytes.len() % 2 != 0 {
+            if is_audio && !bytes.len().is_multiple_of(2) {
                 return Err(FrameError::OddAudioLength(bytes.len()));
             }
             let default_mime = if is_audio {

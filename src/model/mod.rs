@@ -58,7 +58,7 @@ pub fn model_for_name(
     options: &ModelOptions,
 ) -> Result<Arc<dyn LiveModel>, ModelError> {
     match name {
-        "sim" | "" => Ok(Arc::new(sim::SimModel::new(options.sim.clone()))),
+        "sim" | "" => Ok(Arc::new(sim::SimModel::new(options.sim))),
         other => Err(ModelError::UnknownModel(other.to_owned())),
     }
 }

@@ -58,6 +58,8 @@ pub struct LiveFlow {
     pub target: RecordingTarget,
 }
 
+// A transient select result; boxing would cost an allocation per event.
+#[allow(clippy::large_enum_variant)]
 enum Next {
     Persist(PersistRequest),
     Model(Option<Result<LlmResponse, ModelError>>),

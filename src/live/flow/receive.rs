@@ -9,6 +9,8 @@ use crate::model::LlmResponse;
 pub const FUNCTION_CALL_ID_PREFIX: &str = "adk-";
 
 /// One thing the flow must do, in order.
+// Steps live briefly in a small Vec; boxing every event would cost an allocation per audio chunk.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// Yield (and commit) this event.

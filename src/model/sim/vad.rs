@@ -76,7 +76,7 @@ impl Vad {
     /// Ends the current utterance now (stream end, manual activity end).
     pub fn finish(&mut self) -> Option<Vec<i16>> {
         let had_speech = self.speaking || self.loud_frames > 0;
-        self.utterance.extend(self.frame.drain(..));
+        self.utterance.append(&mut self.frame);
         let utterance = std::mem::take(&mut self.utterance);
         let end = if self.speaking {
             self.speech_end.max(1).min(utterance.len())
