@@ -149,7 +149,7 @@ async fn base64_mode_puts_audio_inside_the_json() {
             .as_str()
             .expect("inline data");
         let pcm = livegate::event::decode_base64(data).expect("valid base64");
-        assert!(!pcm.is_empty() && pcm.len() % 2 == 0);
+        assert!(!pcm.is_empty() && pcm.len().is_multiple_of(2));
         assert!(
             e.get("partial").is_none(),
             "ADK audio chunks carry no partial flag"

@@ -6,6 +6,8 @@
 mod error;
 mod filesystem;
 mod memory;
+#[cfg(test)]
+mod tests;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -91,8 +93,7 @@ pub async fn open_artifact_service(
         return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
     }
     if let Some(path) = url.strip_prefix("file://") {
-        let _stub = FileArtifactService::open(path).await?; // STUB: helper replaces with Ok(Arc::new(..))
-        return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
+        return Ok(std::sync::Arc::new(FileArtifactService::open(path).await?));
     }
     Err(ArtifactError::InvalidArgument(format!(
         "unsupported artifact store {url:?} (expected memory: or file://PATH)"

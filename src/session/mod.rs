@@ -7,6 +7,8 @@ mod error;
 mod memory;
 mod sqlite;
 pub mod state;
+#[cfg(test)]
+mod tests;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -102,8 +104,7 @@ pub async fn open_session_service(
         return Ok(std::sync::Arc::new(InMemorySessionService::default()));
     }
     if let Some(path) = url.strip_prefix("sqlite://") {
-        let _stub = SqliteSessionService::open(path).await?; // STUB: helper replaces with Ok(Arc::new(..))
-        return Ok(std::sync::Arc::new(InMemorySessionService::default()));
+        return Ok(std::sync::Arc::new(SqliteSessionService::open(path).await?));
     }
     Err(SessionError::InvalidArgument(format!(
         "unsupported session store {url:?} (expected memory: or sqlite://PATH)"

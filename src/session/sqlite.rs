@@ -1,12 +1,347 @@
-//! SQLite session store (stub, being written).
-#![allow(unused)]
-use super::*;
-/// SQLite session store.
-#[derive(Debug, Default)]
-pub struct SqliteSessionService {}
+//! SQLite session store: the default, a single durable file (WAL mode) under the data directory.
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+use super::state::{merge_state, split_delta, strip_temp};
+use super::{GetSessionConfig, Session, SessionError, SessionService};
+use crate::event::{now_timestamp, Event};
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS sessions (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, id TEXT NOT NULL,
+        state TEXT NOT NULL, create_time REAL NOT NULL, update_time REAL NOT NULL,
+        PRIMARY KEY (app_name, user_id, id))",
+    "CREATE TABLE IF NOT EXISTS events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL, app_name TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        invocation_id TEXT NOT NULL, author TEXT NOT NULL, timestamp REAL NOT NULL,
+        event_json TEXT NOT NULL,
+        UNIQUE (app_name, user_id, session_id, id))",
+    "CREATE INDEX IF NOT EXISTS events_by_session ON events (app_name, user_id, session_id, seq)",
+    "CREATE TABLE IF NOT EXISTS app_states (app_name TEXT PRIMARY KEY, state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS user_states (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, state TEXT NOT NULL,
+        PRIMARY KEY (app_name, user_id))",
+];
+
+/// Sessions in a SQLite file, durable across restarts.
+#[derive(Debug, Clone)]
+pub struct SqliteSessionService {
+    pool: SqlitePool,
+}
+
+fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
+    Ok(serde_json::from_str(text)?)
+}
+
 impl SqliteSessionService {
-    /// Opens or creates the database file.
-    pub async fn open(_path: &str) -> Result<Self, SessionError> {
-        Err(SessionError::InvalidArgument("sqlite not yet".into()))
+    /// Opens (creating if needed) the database file and its schema.
+    pub async fn open(path: &str) -> Result<Self, SessionError> {
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                SessionError::InvalidArgument(format!("cannot create {}: {e}", parent.display()))
+            })?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        for statement in SCHEMA {
+            sqlx::query(statement).execute(&pool).await?;
+        }
+        Ok(SqliteSessionService { pool })
+    }
+
+    async fn scoped_state(
+        &self,
+        app_name: &str,
+        user_id: &str,
+    ) -> Result<(Map<String, Value>, Map<String, Value>), SessionError> {
+        let app = sqlx::query("SELECT state FROM app_states WHERE app_name = ?")
+            .bind(app_name)
+            .fetch_optional(&self.pool)
+            .await?;
+        let user = sqlx::query("SELECT state FROM user_states WHERE app_name = ? AND user_id = ?")
+            .bind(app_name)
+            .bind(user_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let app = match app {
+            Some(row) => parse_map(row.try_get("state")?)?,
+            None => Map::new(),
+        };
+        let user = match user {
+            Some(row) => parse_map(row.try_get("state")?)?,
+            None => Map::new(),
+        };
+        Ok((app, user))
+    }
+}
+
+/// Upserts app and user state deltas and returns the session part, inside a transaction.
+async fn apply_scoped(
+    tx: &mut sqlx::SqliteConnection,
+    app_name: &str,
+    user_id: &str,
+    delta: &Map<String, Value>,
+) -> Result<Map<String, Value>, SessionError> {
+    let scoped = split_delta(delta);
+    if !scoped.app.is_empty() {
+        let row = sqlx::query("SELECT state FROM app_states WHERE app_name = ?")
+            .bind(app_name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut state = match row {
+            Some(row) => parse_map(row.try_get("state")?)?,
+            None => Map::new(),
+        };
+        state.extend(scoped.app);
+        sqlx::query("INSERT INTO app_states (app_name, state) VALUES (?, ?) ON CONFLICT(app_name) DO UPDATE SET state = excluded.state")
+            .bind(app_name)
+            .bind(serde_json::to_string(&state)?)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !scoped.user.is_empty() {
+        let row = sqlx::query("SELECT state FROM user_states WHERE app_name = ? AND user_id = ?")
+            .bind(app_name)
+            .bind(user_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut state = match row {
+            Some(row) => parse_map(row.try_get("state")?)?,
+            None => Map::new(),
+        };
+        state.extend(scoped.user);
+        sqlx::query("INSERT INTO user_states (app_name, user_id, state) VALUES (?, ?, ?) ON CONFLICT(app_name, user_id) DO UPDATE SET state = excluded.state")
+            .bind(app_name)
+            .bind(user_id)
+            .bind(serde_json::to_string(&state)?)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(scoped.session)
+}
+
+#[async_trait]
+impl SessionService for SqliteSessionService {
+    async fn create_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        state: Map<String, Value>,
+    ) -> Result<Session, SessionError> {
+        let id = session_id
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let now = now_timestamp();
+        let mut tx = self.pool.begin().await?;
+        let session_state = apply_scoped(&mut tx, app_name, user_id, &state).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(&id)
+        .bind(serde_json::to_string(&session_state)?)
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(SessionError::AlreadyExists(id));
+        }
+        tx.commit().await?;
+        let (app, user) = self.scoped_state(app_name, user_id).await?;
+        Ok(Session {
+            app_name: app_name.to_owned(),
+            user_id: user_id.to_owned(),
+            id,
+            state: merge_state(&app, &user, &session_state),
+            events: Vec::new(),
+            last_update_time: now,
+        })
+    }
+
+    async fn get_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        config: &GetSessionConfig,
+    ) -> Result<Option<Session>, SessionError> {
+        let row = sqlx::query(
+            "SELECT state, update_time FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let session_state = parse_map(row.try_get("state")?)?;
+        let last_update_time: f64 = row.try_get("update_time")?;
+        let rows = sqlx::query(
+            "SELECT event_json FROM events WHERE app_name = ? AND user_id = ? AND session_id = ? AND timestamp >= ? ORDER BY seq",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(config.after_timestamp.unwrap_or(f64::MIN))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut events = rows
+            .iter()
+            .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
+            .collect::<Result<Vec<Event>, SessionError>>()?;
+        if let Some(n) = config.num_recent_events {
+            let skip = events.len().saturating_sub(n);
+            events.drain(..skip);
+        }
+        let (app, user) = self.scoped_state(app_name, user_id).await?;
+        Ok(Some(Session {
+            app_name: app_name.to_owned(),
+            user_id: user_id.to_owned(),
+            id: session_id.to_owned(),
+            state: merge_state(&app, &user, &session_state),
+            events,
+            last_update_time,
+        }))
+    }
+
+    async fn list_sessions(
+        &self,
+        app_name: &str,
+        user_id: &str,
+    ) -> Result<Vec<Session>, SessionError> {
+        let rows = sqlx::query(
+            "SELECT id, state, update_time FROM sessions WHERE app_name = ? AND user_id = ? ORDER BY update_time DESC",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let (app, user) = self.scoped_state(app_name, user_id).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Session {
+                    app_name: app_name.to_owned(),
+                    user_id: user_id.to_owned(),
+                    id: row.try_get("id")?,
+                    state: merge_state(&app, &user, &parse_map(row.try_get("state")?)?),
+                    events: Vec::new(),
+                    last_update_time: row.try_get("update_time")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?")
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn append_event(
+        &self,
+        session: &mut Session,
+        mut event: Event,
+    ) -> Result<Event, SessionError> {
+        if event.is_partial() {
+            return Ok(event);
+        }
+        // temp: keys are visible to this invocation but never stored.
+        let full_delta = event.actions.state_delta.clone();
+        strip_temp(&mut event.actions.state_delta);
+        let json = serde_json::to_string(&event)?;
+        let mut tx = self.pool.begin().await?;
+        let row =
+            sqlx::query("SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+                .bind(&session.app_name)
+                .bind(&session.user_id)
+                .bind(&session.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(row) = row else {
+            return Err(SessionError::NotFound(session.id.clone()));
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO events (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&event.id)
+        .bind(&session.app_name)
+        .bind(&session.user_id)
+        .bind(&session.id)
+        .bind(&event.invocation_id)
+        .bind(&event.author)
+        .bind(event.timestamp)
+        .bind(json)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            // Re-delivery of an event already stored.
+            return Ok(event);
+        }
+        let mut state = parse_map(row.try_get("state")?)?;
+        let session_delta = apply_scoped(
+            &mut tx,
+            &session.app_name,
+            &session.user_id,
+            &event.actions.state_delta,
+        )
+        .await?;
+        state.extend(session_delta);
+        sqlx::query("UPDATE sessions SET state = ?, update_time = ? WHERE app_name = ? AND user_id = ? AND id = ?")
+            .bind(serde_json::to_string(&state)?)
+            .bind(event.timestamp)
+            .bind(&session.app_name)
+            .bind(&session.user_id)
+            .bind(&session.id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        session.state.extend(full_delta);
+        session.last_update_time = event.timestamp;
+        session.events.push(event.clone());
+        Ok(event)
+    }
+
+    async fn ping(&self) -> Result<(), SessionError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 }
