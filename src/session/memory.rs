@@ -79,10 +79,7 @@ impl SessionService for InMemorySessionService {
         session_id: Option<&str>,
         state: Map<String, Value>,
     ) -> Result<Session, SessionError> {
-        let id = session_id
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let id = super::session_id_or_new(session_id);
         let mut inner = self.inner.lock().map_err(|_| poisoned())?;
         let k = key(app_name, user_id, &id);
         if inner.sessions.contains_key(&k) {
@@ -117,10 +114,7 @@ impl SessionService for InMemorySessionService {
             .filter(|e| config.after_timestamp.is_none_or(|t| e.timestamp >= t))
             .cloned()
             .collect();
-        if let Some(n) = config.num_recent_events {
-            let skip = events.len().saturating_sub(n);
-            events.drain(..skip);
-        }
+        config.keep_recent(&mut events);
         session.events = events;
         Ok(Some(session))
     }

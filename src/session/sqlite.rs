@@ -147,10 +147,7 @@ impl SessionService for SqliteSessionService {
         session_id: Option<&str>,
         state: Map<String, Value>,
     ) -> Result<Session, SessionError> {
-        let id = session_id
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let id = super::session_id_or_new(session_id);
         let now = now_timestamp();
         let mut tx = self.pool.begin().await?;
         let session_state = apply_scoped(&mut tx, app_name, user_id, &state).await?;
@@ -211,10 +208,7 @@ impl SessionService for SqliteSessionService {
             .iter()
             .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
             .collect::<Result<Vec<Event>, SessionError>>()?;
-        if let Some(n) = config.num_recent_events {
-            let skip = events.len().saturating_sub(n);
-            events.drain(..skip);
-        }
+        config.keep_recent(&mut events);
         let (app, user) = self.scoped_state(app_name, user_id).await?;
         Ok(Some(Session {
             app_name: app_name.to_owned(),

@@ -133,14 +133,7 @@ async fn user_text_is_committed_not_yielded_and_sent_as_a_complete_turn() {
 async fn go_away_reconnects_with_the_latest_handle_without_an_event() {
     let (flow, mut upstreams, _) = flow(false);
     let (queue, requests) = live_request_queue(8);
-    let mut items = Box::pin(flow.run(requests));
-    let poll = tokio::spawn(async move {
-        let mut out = Vec::new();
-        while let Some(item) = items.next().await {
-            out.push(item);
-        }
-        out
-    });
+    let poll = drain(flow, requests);
     let first = upstreams.recv().await.unwrap();
     let update = SessionResumptionUpdate {
         new_handle: Some("h-1".into()),
@@ -221,14 +214,7 @@ async fn an_unrecoverable_error_is_an_error_event_then_the_end() {
 async fn pending_recordings_are_flushed_when_the_run_ends() {
     let (flow, mut upstreams, artifacts) = flow(true);
     let (queue, requests) = live_request_queue(8);
-    let mut items = Box::pin(flow.run(requests));
-    let poll = tokio::spawn(async move {
-        let mut out = Vec::new();
-        while let Some(item) = items.next().await {
-            out.push(item);
-        }
-        out
-    });
+    let poll = drain(flow, requests);
     let mut up = upstreams.recv().await.unwrap();
     queue
         .send_realtime(Blob::new(
