@@ -1,36 +1,65 @@
-// Plays 16-bit PCM from a ring buffer (the jitter buffer); "flush" drops everything queued.
+// AudioWorklet: plays model audio. The main thread posts ArrayBuffers of PCM16 little-endian mono
+// at the context's rate; they go into a ring buffer that acts as the jitter buffer, and process()
+// drains it 128 frames at a time, outputting silence when it runs dry.
+//
+// Messages: an ArrayBuffer (samples to append) or {command: "flush"} (drop everything buffered,
+// used on barge-in so the interrupted answer stops at once).
+
 class PcmPlayerProcessor extends AudioWorkletProcessor {
-  constructor() {
+  constructor(options) {
     super();
-    this.buffer = new Float32Array(sampleRate * 60);
-    this.read = 0;
-    this.write = 0;
-    this.port.onmessage = (event) => {
-      if (event.data && event.data.command === "flush") {
-        this.read = this.write;
-        return;
+    const opts = (options && options.processorOptions) || {};
+    const seconds = opts.bufferSeconds || 60;
+    this.size = Math.max(1, Math.round(sampleRate * seconds));
+    this.ring = new Float32Array(this.size);
+    this.readPos = 0;
+    this.writePos = 0;
+    this.count = 0; // samples buffered
+    this.port.onmessage = (e) => this.onMessage(e.data);
+  }
+
+  onMessage(data) {
+    if (data instanceof ArrayBuffer) {
+      this.enqueue(data);
+    } else if (data && data.command === "flush") {
+      this.readPos = 0;
+      this.writePos = 0;
+      this.count = 0;
+    }
+  }
+
+  enqueue(buffer) {
+    // A trailing odd byte is not a whole sample: ignore it rather than fail.
+    const samples = buffer.byteLength >> 1;
+    const view = new DataView(buffer);
+    for (let i = 0; i < samples; i++) {
+      this.ring[this.writePos] = view.getInt16(i * 2, true) / 32768;
+      this.writePos = (this.writePos + 1) % this.size;
+      if (this.count < this.size) {
+        this.count += 1;
+      } else {
+        // Full: overwrite the oldest sample (a minute behind is already useless).
+        this.readPos = (this.readPos + 1) % this.size;
       }
-      // Ignore a trailing odd byte rather than throwing on it.
-      const samples = new Int16Array(event.data, 0, Math.floor(event.data.byteLength / 2));
-      for (let i = 0; i < samples.length; i++) {
-        this.buffer[this.write] = samples[i] / 32768;
-        this.write = (this.write + 1) % this.buffer.length;
-        if (this.write === this.read) this.read = (this.read + 1) % this.buffer.length;
-      }
-    };
+    }
   }
 
   process(_inputs, outputs) {
-    const out = outputs[0];
-    for (let i = 0; i < out[0].length; i++) {
-      let v = 0;
-      if (this.read !== this.write) {
-        v = this.buffer[this.read];
-        this.read = (this.read + 1) % this.buffer.length;
+    const output = outputs[0];
+    const first = output && output[0];
+    if (!first) return true;
+    for (let i = 0; i < first.length; i++) {
+      if (this.count > 0) {
+        first[i] = this.ring[this.readPos];
+        this.readPos = (this.readPos + 1) % this.size;
+        this.count -= 1;
+      } else {
+        first[i] = 0;
       }
-      for (const channel of out) channel[i] = v;
     }
+    for (let c = 1; c < output.length; c++) output[c].set(first);
     return true;
   }
 }
+
 registerProcessor("pcm-player-processor", PcmPlayerProcessor);

@@ -138,12 +138,27 @@ async fn recordings_hold_exactly_what_was_sent_and_received() {
         uris.iter().any(|u| u.contains("_output_audio_")),
         "output recording referenced: {uris:?}"
     );
+    let artifacts = server.gateway().runner.artifacts.clone();
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "s1",
+    };
     for uri in &uris {
+        let reference = uri
+            .strip_prefix("artifact://livegate/u1/s1/_adk_live/")
+            .expect("ADK's live recording URI");
+        let (name, version) = reference.split_once('#').expect("a version");
         assert!(
-            uri.starts_with("artifact://livegate/u1/s1/_adk_live/adk_live_audio_storage_"),
+            name.starts_with("adk_live_audio_storage_") && name.ends_with(".pcm"),
             "{uri}"
         );
-        assert!(uri.ends_with(".pcm#0"), "{uri}");
+        let version = version.parse().expect("numeric version");
+        let stored = artifacts.load(scope, name, Some(version)).await.unwrap();
+        assert!(
+            stored.is_some_and(|a| !a.data.is_empty()),
+            "{uri} names a stored recording"
+        );
     }
     let received = client.audio_bytes;
     client.close().await;

@@ -85,7 +85,19 @@ pub async fn serve_connection<S, R>(
             .await;
         let (writer_tx, writer_rx) = mpsc::channel(WRITER_CHANNEL_CAPACITY);
         let (abort_writer, abort) = oneshot::channel();
-        let writer = tokio::spawn(run_writer(sink, writer_rx, gateway.writer_config, abort));
+        // The reader stops as soon as the writer does: a stalled or vanished client ends the
+        // connection rather than leaving a run that nobody hears.
+        let writer_done = CancellationToken::new();
+        let writer = tokio::spawn({
+            let writer_done = writer_done.clone();
+            let config = gateway.writer_config;
+            async move {
+                let result = run_writer(sink, writer_rx, config, abort).await;
+                writer_done.cancel();
+                result
+            }
+            .in_current_span()
+        });
 
         let (queue, requests) = live_request_queue(gateway.queue_capacity);
         let run_config = options.run_config(gateway.save_audio);
@@ -150,6 +162,7 @@ pub async fn serve_connection<S, R>(
                 _ = lease.taken_over.cancelled() => break End::TakenOver,
                 _ = gateway.shutdown.cancelled() => break End::Shutdown,
                 _ = run_done.cancelled() => break End::RunEnded,
+                _ = writer_done.cancelled() => break End::ClientGone,
                 message = stream.next() => message,
             };
             let decoded: Result<LiveRequest, FrameError> = match message {
@@ -229,8 +242,22 @@ pub async fn serve_connection<S, R>(
         }
         drop(writer_tx);
         match tokio::time::timeout(Duration::from_secs(5), writer).await {
-            Ok(Ok((WriterExit::ClientGone(reason), _))) => tracing::info!(reason, "client gone"),
-            Ok(_) => {}
+            Ok(Ok((exit, stats))) => {
+                match exit {
+                    WriterExit::ClientGone(reason) => tracing::info!(reason, "client gone"),
+                    WriterExit::Stalled(reason) => {
+                        tracing::warn!(reason, "disconnected a client that stopped reading")
+                    }
+                    WriterExit::Closed => {}
+                }
+                if stats.dropped_interrupted_audio > 0 {
+                    tracing::debug!(
+                        dropped = stats.dropped_interrupted_audio,
+                        "audio frames of interrupted answers dropped"
+                    );
+                }
+            }
+            Ok(Err(error)) => tracing::error!(%error, "writer task failed"),
             Err(_) => tracing::warn!("writer did not finish in time"),
         }
         gateway

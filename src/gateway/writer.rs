@@ -12,6 +12,9 @@ use tokio::time::{timeout, Instant};
 
 use super::codec::OutFrame;
 
+/// Close code for a client that stopped reading (policy violation).
+pub const CLOSE_POLICY: u16 = 1008;
+
 /// What the connection asks the writer to do.
 #[derive(Debug)]
 pub enum WriterCommand {
@@ -52,8 +55,10 @@ impl Default for WriterConfig {
 pub enum WriterExit {
     /// Closed on request (or the connection dropped its sender).
     Closed,
-    /// The socket failed or the client stopped reading.
+    /// The socket failed.
     ClientGone(String),
+    /// The client stopped reading for longer than the send timeout.
+    Stalled(String),
 }
 
 /// Counts of what the writer did, for metrics and tests.
@@ -122,6 +127,14 @@ where
         }
         exit = write_loop(&mut sink, commands, config, &mut stats) => exit,
     };
+    if let WriterExit::Stalled(reason) = &exit {
+        // Best effort: the client is not reading, so the close frame may never arrive.
+        let frame = Message::Close(Some(CloseFrame {
+            code: CLOSE_POLICY,
+            reason: reason.clone().into(),
+        }));
+        let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+    }
     (exit, stats)
 }
 
@@ -190,8 +203,10 @@ where
         if frame.is_audio() {
             playback.sent(frame.audio);
         }
-        if let Err(reason) = send_frame(sink, frame, config.send_timeout).await {
-            return WriterExit::ClientGone(reason);
+        match send_frame(sink, frame, config.send_timeout).await {
+            Ok(()) => {}
+            Err(SendError::Failed(reason)) => return WriterExit::ClientGone(reason),
+            Err(SendError::Stalled(reason)) => return WriterExit::Stalled(reason),
         }
     }
 }
@@ -217,7 +232,12 @@ fn accept(
     }
 }
 
-async fn send_frame<S>(sink: &mut S, frame: OutFrame, limit: Duration) -> Result<(), String>
+enum SendError {
+    Failed(String),
+    Stalled(String),
+}
+
+async fn send_frame<S>(sink: &mut S, frame: OutFrame, limit: Duration) -> Result<(), SendError>
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
@@ -230,8 +250,10 @@ where
     };
     match timeout(limit, send).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("client did not read for {limit:?}")),
+        Ok(Err(error)) => Err(SendError::Failed(error.to_string())),
+        Err(_) => Err(SendError::Stalled(format!(
+            "client stopped reading for {limit:?}"
+        ))),
     }
 }
 
@@ -298,7 +320,7 @@ mod tests {
             .unwrap();
         let (_abort_tx, abort) = oneshot::channel();
         let (exit, _) = run_writer(Box::pin(sink), rx, WriterConfig::default(), abort).await;
-        assert!(matches!(exit, WriterExit::ClientGone(_)));
+        assert!(matches!(exit, WriterExit::Stalled(_)));
     }
 
     #[tokio::test(start_paused = true)]
