@@ -175,3 +175,20 @@ async fn invalid_ids_are_rejected_before_the_upgrade() {
     assert!(health.is_ok());
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test]
+async fn a_message_over_the_size_limit_closes_with_1009() {
+    let mut args = test_args();
+    args.max_message_bytes = 64 * 1024;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_binary(vec![0; 100 * 1024]).await;
+    let close = loop {
+        match client.next_frame().await {
+            Frame::Closed(close) => break close,
+            _ => continue,
+        }
+    };
+    assert_eq!(close.map(|(code, _)| code), Some(1009));
+    server.shutdown(WAIT).await;
+}

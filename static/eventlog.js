@@ -1,0 +1,187 @@
+// The event log panel: one line per downstream event or upstream message, expandable to JSON.
+
+import { fileName } from "./conversation.js";
+
+const MAX_ENTRIES = 500;
+
+/** The kind label of a downstream ADK event. */
+export function classify(ev) {
+  const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
+  if (ev.errorCode || ev.errorMessage) return "error";
+  if (ev.interrupted === true) return "interrupted";
+  if (ev.turnComplete === true) return "turnComplete";
+  if (ev.inputTranscription) return "transcript-in";
+  if (ev.outputTranscription) return "transcript-out";
+  if (parts.some((p) => p.functionCall || p.functionResponse)) return "tool";
+  if (parts.some((p) => p.fileData)) return "file";
+  if (parts.some((p) => p.inlineData && /^audio\//i.test(p.inlineData.mimeType || ""))) return "audio";
+  if (parts.some((p) => typeof p.text === "string")) return ev.partial === true ? "partial" : "text";
+  if (ev.usageMetadata) return "usage";
+  return "event";
+}
+
+function clip(s, max = 120) {
+  s = String(s).replace(/\s+/g, " ");
+  return s.length > max ? s.slice(0, max - 1) + "…" : s;
+}
+
+function summarize(ev, kind, audioBytes) {
+  const parts = (ev.content && ev.content.parts) || [];
+  const text = parts
+    .filter((p) => typeof p.text === "string")
+    .map((p) => (p.thought ? "💭 " : "") + p.text)
+    .join("");
+  switch (kind) {
+    case "error":
+      return `${ev.errorCode || ""} ${ev.errorMessage || ""}`;
+    case "transcript-in":
+    case "transcript-out": {
+      const t = ev.inputTranscription || ev.outputTranscription;
+      return `${t.finished ? "✓ " : ""}${t.text || ""}`;
+    }
+    case "tool":
+      return parts
+        .map((p) => (p.functionCall ? `call ${p.functionCall.name}` : p.functionResponse ? `result ${p.functionResponse.name}` : ""))
+        .filter(Boolean)
+        .join(", ");
+    case "file":
+      return parts.filter((p) => p.fileData).map((p) => fileName(p.fileData.fileUri || "")).join(", ");
+    case "audio": {
+      const blob = parts.find((p) => p.inlineData).inlineData;
+      return `${blob.mimeType} · ${audioBytes} B`;
+    }
+    case "turnComplete":
+      return ev.turnCompleteReason || "";
+    case "event":
+      return Object.keys(ev)
+        .filter((k) => !["id", "invocationId", "author", "actions", "nodeInfo", "timestamp", "modelVersion"].includes(k))
+        .join(", ");
+    default: {
+      const u = ev.usageMetadata;
+      const usage = u ? `tokens ${u.promptTokenCount ?? "?"} in · ${u.candidatesTokenCount ?? "?"} out · ${u.totalTokenCount ?? "?"} total` : "";
+      return text || usage;
+    }
+  }
+}
+
+function clock() {
+  const d = new Date();
+  return `${d.toTimeString().slice(0, 8)}.${String(d.getMilliseconds()).padStart(3, "0")}`;
+}
+
+// Long base64 payloads would make the expanded JSON unreadable (and slow to render).
+function shorten(key, value) {
+  return key === "data" && typeof value === "string" && value.length > 96
+    ? `${value.slice(0, 64)}… (${value.length} chars)`
+    : value;
+}
+
+export class EventLog {
+  constructor({ list, showAudio, counter, stats }) {
+    this.list = list;
+    this.showAudio = showAudio;
+    this.counter = counter;
+    this.stats = stats;
+    this.payloads = new WeakMap(); // li -> payload, stringified only when expanded
+    this.audio = { down: 0, downBytes: 0, hidden: 0, up: 0, upBytes: 0 };
+    this.statsQueued = false;
+    list.addEventListener("click", (e) => {
+      const head = e.target.closest(".entry-head");
+      if (head) this.toggle(head);
+    });
+  }
+
+  toggle(head) {
+    const li = head.parentElement;
+    const open = head.getAttribute("aria-expanded") !== "true";
+    head.setAttribute("aria-expanded", String(open));
+    let pre = li.querySelector("pre");
+    if (open && !pre) {
+      pre = document.createElement("pre");
+      pre.textContent = JSON.stringify(this.payloads.get(li), shorten, 2);
+      li.append(pre);
+    }
+    if (pre) pre.hidden = !open;
+  }
+
+  add(direction, kind, author, summary, payload) {
+    const list = this.list;
+    const pinned = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+    const li = document.createElement("li");
+    li.className = `entry ${direction} k-${kind}`;
+    const head = document.createElement("button");
+    head.type = "button";
+    head.className = "entry-head";
+    head.setAttribute("aria-expanded", "false");
+    const cells = [
+      ["dir", direction === "up" ? "↑" : direction === "down" ? "↓" : "•"],
+      ["kind", kind],
+      ["author", author || ""],
+      ["sum", clip(summary || "")],
+      ["time", clock()],
+    ];
+    for (const [cls, text] of cells) {
+      const span = document.createElement("span");
+      span.className = cls;
+      span.textContent = text;
+      head.append(span);
+    }
+    head.querySelector(".dir").setAttribute("aria-label", direction === "up" ? "sent" : direction === "down" ? "received" : "connection");
+    li.append(head);
+    this.payloads.set(li, payload);
+    list.append(li);
+    while (list.childElementCount > MAX_ENTRIES) list.firstElementChild.remove();
+    if (pinned) list.scrollTop = list.scrollHeight;
+    this.counter.textContent = `(${list.childElementCount})`;
+  }
+
+  /** A downstream event; `audioBytes` is the PCM that came with it (binary frame or base64). */
+  event(ev, audioBytes = 0) {
+    const kind = classify(ev);
+    if (kind === "audio") {
+      this.audio.down += 1;
+      this.audio.downBytes += audioBytes;
+      this.updateStats();
+      // Audio chunks arrive ~25-50 per second; logging them would push everything else out.
+      if (!this.showAudio.checked) {
+        this.audio.hidden += 1;
+        return;
+      }
+    }
+    this.add("down", kind, ev.author, summarize(ev, kind, audioBytes), ev);
+  }
+
+  /** An upstream JSON message. */
+  sent(message) {
+    this.add("up", "send", "you", `${message.type}${message.text ? ": " + message.text : ""}`, message);
+  }
+
+  /** An upstream microphone chunk (counted, not listed). */
+  sentAudio(bytes) {
+    this.audio.up += 1;
+    this.audio.upBytes += bytes;
+    this.updateStats();
+  }
+
+  /** Connection open/close and other client-side happenings. */
+  info(kind, summary, payload = {}) {
+    this.add("local", kind, "", summary, payload);
+  }
+
+  clear() {
+    this.list.replaceChildren();
+    this.counter.textContent = "(0)";
+  }
+
+  // Throttled to one DOM update per frame: audio counters change 50+ times a second.
+  updateStats() {
+    if (this.statsQueued) return;
+    this.statsQueued = true;
+    requestAnimationFrame(() => {
+      this.statsQueued = false;
+      const a = this.audio;
+      const kb = (n) => (n / 1024).toFixed(n < 10240 ? 1 : 0);
+      this.stats.textContent = `↓ audio ${a.down} chunks, ${kb(a.downBytes)} KiB · ↑ mic ${a.up} chunks, ${kb(a.upBytes)} KiB`;
+    });
+  }
+}
