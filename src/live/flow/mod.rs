@@ -123,7 +123,9 @@ impl LiveFlow {
                         break;
                     }
                 };
-                failures = 0;
+                // A connection counts as good once the model has said something; one that ends
+                // at once still counts as a failure, so a model that keeps hanging up cannot spin.
+                let mut responded = false;
 
                 let stop = CancellationToken::new();
                 let send_task = tokio::spawn(send_loop(request_rx, sender, SendContext {
@@ -148,7 +150,13 @@ impl LiveFlow {
                         }
                         Next::Model(None) => break Outcome::Ended,
                         Next::Model(Some(Err(error))) => break Outcome::Failed(error),
-                        Next::Model(Some(Ok(response))) => response,
+                        Next::Model(Some(Ok(response))) => {
+                            if !responded {
+                                responded = true;
+                                failures = 0;
+                            }
+                            response
+                        }
                     };
                     if let Some(new_handle) = response.session_resumption_update.as_ref().and_then(|u| u.new_handle.clone()) {
                         handle = Some(new_handle);
@@ -204,7 +212,15 @@ impl LiveFlow {
                         yield FlowItem::emit(Event::error(&invocation_id, &agent_name, error.code(), error.to_string()));
                         break;
                     }
-                    Outcome::Ended if !client_closed && handle.is_some() => continue,
+                    Outcome::Ended if !client_closed && handle.is_some() => {
+                        failures += u32::from(!responded);
+                        if failures <= MAX_RECONNECT_ATTEMPTS {
+                            continue;
+                        }
+                        let message = "the model keeps closing the session";
+                        yield FlowItem::emit(Event::error(&invocation_id, &agent_name, "UNAVAILABLE", message));
+                        break;
+                    }
                     _ => break,
                 }
             }

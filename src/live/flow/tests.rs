@@ -257,3 +257,28 @@ async fn pending_recordings_are_flushed_when_the_run_ends() {
     let names = artifacts.list_names(scope).await.unwrap();
     assert_eq!(names.len(), 2, "{names:?}");
 }
+
+#[tokio::test]
+async fn a_model_that_keeps_hanging_up_ends_the_run_with_an_error() {
+    let (mut flow, mut upstreams, _) = flow(false);
+    flow.connect_config.session_resumption = Some(SessionResumptionConfig {
+        handle: Some("h".into()),
+        transparent: None,
+    });
+    let (_queue, requests) = live_request_queue(8);
+    let run = drain(flow, requests);
+    let mut connects = 0;
+    while let Ok(Some(up)) = timeout(WAIT, upstreams.recv()).await {
+        connects += 1;
+        drop(up); // hang up at once, every time
+        if connects > MAX_RECONNECT_ATTEMPTS + 1 {
+            break;
+        }
+    }
+    let out = timeout(WAIT, run).await.expect("the run ends").unwrap();
+    assert_eq!(connects, MAX_RECONNECT_ATTEMPTS + 1);
+    assert_eq!(
+        out.last().and_then(|i| i.event.error_code.as_deref()),
+        Some("UNAVAILABLE")
+    );
+}
