@@ -1,343 +1,326 @@
-// The livegate web client: one WebSocket per session, ADK events rendered as a conversation.
-import { Player, Recorder } from "./audio.js";
+// The livegate web client: identity, the WebSocket, and the wiring between the protocol, the
+// conversation view, the event log and audio. Protocol: PROTOCOL.md in the repository.
+
+import { Connection } from "./connection.js";
+import { Conversation } from "./conversation.js";
+import { EventLog } from "./eventlog.js";
+import { Player, Recorder, base64ToBytes, levelFromRms, parseRate, DEFAULT_PLAY_RATE } from "./audio.js";
 
 const $ = (id) => document.getElementById(id);
+const ID_RE = /^[A-Za-z0-9._:@-]{1,128}$/; // what the gateway accepts in /ws/{user}/{session}
+const VOICE_RMS = 0.02; // mic chunks louder than this count as speech (latency anchor)
+const MAX_KEPT_EVENTS = 10000; // window.livegate.events keeps the newest ones (eventCount counts all)
+
 const params = new URLSearchParams(location.search);
-const userId = params.get("user") || "demo-user";
-let sessionId = params.get("session") || "s-" + Math.random().toString(36).slice(2, 10);
+const validId = (s) => (s && ID_RE.test(s) ? s : null);
 
-// For tests and curious people: every event received, and the audio bytes played.
-window.livegate = { events: [], audioBytes: 0 };
-
-const player = new Player();
-let ws = null;
-let retryDelay = 500;
-let retryTimer = null;
-let pendingAudioRate = 24000;
-let turn = freshTurn();
-
-function freshTurn() {
-  return { text: null, output: null, input: null, spoken: null, startedAt: null, firstAt: null, usage: null };
+function newSessionId() {
+  const [a, b] = crypto.getRandomValues(new Uint32Array(2));
+  return "s-" + a.toString(36) + b.toString(36);
 }
 
-// ---- connection -------------------------------------------------------------------------
+const state = {
+  userId: validId(params.get("user")) || "demo-user",
+  sessionId: validId(params.get("session")) || newSessionId(),
+  modality: (params.get("modality") || "").toUpperCase() === "TEXT" ? "TEXT" : "AUDIO",
+  // ?audio=base64 exercises the ADK-style JSON audio path; binary is the default.
+  audio: (params.get("audio") || "").toLowerCase() === "base64" ? "base64" : "binary",
+};
 
-function setStatus(status) {
-  const el = $("status");
-  el.textContent = status;
-  el.className = "status " + status;
+// For headless-browser tests: every parsed downstream event, and the audio bytes received.
+const livegate = {
+  events: [],
+  eventCount: 0,
+  audioBytes: 0,
+  status: "connecting",
+  userId: state.userId,
+  sessionId: state.sessionId,
+};
+window.livegate = livegate;
+
+const conversation = new Conversation($("messages"));
+const log = new EventLog({ list: $("log"), showAudio: $("show-audio"), counter: $("log-count"), stats: $("audio-stats") });
+
+// ---- audio -------------------------------------------------------------------------------------
+
+const player = new Player({
+  // The browser blocked playback of arrived audio (no user gesture yet): offer a button that is one.
+  onState: (s, hasAudio) => ($("enable-audio").hidden = !(s === "suspended" && hasAudio)),
+});
+
+const recorder = new Recorder({
+  onChunk(pcm, rms) {
+    if (connection.send(pcm)) log.sentAudio(pcm.byteLength);
+    $("level").value = levelFromRms(rms);
+    if (rms > VOICE_RMS) conversation.noteVoice();
+  },
+});
+recorder.onEnded = () => stopMic("The microphone stopped (device removed or permission revoked).");
+
+// In binary mode the PCM frame comes first and its event (with the rate) right after it, so the
+// frame waits here for that event. A second frame without an event in between plays at the last rate.
+let pendingPcm = null;
+let lastRate = DEFAULT_PLAY_RATE;
+
+function onAudioFrame(buffer) {
+  livegate.audioBytes += buffer.byteLength;
+  conversation.firstResponse();
+  if (pendingPcm) player.play(pendingPcm, lastRate);
+  pendingPcm = buffer;
 }
 
-function connect() {
-  clearTimeout(retryTimer);
-  $("session-id").textContent = sessionId;
-  const modality = $("modality").value;
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const url = `${scheme}//${location.host}/ws/${encodeURIComponent(userId)}/${encodeURIComponent(sessionId)}?audio=binary&modality=${modality}`;
-  setStatus("connecting");
-  const socket = new WebSocket(url);
-  socket.binaryType = "arraybuffer";
-  ws = socket;
-  socket.onopen = () => {
-    setStatus("connected");
-    retryDelay = 500;
-    log("up", "connected", { userId, sessionId, modality });
-  };
-  socket.onmessage = (message) => {
-    if (message.data instanceof ArrayBuffer) {
-      window.livegate.audioBytes += message.data.byteLength;
-      markFirstResponse();
-      player.play(message.data, pendingAudioRate);
-      return;
-    }
-    let event;
-    try {
-      event = JSON.parse(message.data);
-    } catch {
-      log("error", "bad frame", message.data);
-      return;
-    }
-    window.livegate.events.push(event);
-    handleEvent(event);
-  };
-  socket.onclose = (close) => {
-    if (ws !== socket) return;
-    setStatus("disconnected");
-    finalizeTurn();
-    if (close.code === 4000) {
-      note(`Disconnected: ${close.reason}. Reload to take the session back.`);
-      return;
-    }
-    if (close.reason) note(`Connection closed: ${close.reason}`);
-    retryTimer = setTimeout(connect, retryDelay);
-    retryDelay = Math.min(retryDelay * 2, 10000);
-  };
-}
-
-function reconnect() {
-  if (ws) {
-    const old = ws;
-    ws = null;
-    old.close(1000, "reconnecting");
-  }
-  connect();
-}
-
-function send(value) {
-  if (!ws || ws.readyState !== WebSocket.OPEN) return false;
-  ws.send(value);
-  return true;
-}
-
-// ---- rendering --------------------------------------------------------------------------
-
-function bubble(who, classes = []) {
-  const el = document.createElement("div");
-  el.className = ["msg", who, ...classes].join(" ");
-  $("messages").appendChild(el);
-  scroll();
-  return el;
-}
-
-function note(text, error = false) {
-  const el = document.createElement("div");
-  el.className = "note" + (error ? " error" : "");
-  el.textContent = text;
-  $("messages").appendChild(el);
-  scroll();
-}
-
-function scroll() {
-  const m = $("messages");
-  m.scrollTop = m.scrollHeight;
-}
-
-function markFirstResponse() {
-  if (turn.startedAt !== null && turn.firstAt === null) turn.firstAt = performance.now();
-}
-
-function finalize(el) {
-  if (!el) return;
-  el.classList.remove("typing");
-  el.classList.add("final");
-}
-
-function finalizeTurn(interrupted = false) {
-  for (const el of [turn.text, turn.output, turn.spoken, turn.input]) {
-    if (!el) continue;
-    if (interrupted && el !== turn.input) el.classList.add("interrupted");
-    finalize(el);
-  }
-  const parts = [];
-  if (turn.firstAt !== null && turn.startedAt !== null) {
-    parts.push(`first response in ${Math.round(turn.firstAt - turn.startedAt)} ms`);
-  }
-  if (turn.usage) {
-    const u = turn.usage;
-    parts.push(`${u.totalTokenCount ?? 0} tokens (${u.promptTokenCount ?? 0} in, ${u.candidatesTokenCount ?? 0} out)`);
-  }
-  if (parts.length && (turn.text || turn.output || turn.spoken)) {
-    const meta = document.createElement("div");
-    meta.className = "meta";
-    meta.textContent = parts.join(" · ");
-    $("messages").appendChild(meta);
-    scroll();
-  }
-  turn = freshTurn();
-}
-
-// Applies a transcription fragment (append) or finished text (replace) to a bubble.
-function transcript(slot, who, t) {
-  if (!t || typeof t.text !== "string") return;
-  if (!turn[slot]) {
-    turn[slot] = bubble(who, ["transcript", "typing"]);
-    turn[slot].textContent = "";
-  }
-  const el = turn[slot];
-  if (t.finished) {
-    el.textContent = t.text;
-    finalize(el);
-    turn[slot] = null;
-    if (slot === "input") turn.startedAt = performance.now();
-    // The model's finished transcript may still be cut off by a later `interrupted`.
-    if (slot === "output") turn.spoken = el;
-  } else {
-    el.textContent += t.text;
-  }
-  scroll();
-}
-
-function handleEvent(event) {
-  const kind = eventKind(event);
-  log(kind === "error" ? "error" : "down", kind, event);
-
-  if (event.errorCode || event.errorMessage) {
-    note(`Error ${event.errorCode ?? ""}: ${event.errorMessage ?? ""}`, true);
-    return;
-  }
-  if (event.usageMetadata) turn.usage = event.usageMetadata;
-  if (event.turnComplete === true) {
-    finalizeTurn(false);
-    return;
-  }
-  if (event.interrupted === true && !event.content) {
-    player.flush();
-    finalizeTurn(true);
-    return;
-  }
-  if (event.inputTranscription) transcript("input", "user", event.inputTranscription);
-  if (event.outputTranscription) {
-    markFirstResponse();
-    transcript("output", "agent", event.outputTranscription);
-  }
-  const parts = (event.content && event.content.parts) || [];
+/** Plays the audio of one event; returns the number of PCM bytes it carried. */
+function playEventAudio(ev) {
+  let bytes = 0;
+  const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
   for (const part of parts) {
-    if (part.inlineData) {
-      const mime = part.inlineData.mimeType || "";
-      const rate = Number((mime.match(/rate=(\d+)/) || [])[1]) || 24000;
-      pendingAudioRate = rate;
-      if (part.inlineData.data) {
-        markFirstResponse();
-        const bytes = base64ToBytes(part.inlineData.data);
-        window.livegate.audioBytes += bytes.byteLength;
-        player.play(bytes.buffer, rate);
+    const blob = part.inlineData;
+    if (!blob || !/^audio\//i.test(blob.mimeType || "")) continue;
+    const rate = (lastRate = parseRate(blob.mimeType, lastRate));
+    if (blob.data) {
+      // base64 mode: the audio is inside the JSON.
+      let pcm;
+      try {
+        pcm = base64ToBytes(blob.data);
+      } catch {
+        conversation.system("Could not decode base64 audio in an event.", "error");
+        continue;
       }
-    } else if (typeof part.text === "string" && !part.thought) {
-      markFirstResponse();
-      if (event.partial === true) {
-        if (!turn.text) {
-          turn.text = bubble("agent", ["typing"]);
-          turn.text.textContent = "";
-        }
-        turn.text.textContent += part.text;
-      } else if (event.author !== "user") {
-        // The merged text replaces the streamed partials: the answer is never shown twice.
-        if (!turn.text) turn.text = bubble("agent");
-        turn.text.textContent = part.text;
-        if (event.interrupted) turn.text.classList.add("interrupted");
-        finalize(turn.text);
-      }
-      scroll();
-    } else if (part.fileData) {
-      const name = (part.fileData.fileUri || "").split("/").pop();
-      note(`recording saved: ${name}`);
-    } else if (part.functionCall) {
-      note(`tool call: ${part.functionCall.name}(${JSON.stringify(part.functionCall.args ?? {})})`);
-    } else if (part.functionResponse) {
-      note(`tool result: ${part.functionResponse.name} → ${JSON.stringify(part.functionResponse.response ?? {}).slice(0, 160)}`);
+      bytes += pcm.byteLength;
+      livegate.audioBytes += pcm.byteLength;
+      conversation.firstResponse();
+      player.play(pcm.buffer, rate);
+    } else if (pendingPcm) {
+      bytes += pendingPcm.byteLength;
+      player.play(pendingPcm, rate);
+      pendingPcm = null;
     }
   }
-  if (event.interrupted === true) {
-    player.flush();
-    finalizeTurn(true);
-  }
-}
-
-function base64ToBytes(text) {
-  const std = text.replace(/-/g, "+").replace(/_/g, "/");
-  const padded = std + "===".slice((std.length + 3) % 4);
-  const raw = atob(padded);
-  const bytes = new Uint8Array(raw.length);
-  for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
   return bytes;
 }
 
-// ---- event log --------------------------------------------------------------------------
+// ---- downstream --------------------------------------------------------------------------------
 
-function eventKind(e) {
-  if (e.errorCode || e.errorMessage) return "error";
-  if (e.turnComplete) return "turnComplete";
-  if (e.interrupted && !e.content) return "interrupted";
-  if (e.usageMetadata) return "usage";
-  if (e.inputTranscription) return "transcript-in";
-  if (e.outputTranscription) return "transcript-out";
-  if (e.liveSessionResumptionUpdate) return "resumption";
-  const parts = (e.content && e.content.parts) || [];
-  if (parts.some((p) => p.inlineData)) return "audio";
-  if (parts.some((p) => p.fileData)) return "recording";
-  if (parts.some((p) => p.functionCall || p.functionResponse)) return "tool";
-  if (parts.some((p) => typeof p.text === "string")) return e.partial ? "partial" : "text";
-  return "event";
+function onMessage(data) {
+  if (data instanceof ArrayBuffer) {
+    onAudioFrame(data);
+    return;
+  }
+  if (typeof data !== "string") return; // binaryType is arraybuffer: nothing else arrives
+  let ev;
+  try {
+    ev = JSON.parse(data);
+  } catch {
+    log.info("error", "a text frame that is not JSON", { frame: data.slice(0, 2000) });
+    return;
+  }
+  if (!ev || typeof ev !== "object") return;
+  livegate.eventCount += 1;
+  livegate.events.push(ev);
+  if (livegate.events.length > MAX_KEPT_EVENTS) livegate.events.splice(0, livegate.events.length - MAX_KEPT_EVENTS);
+
+  if (ev.interrupted === true) {
+    // Barge-in: the rest of the answer must not be heard. No audio of it follows this event.
+    pendingPcm = null;
+    player.flush();
+  }
+  const bytes = playEventAudio(ev);
+  if (pendingPcm) {
+    // A frame whose event did not follow: play it anyway rather than drop it.
+    player.play(pendingPcm, lastRate);
+    pendingPcm = null;
+  }
+  log.event(ev, bytes);
+  conversation.handleEvent(ev);
 }
 
-function log(direction, kind, payload) {
-  if (kind === "audio" && !$("show-audio").checked) return;
-  const item = document.createElement("li");
-  item.className = direction;
-  item.tabIndex = 0;
-  const label = document.createElement("span");
-  label.className = "kind";
-  label.textContent = (direction === "up" ? "↑ " : "↓ ") + kind;
-  const who = document.createElement("span");
-  who.textContent = payload && payload.author ? payload.author : "";
-  const pre = document.createElement("pre");
-  pre.textContent = JSON.stringify(payload, null, 2);
-  item.append(label, who, pre);
-  const toggle = () => item.classList.toggle("open");
-  item.onclick = toggle;
-  item.onkeydown = (e) => {
-    if (e.key === "Enter" || e.key === " ") {
-      e.preventDefault();
-      toggle();
+// ---- connection --------------------------------------------------------------------------------
+
+function wsUrl() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const query = new URLSearchParams({ audio: state.audio, modality: state.modality });
+  // Ids are validated against ID_RE, whose characters are all legal in a path segment: sent as-is,
+  // so the gateway sees exactly the id (no reliance on percent-decoding of `@` or `:`).
+  const path = `/ws/${state.userId}/${state.sessionId}`;
+  return `${scheme}//${location.host}${path}?${query}`;
+}
+
+let quietFailures = false; // after one "disconnected" notice, failed retries stay quiet until open
+let wasDropped = false; // the last socket ended without us asking: say so when it comes back
+
+const connection = new Connection({
+  url: wsUrl,
+  onMessage,
+  onStatus(status) {
+    livegate.status = status;
+    const pill = $("status");
+    pill.textContent = status;
+    pill.dataset.state = status;
+    $("reconnect").hidden = status !== "disconnected";
+    if (status !== "disconnected") $("retry-info").textContent = "";
+  },
+  onOpen() {
+    quietFailures = false;
+    if (wasDropped) conversation.system(`Reconnected to session ${state.sessionId}.`);
+    wasDropped = false;
+    log.info("open", wsUrl());
+  },
+  onClose({ code, reason }, retryInMs) {
+    log.info("close", `code ${code}${reason ? " · " + reason : ""}`, { code, reason });
+    pendingPcm = null;
+    wasDropped = true;
+    conversation.abortTurn();
+    const retry = retryInMs === null ? "" : ` Reconnecting in ${(retryInMs / 1000).toFixed(1)} s.`;
+    if (reason) {
+      const kind = code === 1000 || code === 1001 ? "info" : "error";
+      conversation.system(`Connection closed (${code}): ${reason}.${retry}`, kind);
+    } else if (!quietFailures) {
+      conversation.system(`Disconnected (code ${code}).${retry}`);
     }
-  };
-  const list = $("log");
-  list.appendChild(item);
-  while (list.children.length > 500) list.removeChild(list.firstChild);
-  list.scrollTop = list.scrollHeight;
+    quietFailures = true;
+    if (retryInMs === null) {
+      $("retry-info").textContent = "not reconnecting";
+      conversation.system("Press Reconnect to take this session back.");
+    } else {
+      $("retry-info").textContent = `retrying in ${(retryInMs / 1000).toFixed(1)} s`;
+    }
+  },
+});
+
+function sendJson(message) {
+  if (!connection.send(JSON.stringify(message))) return false;
+  log.sent(message);
+  return true;
 }
 
-// ---- controls ---------------------------------------------------------------------------
+// ---- identity ----------------------------------------------------------------------------------
 
-const recorder = new Recorder(
-  (chunk) => send(chunk),
-  (level) => ($("level").value = level),
-);
+function showIdentity() {
+  $("session-id").textContent = state.sessionId;
+  $("user-id").value = state.userId;
+  $("modality").value = state.modality;
+  livegate.userId = state.userId;
+  livegate.sessionId = state.sessionId;
+  // Keep the address shareable/reloadable: it names the session (and non-default choices).
+  const p = new URLSearchParams(location.search);
+  p.set("session", state.sessionId);
+  if (state.userId === "demo-user") p.delete("user");
+  else p.set("user", state.userId);
+  if (state.modality === "AUDIO") p.delete("modality");
+  else p.set("modality", state.modality);
+  history.replaceState(null, "", `${location.pathname}?${p}${location.hash}`);
+}
 
-$("composer").addEventListener("submit", async (e) => {
+function restart() {
+  pendingPcm = null;
+  wasDropped = false;
+  player.flush();
+  conversation.abortTurn();
+  quietFailures = false;
+  showIdentity();
+  connection.reconnect();
+}
+
+$("new-session").addEventListener("click", () => {
+  state.sessionId = newSessionId();
+  conversation.clear();
+  log.info("session", state.sessionId);
+  restart();
+});
+
+$("modality").addEventListener("change", (e) => {
+  state.modality = e.target.value === "TEXT" ? "TEXT" : "AUDIO";
+  conversation.system(`Answers now in ${state.modality === "TEXT" ? "text" : "audio"}; reconnecting.`);
+  restart();
+});
+
+$("user-id").addEventListener("change", (e) => {
+  const input = e.target;
+  const value = input.value.trim();
+  if (!ID_RE.test(value)) {
+    input.setAttribute("aria-invalid", "true");
+    conversation.system("User id: 1–128 characters of A–Z a–z 0–9 . _ : @ -", "error");
+    return;
+  }
+  input.removeAttribute("aria-invalid");
+  if (value === state.userId) return;
+  state.userId = value;
+  restart();
+});
+
+$("reconnect").addEventListener("click", () => {
+  quietFailures = false;
+  connection.reconnect();
+});
+
+// Back online: no need to wait for the backoff.
+window.addEventListener("online", () => {
+  if (!connection.isOpen) connection.reconnect();
+});
+
+// ---- composer ----------------------------------------------------------------------------------
+
+$("composer").addEventListener("submit", (e) => {
   e.preventDefault();
+  player.unlock(); // a user gesture: the moment the browser lets audio start
   const input = $("text-input");
   const text = input.value.trim();
   if (!text) return;
-  player.start(pendingAudioRate).catch(() => {});
-  if (!send(JSON.stringify({ type: "text", text }))) {
-    note("Not connected: the message was not sent.", true);
+  if (!sendJson({ type: "text", text })) {
+    conversation.system("Not connected: the message was not sent.", "error");
     return;
   }
-  finalizeTurn();
-  bubble("user").textContent = text;
-  turn.startedAt = performance.now();
-  log("up", "text", { type: "text", text });
+  conversation.userText(text);
   input.value = "";
 });
 
-$("mic").addEventListener("click", async () => {
+function setMicUi(on) {
   const button = $("mic");
-  if (recorder.running) {
-    await recorder.stop();
-    send(JSON.stringify({ type: "audio_stream_end" }));
-    button.setAttribute("aria-pressed", "false");
-    button.textContent = "Start mic";
-    return;
-  }
+  button.setAttribute("aria-pressed", String(on));
+  button.querySelector(".label").textContent = on ? "Stop mic" : "Start mic";
+  if (!on) $("level").value = 0;
+}
+
+let micStarting = false;
+
+async function startMic() {
+  micStarting = true;
+  $("mic").setAttribute("aria-busy", "true");
   try {
-    await player.start(pendingAudioRate);
     await recorder.start();
-    button.setAttribute("aria-pressed", "true");
-    button.textContent = "Stop mic";
-    note("Microphone on: speak, and pause to let the agent answer.");
+    setMicUi(true);
+    log.info("mic", "microphone on");
   } catch (error) {
-    note(`Microphone unavailable: ${error.message}`, true);
+    setMicUi(false);
+    conversation.system(`Microphone unavailable: ${error.message || error.name}`, "error");
+  } finally {
+    micStarting = false;
+    $("mic").removeAttribute("aria-busy");
   }
+}
+
+function stopMic(notice) {
+  recorder.stop();
+  setMicUi(false);
+  // Tells the model the audio stream paused, so it does not wait for more speech.
+  sendJson({ type: "audio_stream_end" });
+  if (notice) conversation.system(notice);
+}
+
+$("mic").addEventListener("click", () => {
+  player.unlock();
+  if (micStarting) return;
+  if (recorder.active) stopMic();
+  else startMic();
 });
 
-$("modality").addEventListener("change", reconnect);
-$("new-session").addEventListener("click", () => {
-  sessionId = "s-" + Math.random().toString(36).slice(2, 10);
-  $("messages").replaceChildren();
-  turn = freshTurn();
-  reconnect();
-});
-$("clear-log").addEventListener("click", () => $("log").replaceChildren());
+$("enable-audio").addEventListener("click", () => player.unlock());
+$("clear-log").addEventListener("click", () => log.clear());
 
-connect();
+// ---- start -------------------------------------------------------------------------------------
+
+// Phones get the log collapsed, so the conversation has the screen.
+if (window.matchMedia("(max-width: 800px)").matches) $("log-panel").open = false;
+
+showIdentity();
+connection.connect();

@@ -111,8 +111,9 @@ export class Recorder {
 /**
  * Plays PCM16 chunks. The AudioContext must be started by a user gesture (autoplay rules), so
  * `unlock()` is called from click handlers; a context created later (at a newly seen rate) can
- * start because the page then has user activation. `onState(state)` reports "running" /
- * "suspended" so the page can offer an "Enable audio" button when the browser blocks playback.
+ * start because the page then has user activation. `onState(state, hasAudio)` reports "running" /
+ * "suspended" (and whether audio has arrived) so the page can offer an "Enable audio" button when
+ * the browser blocks playback.
  *
  * Without AudioWorklet (plain http:// on a LAN address is not a secure context) chunks are
  * scheduled as AudioBufferSourceNodes instead: less smooth, but audible.
@@ -120,6 +121,7 @@ export class Recorder {
 export class Player {
   constructor({ onState } = {}) {
     this.onState = onState || (() => {});
+    this.hasAudio = false; // set by play(): a blocked context only matters once audio is waiting
     this.rate = DEFAULT_PLAY_RATE;
     this.context = null;
     this.node = null;
@@ -155,7 +157,7 @@ export class Player {
     this.context = context;
     this.rate = rate;
     context.onstatechange = () => {
-      if (this.context === context) this.onState(context.state);
+      if (this.context === context) this.onState(context.state, this.hasAudio);
     };
     if (context.audioWorklet && context.sampleRate === rate) {
       context.audioWorklet
@@ -178,7 +180,7 @@ export class Player {
     } else {
       this.useFallback();
     }
-    this.onState(context.state);
+    this.onState(context.state, this.hasAudio);
   }
 
   useFallback() {
@@ -190,6 +192,10 @@ export class Player {
   play(buffer, rate = this.rate) {
     if (!buffer || buffer.byteLength < 2) return;
     this.ensure(rate);
+    if (!this.hasAudio) {
+      this.hasAudio = true;
+      this.onState(this.context.state, true);
+    }
     if (this.context.state === "suspended") {
       // Works if the page already had a user gesture; otherwise onState shows "Enable audio".
       this.context.resume().catch(() => {});

@@ -104,7 +104,6 @@ export class Conversation {
   system(text, kind = "info") {
     const div = document.createElement("div");
     div.className = `msg system ${kind}`;
-    div.setAttribute("role", kind === "error" ? "alert" : "note");
     div.textContent = text;
     this.mutate(() => this.el.append(div));
     return div;
