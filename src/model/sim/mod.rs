@@ -1,77 +1,40 @@
-//! `sim`: the embedded, deterministic, offline live model.
+//! `sim`: the embedded, deterministic, offline live model (SPEC §3.1).
 //!
-//! Text in ⇒ a streamed text answer (TEXT) or output transcription plus 24 kHz speech (AUDIO).
-//! Audio in ⇒ an energy VAD finds utterances; each is transcribed as `(speech, N.N s)` and answered
-//! with a voice echo (the utterance itself at 24 kHz). Speech or text arriving while an answer is
-//! being sent ⇒ `interrupted`, and the rest of that answer is dropped. Answers are paced like a
-//! speaking voice (`RealTime`) or sent at once like Gemini (`Burst`), after a reply delay.
+//! It behaves like Gemini Live so the gateway works with no key and no network:
+//! - **Text in** (a complete content turn) ⇒ after the reply delay, `Hello! I'm the livegate
+//!   simulator. You said: "…".` streamed as text fragments (TEXT modality), or as output
+//!   transcription words plus synthesized 24 kHz speech (AUDIO modality); then usage metadata,
+//!   `generationComplete` and `turnComplete`. Content sent without `turnComplete` joins the next turn.
+//! - **Audio in** (PCM16, `rate=` read from the mime type) ⇒ an energy VAD finds utterances (or
+//!   `activityStart`/`activityEnd` delimit them when automatic detection is off; `audioStreamEnd`
+//!   flushes one). Each is transcribed as `[speech 2.86 s]` and answered with a **voice echo**: the
+//!   utterance itself resampled to 24 kHz, exactly 1.5× its 16 kHz sample count, with the output
+//!   transcription `You said something for 2.9 seconds.` spread over it.
+//! - **Barge-in**: speech (or a new text turn) while an answer is being sent ⇒ `interrupted`, and no
+//!   more of that answer. With `Pacing::Burst` answers are usually out before anyone can interrupt.
+//! - **Resumption**: with `session_resumption` set, a `sim-{uuid}-{n}` handle after each turn.
+//!
+//! One tokio task per connection owns all state; answers are rendered chunk by chunk as they are
+//! sent, and input audio is kept as shared slices, so thousands of sessions stay cheap.
 
-mod reply;
+mod answer;
+mod config;
+mod pcm;
+mod replies;
 mod session;
 mod vad;
 mod voice;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-pub use reply::{reply_to_speech, reply_to_text};
-pub use vad::{rms, Vad, VadConfig, VadEvent};
-pub use voice::{resample_to_output, OUTPUT_RATE};
+pub use config::{Pacing, SimConfig};
+pub use replies::{plan_reply, speech_reply, speech_transcript, text_reply, Heard, Reply};
+pub use voice::{echo_len, OUTPUT_MIME, OUTPUT_RATE};
 
 use super::{
     LiveConnectConfig, LiveConnection, LiveModel, ModelError, CONNECTION_CHANNEL_CAPACITY,
 };
-
-/// How the sim paces its answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Pacing {
-    /// Each message when a speaking voice would reach it.
-    #[default]
-    RealTime,
-    /// Everything at once, faster than real time (like Gemini).
-    Burst,
-}
-
-/// Settings of the `sim` model.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SimConfig {
-    /// Answer pacing.
-    pub pacing: Pacing,
-    /// Delay before an answer starts.
-    pub reply_delay: Duration,
-    /// Length of each audio chunk sent.
-    pub chunk: Duration,
-    /// Voice activity detection settings.
-    pub vad: VadConfig,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            pacing: Pacing::RealTime,
-            reply_delay: Duration::from_millis(150),
-            chunk: Duration::from_millis(40),
-            vad: VadConfig {
-                threshold: 0.01,
-                min_speech_ms: 100,
-                silence_ms: 500,
-            },
-        }
-    }
-}
-
-impl SimConfig {
-    /// Burst pacing and no reply delay: answers as fast as possible (handy for tests).
-    pub fn instant() -> Self {
-        SimConfig {
-            pacing: Pacing::Burst,
-            reply_delay: Duration::ZERO,
-            ..SimConfig::default()
-        }
-    }
-}
 
 /// The embedded simulated live model.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +46,11 @@ impl SimModel {
     /// A sim model with these settings.
     pub fn new(config: SimConfig) -> Self {
         SimModel { config }
+    }
+
+    /// The model's settings.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
     }
 }
 

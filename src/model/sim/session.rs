@@ -1,239 +1,425 @@
-//! One sim connection: a single task that reads inputs, detects speech, and sends scheduled answers.
+//! One sim connection: a single task that reads inputs, detects speech, and sends paced answers.
+//!
+//! The task never blocks on one side while the other waits: a `select!` reads inputs, sleeps until
+//! the next message is due, and sends it only when the flow has room (`reserve`). So speech that
+//! arrives while an answer is being paced, or while the flow is slow to read, still barges in.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::reply::{plan_answer, reply_to_speech, reply_to_text, AnswerStyle};
-use super::vad::{Vad, VadEvent};
-use super::voice::{from_bytes, resample_to_output};
+use super::answer::{Answer, AnswerStyle, PromptTokens};
+use super::pcm::{samples, whole_samples, Track};
+use super::replies::{audio_tokens, plan_reply, speech_transcript, text_tokens, Heard};
+use super::vad::{Vad, VadEvent, VadSettings};
+use super::voice::{Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
-use crate::event::SessionResumptionUpdate;
+use crate::event::{Blob, SessionResumptionUpdate, Transcription};
 use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelError};
 
-/// Sample rate assumed for audio whose mime type names none.
+/// Sample rate assumed for PCM whose mime type names none (or an unusable one).
 const DEFAULT_INPUT_RATE: u32 = 16_000;
-
-/// The state of one simulated live session.
-struct SimSession {
-    config: SimConfig,
-    connect: LiveConnectConfig,
-    output: mpsc::Sender<Result<LlmResponse, ModelError>>,
-    /// Scheduled messages of the answer being given.
-    outbox: VecDeque<(Instant, LlmResponse)>,
-    vad: Vad,
-    vad_rate: u32,
-    manual_activity: bool,
-    in_activity: bool,
-    context: String,
-    turns: u64,
-    handle_prefix: String,
-}
 
 /// Runs a sim connection until the flow drops its sender or its receiver.
 pub(super) async fn run(
-    config: SimConfig,
-    connect: LiveConnectConfig,
-    mut input: mpsc::Receiver<LiveInput>,
+    sim: SimConfig,
+    config: LiveConnectConfig,
+    mut inputs: mpsc::Receiver<LiveInput>,
     output: mpsc::Sender<Result<LlmResponse, ModelError>>,
 ) {
-    let manual_activity = connect
-        .realtime_input_config
-        .as_ref()
-        .is_some_and(|r| r.automatic_detection_disabled());
-    let mut session = SimSession {
-        vad: Vad::new(config.vad, DEFAULT_INPUT_RATE),
-        vad_rate: DEFAULT_INPUT_RATE,
-        config,
-        connect,
-        output,
-        outbox: VecDeque::new(),
-        manual_activity,
-        in_activity: false,
-        context: String::new(),
-        turns: 0,
-        handle_prefix: format!("sim-{}", uuid::Uuid::new_v4()),
-    };
+    let mut session = Session::new(sim, config);
+    tracing::debug!(
+        modality = ?session.config.modality(),
+        manual_activity = session.manual,
+        pacing = ?sim.pacing,
+        "sim session opened"
+    );
+    let sleep = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(sleep);
+    let mut armed: Option<Instant> = None;
     loop {
-        let due = session.outbox.front().map(|(at, _)| *at);
+        let due = session.next_due();
+        if let Some(at) = due {
+            if armed != Some(at) {
+                sleep.as_mut().reset(at);
+                armed = Some(at);
+            }
+        }
+        let ready = due.is_some_and(|at| at <= Instant::now());
         tokio::select! {
+            // Inputs first: speech must be able to cut an answer before its next chunk goes out.
             biased;
-            received = input.recv() => match received {
-                Some(item) => {
-                    if !session.handle(item).await {
-                        return;
+            input = inputs.recv() => match input {
+                Some(input) => session.handle(input),
+                None => {
+                    tracing::debug!("sim session closed by the flow");
+                    break;
+                }
+            },
+            permit = output.reserve(), if ready => match permit {
+                Ok(permit) => {
+                    if let Some(message) = session.next_message() {
+                        permit.send(Ok(message));
                     }
                 }
-                None => return,
+                Err(_) => break,
             },
-            _ = sleep_until(due), if due.is_some() => {
-                if !session.send_due().await {
-                    return;
-                }
+            () = &mut sleep, if due.is_some() && !ready => {}
+            () = output.closed(), if !ready => {
+                tracing::debug!("sim session dropped by the flow");
+                break;
             }
         }
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
+/// The state of one simulated live session.
+struct Session {
+    sim: SimConfig,
+    config: LiveConnectConfig,
+    /// Activity is signalled by the client (automatic detection disabled).
+    manual: bool,
+    /// User activity interrupts answers (`START_OF_ACTIVITY_INTERRUPTS`, the default).
+    activity_interrupts: bool,
+    rate: u32,
+    track: Track,
+    vad: Vad,
+    vad_events: Vec<VadEvent>,
+    /// Manual mode: the first sample of the activity in progress.
+    activity_start: Option<u64>,
+    /// Text of content turns sent without `turn_complete`, for the next turn.
+    pending_text: Vec<String>,
+    /// Tokens of the conversation so far (each turn's prompt re-reads it, as Gemini's does).
+    context: PromptTokens,
+    /// Messages due at once, ahead of any answer (input transcriptions, `interrupted`, handles).
+    immediate: VecDeque<(Instant, LlmResponse)>,
+    /// Answers to give, the first one in progress (several only with `NO_INTERRUPTION`).
+    answers: VecDeque<Answer>,
+    resumption: Option<Resumption>,
+    ignored_media: u64,
+}
+
+/// Session resumption handles: `sim-{id}-{n}`.
+struct Resumption {
+    id: String,
+    count: u64,
+}
+
+impl Resumption {
+    /// Continues the numbering of a handle this sim issued, or starts a new one.
+    fn new(handle: Option<&str>) -> Self {
+        let resumed = handle.and_then(|h| {
+            let rest = h.strip_prefix("sim-")?;
+            let (id, count) = rest.rsplit_once('-')?;
+            Some(Resumption {
+                id: id.to_owned(),
+                count: count.parse().ok()?,
+            })
+        });
+        resumed.unwrap_or_else(|| Resumption {
+            id: uuid::Uuid::new_v4().to_string(),
+            count: 0,
+        })
+    }
+
+    fn next(&mut self) -> SessionResumptionUpdate {
+        self.count += 1;
+        SessionResumptionUpdate {
+            new_handle: Some(format!("sim-{}-{}", self.id, self.count)),
+            resumable: Some(true),
+        }
     }
 }
 
-impl SimSession {
-    /// Handles one input; false when the flow is gone.
-    async fn handle(&mut self, input: LiveInput) -> bool {
+fn sim_message() -> LlmResponse {
+    LlmResponse {
+        model_version: Some("sim".into()),
+        ..LlmResponse::default()
+    }
+}
+
+fn vad_settings(sim: &SimConfig) -> VadSettings {
+    VadSettings {
+        threshold_dbfs: sim.vad_threshold_dbfs(),
+        min_speech_ms: sim.vad_min_speech_ms,
+        silence_ms: sim.vad_silence_ms,
+    }
+}
+
+/// True for raw PCM audio (`audio/pcm`, `audio/l16`), the only audio the sim understands.
+fn is_pcm(blob: &Blob) -> bool {
+    let kind = blob
+        .mime_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    kind == "audio/pcm" || kind == "audio/l16"
+}
+
+impl Session {
+    fn new(sim: SimConfig, config: LiveConnectConfig) -> Self {
+        let realtime = config.realtime_input_config.as_ref();
+        let manual = realtime.is_some_and(|r| r.automatic_detection_disabled());
+        let activity_interrupts = realtime
+            .and_then(|r| r.activity_handling.as_deref())
+            .is_none_or(|h| !h.eq_ignore_ascii_case("NO_INTERRUPTION"));
+        let history: u64 = config
+            .history
+            .iter()
+            .map(|c| text_tokens(&c.joined_text()))
+            .sum();
+        let instruction = config.system_instruction.as_deref().map_or(0, text_tokens);
+        let resumption = config
+            .session_resumption
+            .as_ref()
+            .map(|r| Resumption::new(r.handle.as_deref()));
+        Session {
+            vad: Vad::new(vad_settings(&sim), DEFAULT_INPUT_RATE),
+            rate: DEFAULT_INPUT_RATE,
+            sim,
+            manual,
+            activity_interrupts,
+            track: Track::default(),
+            vad_events: Vec::new(),
+            activity_start: None,
+            pending_text: Vec::new(),
+            context: PromptTokens {
+                text: instruction + history,
+                audio: 0,
+            },
+            immediate: VecDeque::new(),
+            answers: VecDeque::new(),
+            resumption,
+            ignored_media: 0,
+            config,
+        }
+    }
+
+    /// When the next message is due, if there is one.
+    fn next_due(&self) -> Option<Instant> {
+        match self.immediate.front() {
+            Some((at, _)) => Some(*at),
+            None => self.answers.front().and_then(Answer::next_due),
+        }
+    }
+
+    /// Takes the next message to send (call when it is due).
+    fn next_message(&mut self) -> Option<LlmResponse> {
+        if let Some((_, message)) = self.immediate.pop_front() {
+            return Some(message);
+        }
+        let answer = self.answers.front_mut()?;
+        let message = answer.next_message();
+        if answer.is_done() {
+            self.answers.pop_front();
+        }
+        if message.as_ref().is_some_and(|m| m.turn_complete) {
+            if let Some(resumption) = &mut self.resumption {
+                let update = resumption.next();
+                self.immediate.push_back((
+                    Instant::now(),
+                    LlmResponse {
+                        session_resumption_update: Some(update),
+                        ..sim_message()
+                    },
+                ));
+            }
+        }
+        message
+    }
+
+    fn handle(&mut self, input: LiveInput) {
         match input {
             LiveInput::Content {
                 content,
                 turn_complete,
             } => {
                 let text = content.joined_text();
-                if !self.context.is_empty() && !text.is_empty() {
-                    self.context.push(' ');
+                if !text.trim().is_empty() {
+                    self.pending_text.push(text);
                 }
-                self.context.push_str(&text);
                 if turn_complete {
-                    if !self.interrupt().await {
-                        return false;
-                    }
-                    let heard = std::mem::take(&mut self.context);
-                    let prompt = heard.split_whitespace().count() as u64 * 4 / 3 + 1;
-                    self.answer(&reply_to_text(&heard), None, prompt);
-                }
-                true
-            }
-            LiveInput::Realtime(blob) if blob.is_audio() => {
-                let rate = blob.sample_rate().unwrap_or(DEFAULT_INPUT_RATE);
-                if rate != self.vad_rate {
-                    self.vad = Vad::new(self.config.vad, rate);
-                    self.vad_rate = rate;
-                }
-                let samples = from_bytes(&blob.data);
-                if self.manual_activity {
-                    if self.in_activity {
-                        self.vad.feed(&samples);
-                    }
-                    return true;
-                }
-                for event in self.vad.feed(&samples) {
-                    let ok = match event {
-                        VadEvent::SpeechStart => self.interrupt().await,
-                        VadEvent::SpeechEnd(utterance) => self.heard(utterance).await,
+                    // A new client turn always interrupts the answer in progress (as Gemini does).
+                    self.stop_answers();
+                    let text = std::mem::take(&mut self.pending_text).join(" ");
+                    tracing::debug!(chars = text.len(), "sim heard a text turn");
+                    let prompt = PromptTokens {
+                        text: text_tokens(&text),
+                        audio: 0,
                     };
-                    if !ok {
-                        return false;
-                    }
+                    self.answer(&Heard::Text(&text), None, prompt);
                 }
-                true
             }
+            LiveInput::Realtime(blob) if is_pcm(&blob) => self.audio(blob),
             LiveInput::Realtime(blob) => {
+                self.ignored_media += 1;
                 tracing::debug!(
-                    mime_type = blob.mime_type,
+                    mime_type = %blob.mime_type,
                     bytes = blob.data.len(),
-                    "sim ignores non-audio media"
+                    ignored = self.ignored_media,
+                    "sim ignores non-PCM media"
                 );
-                true
             }
             LiveInput::ActivityStart => {
-                self.in_activity = true;
-                self.vad.finish();
-                self.interrupt().await
-            }
-            LiveInput::ActivityEnd | LiveInput::AudioStreamEnd => {
-                self.in_activity = false;
-                match self.vad.finish() {
-                    Some(utterance) => self.heard(utterance).await,
-                    None => true,
+                if !self.manual {
+                    tracing::debug!("sim ignores activityStart: automatic detection is on");
+                    return;
                 }
+                self.track.clear();
+                self.activity_start = Some(self.track.end());
+                self.user_started_speaking();
+            }
+            LiveInput::ActivityEnd => {
+                let Some(start) = self.activity_start.take() else {
+                    tracing::debug!("sim ignores activityEnd outside an activity");
+                    return;
+                };
+                let pcm = self.track.slice(start, self.track.end());
+                self.track.clear();
+                if pcm.is_empty() {
+                    tracing::debug!("sim ignores an activity without audio");
+                } else {
+                    self.heard_speech(pcm);
+                }
+            }
+            LiveInput::AudioStreamEnd => {
+                if self.manual {
+                    return;
+                }
+                if let Some((start, end)) = self.vad.finish() {
+                    let pcm = self.track.slice(start, end);
+                    self.heard_speech(pcm);
+                }
+                self.track.forget_before(self.vad.keep_from());
             }
             LiveInput::ToolResponse(responses) => {
                 tracing::debug!(count = responses.len(), "sim ignores tool responses");
-                true
             }
         }
     }
 
-    /// Stops the answer being given, if any, with `interrupted`.
-    async fn interrupt(&mut self) -> bool {
-        if self.outbox.is_empty() {
-            return true;
+    /// Realtime PCM from the user.
+    fn audio(&mut self, blob: Blob) {
+        let rate = blob
+            .sample_rate()
+            .filter(|r| (1_000..=384_000).contains(r))
+            .unwrap_or(DEFAULT_INPUT_RATE);
+        if rate != self.rate {
+            tracing::debug!(from = self.rate, to = rate, "sim input sample rate changed");
+            self.handle(LiveInput::AudioStreamEnd);
+            self.rate = rate;
+            self.vad = Vad::new(vad_settings(&self.sim), rate);
+            self.track = Track::default();
+            self.activity_start = self.activity_start.map(|_| 0);
         }
-        self.outbox.clear();
-        self.send(LlmResponse {
-            interrupted: true,
-            model_version: Some("sim".into()),
-            ..LlmResponse::default()
-        })
-        .await
-    }
-
-    /// An utterance ended: transcribe it and answer with a voice echo.
-    async fn heard(&mut self, utterance: Vec<i16>) -> bool {
-        let seconds = utterance.len() as f64 / f64::from(self.vad_rate);
-        if self.connect.input_audio_transcription {
-            let text = format!("(speech, {seconds:.1} s)");
-            let message = LlmResponse {
-                input_transcription: Some(crate::event::Transcription::new(text, false)),
-                model_version: Some("sim".into()),
-                ..LlmResponse::default()
-            };
-            if !self.send(message).await {
-                return false;
+        let data = whole_samples(blob.data);
+        if data.is_empty() {
+            return;
+        }
+        if self.manual {
+            // Outside an activity the audio is not part of any utterance.
+            if self.activity_start.is_some() {
+                self.track.push(data);
+            }
+            return;
+        }
+        self.track.push(data.clone());
+        let mut events = std::mem::take(&mut self.vad_events);
+        self.vad.push(samples(&data), &mut events);
+        for event in events.drain(..) {
+            match event {
+                VadEvent::Start => self.user_started_speaking(),
+                VadEvent::End { start, end } => {
+                    let pcm = self.track.slice(start, end);
+                    self.heard_speech(pcm);
+                }
             }
         }
-        let echo = resample_to_output(&utterance, self.vad_rate);
-        let prompt = (seconds * 32.0).ceil() as u64;
-        self.answer(&reply_to_speech(seconds), Some(echo), prompt);
-        true
+        self.vad_events = events;
+        self.track.forget_before(self.vad.keep_from());
     }
 
-    /// Schedules an answer after the reply delay.
-    fn answer(&mut self, reply: &str, voice: Option<Vec<i16>>, prompt_tokens: u64) {
-        let style = AnswerStyle {
-            audio: self.connect.modality() == Modality::Audio,
-            transcribe: self.connect.output_audio_transcription,
-            chunk: self.config.chunk,
-            prompt_tokens,
+    /// Speech started: barge in on the answer being given.
+    fn user_started_speaking(&mut self) {
+        tracing::debug!("sim hears speech");
+        if self.activity_interrupts {
+            self.stop_answers();
+        }
+    }
+
+    /// Drops every answer not yet given; `interrupted` if one was under way.
+    fn stop_answers(&mut self) {
+        let under_way = self.answers.front().is_some_and(Answer::started);
+        self.answers.clear();
+        if under_way {
+            tracing::debug!("sim answer interrupted");
+            self.immediate.push_back((
+                Instant::now(),
+                LlmResponse {
+                    interrupted: true,
+                    ..sim_message()
+                },
+            ));
+        }
+    }
+
+    /// An utterance ended: transcribe it, then answer it with a voice echo.
+    fn heard_speech(&mut self, pcm: super::pcm::Pcm) {
+        let seconds = pcm.len() as f64 / f64::from(self.rate);
+        tracing::debug!(seconds, "sim heard an utterance");
+        if self.config.input_audio_transcription {
+            self.immediate.push_back((
+                Instant::now(),
+                LlmResponse {
+                    input_transcription: Some(Transcription::new(
+                        speech_transcript(seconds),
+                        false,
+                    )),
+                    ..sim_message()
+                },
+            ));
+        }
+        let pending = std::mem::take(&mut self.pending_text).join(" ");
+        let prompt = PromptTokens {
+            text: text_tokens(&pending),
+            audio: audio_tokens(seconds),
         };
-        let voice = if style.audio { voice } else { None };
-        let start = Instant::now() + self.config.reply_delay;
-        self.turns += 1;
-        let mut plan = plan_answer(reply, voice, style);
-        if self.connect.session_resumption.is_some() {
-            if let Some((_, last)) = plan.last_mut() {
-                last.session_resumption_update = Some(SessionResumptionUpdate {
-                    new_handle: Some(format!("{}-{}", self.handle_prefix, self.turns)),
-                    resumable: Some(true),
-                });
-            }
-        }
-        for (offset, message) in plan {
-            let at = match self.config.pacing {
-                Pacing::RealTime => start + offset,
-                Pacing::Burst => start,
-            };
-            self.outbox.push_back((at, message));
-        }
+        let echo = Voice::Echo(Echo::new(pcm, self.rate));
+        self.answer(&Heard::Speech { seconds }, Some(echo), prompt);
     }
 
-    /// Sends every message that is due; false when the flow is gone.
-    async fn send_due(&mut self) -> bool {
-        let now = Instant::now();
-        while self.outbox.front().is_some_and(|(at, _)| *at <= now) {
-            let Some((_, message)) = self.outbox.pop_front() else {
-                break;
-            };
-            if !self.send(message).await {
-                return false;
-            }
+    /// Schedules the answer to a turn after the reply delay (and after answers still queued).
+    fn answer(&mut self, heard: &Heard<'_>, echo: Option<Voice>, turn: PromptTokens) {
+        let reply = plan_reply(heard, &self.config);
+        let modality = self.config.modality();
+        let style = AnswerStyle {
+            modality,
+            transcribe: self.config.output_audio_transcription,
+            real_time: self.sim.pacing == Pacing::RealTime,
+            chunk_samples: (OUTPUT_RATE * self.sim.chunk_ms() / 1000) as usize,
+            text_words: self.sim.text_chunk_words(),
+            text_interval: self.sim.text_chunk_interval(),
+        };
+        let prompt = PromptTokens {
+            text: self.context.text + turn.text,
+            audio: self.context.audio + turn.audio,
+        };
+        let mut base = Instant::now() + self.sim.reply_delay();
+        if let Some(last) = self.answers.back() {
+            base = base.max(last.ends_at());
         }
-        true
-    }
-
-    async fn send(&self, message: LlmResponse) -> bool {
-        self.output.send(Ok(message)).await.is_ok()
+        let answer = Answer::new(&reply, echo, prompt, style, base);
+        // The conversation grows by this turn and the answer, re-read by the next prompt.
+        self.context.text += turn.text;
+        self.context.audio += turn.audio;
+        match modality {
+            Modality::Text => self.context.text += answer.candidates(),
+            Modality::Audio => self.context.audio += answer.candidates(),
+        }
+        self.answers.push_back(answer);
     }
 }

@@ -1,14 +1,19 @@
-//! The sim model over its channels: text and audio turns, the voice echo, barge-in, manual activity.
+//! The sim model over its channels: text and audio turns, the voice echo, barge-in, manual activity,
+//! resumption handles, bad input, and closing.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::mpsc;
 use tokio::time::timeout;
 
+use super::pcm::samples;
+use super::vad::{rms_dbfs, Vad, VadEvent, VadSettings};
 use super::*;
-use crate::event::Content;
+use crate::event::{Blob, Content, FunctionResponse};
 use crate::model::{
     AutomaticActivityDetection, LiveInput, LlmResponse, Modality, RealtimeInputConfig,
+    SessionResumptionConfig,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -23,25 +28,82 @@ fn connect_config(modality: Modality) -> LiveConnectConfig {
     }
 }
 
-fn clip(name: &str) -> Vec<u8> {
+fn manual_config(modality: Modality) -> LiveConnectConfig {
+    LiveConnectConfig {
+        realtime_input_config: Some(RealtimeInputConfig {
+            automatic_activity_detection: Some(AutomaticActivityDetection {
+                disabled: Some(true),
+                ..Default::default()
+            }),
+            activity_handling: None,
+        }),
+        ..connect_config(modality)
+    }
+}
+
+/// A speech fixture's samples (16 kHz mono PCM16).
+fn clip(name: &str) -> Vec<i16> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    let mut reader = hound::WavReader::open(path).unwrap();
+    let mut reader = hound::WavReader::open(path).expect("fixture");
+    assert_eq!(reader.spec().sample_rate, 16_000);
     reader
         .samples::<i16>()
-        .flat_map(|s| s.unwrap().to_le_bytes())
+        .map(|s| s.expect("sample"))
         .collect()
 }
 
+fn silence(ms: usize) -> Vec<i16> {
+    vec![0; ms * 16]
+}
+
+fn pcm_bytes(samples: &[i16]) -> Bytes {
+    samples.iter().flat_map(|s| s.to_le_bytes()).collect()
+}
+
+fn text_turn(text: &str) -> LiveInput {
+    LiveInput::Content {
+        content: Content::text("user", text),
+        turn_complete: true,
+    }
+}
+
+/// Streams audio in 20 ms chunks from its own task, so the test can read answers meanwhile.
+fn feed(sender: &mpsc::Sender<LiveInput>, audio: Vec<i16>) {
+    let sender = sender.clone();
+    tokio::spawn(async move {
+        for chunk in audio.chunks(320) {
+            let input = LiveInput::audio(pcm_bytes(chunk), 16_000);
+            if sender.send(input).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+async fn send(connection: &LiveConnection, input: LiveInput) {
+    timeout(WAIT, connection.sender.send(input))
+        .await
+        .expect("sent in time")
+        .expect("sim is running");
+}
+
+async fn recv(connection: &mut LiveConnection) -> LlmResponse {
+    let message = timeout(WAIT, connection.receiver.recv())
+        .await
+        .expect("a message in time")
+        .expect("connection open")
+        .expect("no error");
+    assert_eq!(message.model_version.as_deref(), Some("sim"));
+    message
+}
+
+/// Messages up to and including the next `turn_complete`.
 async fn turn(connection: &mut LiveConnection) -> Vec<LlmResponse> {
     let mut out = Vec::new();
     loop {
-        let message = timeout(WAIT, connection.receiver.recv())
-            .await
-            .expect("in time")
-            .expect("open")
-            .expect("ok");
+        let message = recv(connection).await;
         let done = message.turn_complete;
         out.push(message);
         if done {
@@ -50,55 +112,92 @@ async fn turn(connection: &mut LiveConnection) -> Vec<LlmResponse> {
     }
 }
 
-async fn send_audio(connection: &LiveConnection, pcm: &[u8]) {
-    for chunk in pcm.chunks(640) {
-        connection
-            .sender
-            .send(LiveInput::audio(Bytes::copy_from_slice(chunk), 16_000))
-            .await
-            .unwrap();
-    }
+fn audio_of(message: &LlmResponse) -> Option<&Blob> {
+    message
+        .content
+        .as_ref()
+        .and_then(|c| c.parts.first())
+        .and_then(|p| p.inline_data.as_ref())
 }
 
-fn audio_bytes(messages: &[LlmResponse]) -> usize {
+fn audio_samples(messages: &[LlmResponse]) -> Vec<i16> {
     messages
         .iter()
-        .flat_map(|m| m.content.iter().flat_map(|c| &c.parts))
-        .filter_map(|p| p.inline_data.as_ref())
-        .map(|b| b.data.len())
-        .sum()
+        .filter_map(audio_of)
+        .flat_map(|b| samples(&b.data).collect::<Vec<_>>())
+        .collect()
+}
+
+fn texts(messages: &[LlmResponse]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| audio_of(m).is_none())
+        .filter_map(|m| m.content.as_ref())
+        .map(Content::joined_text)
+        .collect()
+}
+
+fn output_transcript(messages: &[LlmResponse]) -> String {
+    messages
+        .iter()
+        .filter_map(|m| m.output_transcription.as_ref())
+        .inspect(|t| assert_eq!(t.finished, Some(false)))
+        .filter_map(|t| t.text.clone())
+        .collect()
+}
+
+fn position(messages: &[LlmResponse], test: impl Fn(&LlmResponse) -> bool) -> usize {
+    messages.iter().position(test).expect("message present")
+}
+
+/// The utterance the sim's VAD cuts from `audio` (default settings), as stream sample indices.
+fn vad_cut(audio: &[i16]) -> (u64, u64) {
+    let sim = SimConfig::default();
+    let settings = VadSettings {
+        threshold_dbfs: sim.vad_threshold_dbfs,
+        min_speech_ms: sim.vad_min_speech_ms,
+        silence_ms: sim.vad_silence_ms,
+    };
+    let mut vad = Vad::new(settings, 16_000);
+    let mut events = Vec::new();
+    vad.push(audio.iter().copied(), &mut events);
+    match events.as_slice() {
+        [VadEvent::Start, VadEvent::End { start, end }] => (*start, *end),
+        other => panic!("one utterance expected: {other:?}"),
+    }
 }
 
 #[tokio::test]
 async fn text_turn_in_text_modality_streams_fragments_then_usage_then_turn_complete() {
     let model = SimModel::new(SimConfig::instant());
     let mut connection = model.connect(connect_config(Modality::Text)).await.unwrap();
-    let hello = LiveInput::Content {
-        content: Content::text("user", "hello"),
-        turn_complete: true,
-    };
-    connection.sender.send(hello.clone()).await.unwrap();
+    send(&connection, text_turn("hello")).await;
     let messages = turn(&mut connection).await;
-    let fragments: Vec<String> = messages
-        .iter()
-        .filter_map(|m| m.content.as_ref())
-        .map(Content::joined_text)
-        .collect();
-    assert!(fragments.len() >= 2);
-    assert_eq!(fragments.concat(), reply_to_text("hello"));
-    let usage = messages
-        .iter()
-        .position(|m| m.usage_metadata.is_some())
-        .unwrap();
-    assert!(usage > 0 && usage < messages.len() - 1);
-    connection.sender.send(hello).await.unwrap();
-    let again: Vec<String> = turn(&mut connection)
-        .await
-        .iter()
-        .filter_map(|m| m.content.as_ref())
-        .map(Content::joined_text)
-        .collect();
-    assert_eq!(again, fragments, "deterministic");
+
+    let fragments = texts(&messages);
+    assert!(fragments.len() >= 2, "{fragments:?}");
+    assert_eq!(fragments.concat(), text_reply("hello"));
+    assert_eq!(
+        fragments.concat(),
+        "Hello! I'm the livegate simulator. You said: \"hello\"."
+    );
+    let last_text = messages.iter().rposition(|m| m.content.is_some()).unwrap();
+    let usage = position(&messages, |m| m.usage_metadata.is_some());
+    let generated = position(&messages, |m| m.generation_complete);
+    assert!(last_text < usage && usage < generated && generated < messages.len() - 1);
+    let usage = messages[usage].usage_metadata.clone().unwrap();
+    let details = usage.candidates_tokens_details.unwrap();
+    assert_eq!(details[0].modality, "TEXT");
+    assert!(usage.prompt_token_count.unwrap() > 0 && usage.candidates_token_count.unwrap() > 0);
+    assert_eq!(
+        usage.total_token_count,
+        Some(usage.prompt_token_count.unwrap() + usage.candidates_token_count.unwrap())
+    );
+
+    // Deterministic: a fresh connection says exactly the same.
+    let mut again = model.connect(connect_config(Modality::Text)).await.unwrap();
+    send(&again, text_turn("hello")).await;
+    assert_eq!(turn(&mut again).await, messages);
 }
 
 #[tokio::test]
@@ -108,62 +207,140 @@ async fn text_turn_in_audio_modality_speaks_with_transcription() {
         .connect(connect_config(Modality::Audio))
         .await
         .unwrap();
-    connection
-        .sender
-        .send(LiveInput::Content {
-            content: Content::text("user", "hello"),
-            turn_complete: true,
-        })
-        .await
-        .unwrap();
+    send(&connection, text_turn("what time is it?")).await;
     let messages = turn(&mut connection).await;
-    let transcript: String = messages
-        .iter()
-        .filter_map(|m| m.output_transcription.as_ref())
-        .filter_map(|t| t.text.clone())
-        .collect();
-    assert_eq!(transcript, reply_to_text("hello"));
-    let mut samples = Vec::new();
-    for blob in messages
-        .iter()
-        .flat_map(|m| m.content.iter().flat_map(|c| &c.parts))
-        .filter_map(|p| p.inline_data.as_ref())
-    {
-        assert_eq!(blob.mime_type, "audio/pcm;rate=24000");
-        assert_eq!(blob.data.len() % 2, 0);
-        samples.extend(
-            blob.data
-                .chunks_exact(2)
-                .map(|b| i16::from_le_bytes([b[0], b[1]])),
-        );
+
+    let reply = text_reply("what time is it?");
+    assert_eq!(output_transcript(&messages), reply);
+    let chunks: Vec<&Blob> = messages.iter().filter_map(audio_of).collect();
+    assert!(chunks.len() > 10);
+    for (i, chunk) in chunks.iter().enumerate() {
+        assert_eq!(chunk.mime_type, "audio/pcm;rate=24000");
+        assert_eq!(chunk.data.len() % 2, 0);
+        if i + 1 < chunks.len() {
+            assert_eq!(chunk.data.len(), 40 * 24 * 2, "40 ms chunks");
+        }
     }
-    assert!(rms(&samples) > 0.03, "audible speech");
+    let audio = audio_samples(&messages);
+    let level = rms_dbfs(&audio);
+    assert!(level > -20.0, "audible speech: {level} dBFS");
+    let seconds = audio.len() as f64 / 24_000.0;
+    let words = reply.split_whitespace().count() as f64;
+    assert!(
+        (0.2..0.45).contains(&(seconds / words)),
+        "{seconds} s for {words} words"
+    );
+    // The transcript leads the audio it describes.
+    let first_transcript = position(&messages, |m| m.output_transcription.is_some());
+    let first_audio = position(&messages, |m| audio_of(m).is_some());
+    assert!(first_transcript < first_audio);
+    let usage = position(&messages, |m| m.usage_metadata.is_some());
+    assert!(
+        messages[..usage]
+            .iter()
+            .rposition(|m| audio_of(m).is_some())
+            < Some(usage)
+    );
+    assert_eq!(
+        messages[usage]
+            .usage_metadata
+            .as_ref()
+            .unwrap()
+            .candidates_tokens_details
+            .as_ref()
+            .unwrap()[0]
+            .modality,
+        "AUDIO"
+    );
+    assert!(messages.last().unwrap().turn_complete);
 }
 
 #[tokio::test]
-async fn speech_is_transcribed_and_echoed_at_24_khz() {
+async fn partial_content_joins_the_next_turn() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut connection = model.connect(connect_config(Modality::Text)).await.unwrap();
+    send(
+        &connection,
+        LiveInput::Content {
+            content: Content::text("user", "first part"),
+            turn_complete: false,
+        },
+    )
+    .await;
+    send(&connection, text_turn("second part")).await;
+    let messages = turn(&mut connection).await;
+    assert_eq!(
+        texts(&messages).concat(),
+        text_reply("first part second part")
+    );
+    // The second turn re-reads the first: its prompt is larger.
+    send(&connection, text_turn("second part")).await;
+    let again = turn(&mut connection).await;
+    let prompt = |m: &[LlmResponse]| {
+        m.iter()
+            .find_map(|m| m.usage_metadata.as_ref())
+            .and_then(|u| u.prompt_token_count)
+            .unwrap()
+    };
+    assert!(prompt(&again) > prompt(&messages));
+}
+
+#[tokio::test]
+async fn speech_is_transcribed_then_echoed_at_one_and_a_half_times_its_length() {
     let model = SimModel::new(SimConfig::instant());
     let mut connection = model
         .connect(connect_config(Modality::Audio))
         .await
         .unwrap();
-    let pcm = clip("hello.wav");
-    send_audio(&connection, &pcm).await;
-    send_audio(&connection, &vec![0u8; 32_000]).await;
+    let hello = clip("hello.wav");
+    let audio = [hello.clone(), silence(1000)].concat();
+    feed(&connection.sender, audio.clone());
     let messages = turn(&mut connection).await;
+
+    let (start, end) = vad_cut(&audio);
+    let utterance = (end - start) as usize;
     let heard = messages[0]
         .input_transcription
         .as_ref()
-        .and_then(|t| t.text.clone())
         .expect("input transcription first");
-    assert!(heard.starts_with("(speech, "), "{heard}");
-    let echoed_samples = audio_bytes(&messages) / 2;
-    let clip_samples = pcm.len() / 2;
-    // The VAD trims the clip's own quiet edges; the echo is 1.5x what it kept.
-    assert!(
-        echoed_samples <= clip_samples * 3 / 2 && echoed_samples > clip_samples,
-        "{echoed_samples} vs {clip_samples}"
+    assert_eq!(heard.finished, Some(false));
+    assert_eq!(
+        heard.text.as_deref(),
+        Some(speech_transcript(utterance as f64 / 16_000.0).as_str())
     );
+    let echo = audio_samples(&messages);
+    assert_eq!(echo.len(), utterance * 3 / 2, "exactly 1.5x the utterance");
+    assert_eq!(echo.len(), echo_len(utterance, 16_000));
+    // The VAD keeps nearly all of the clip: it only trims the silence at its end.
+    assert!(
+        utterance <= hello.len() && utterance > hello.len() * 8 / 10,
+        "{utterance} of {}",
+        hello.len()
+    );
+    // It is the user's own voice: every third output sample is an input sample.
+    for k in 0..echo.len() / 3 {
+        assert_eq!(echo[3 * k], audio[start as usize + 2 * k]);
+    }
+    assert_eq!(
+        output_transcript(&messages),
+        speech_reply(utterance as f64 / 16_000.0, Modality::Audio)
+    );
+    assert!(messages.last().unwrap().turn_complete);
+}
+
+#[tokio::test]
+async fn speech_in_text_modality_is_described_in_text() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut connection = model.connect(connect_config(Modality::Text)).await.unwrap();
+    feed(
+        &connection.sender,
+        [clip("weather.wav"), silence(1000)].concat(),
+    );
+    let messages = turn(&mut connection).await;
+    assert!(messages[0].input_transcription.is_some());
+    assert!(audio_samples(&messages).is_empty());
+    let text = texts(&messages).concat();
+    assert!(text.starts_with("You said something for 2."), "{text}");
 }
 
 #[tokio::test]
@@ -177,80 +354,237 @@ async fn speaking_over_a_real_time_answer_interrupts_it() {
         .connect(connect_config(Modality::Audio))
         .await
         .unwrap();
-    connection
-        .sender
-        .send(LiveInput::Content {
-            content: Content::text("user", "tell me a story"),
-            turn_complete: true,
-        })
-        .await
-        .unwrap();
+    send(
+        &connection,
+        text_turn("tell me a long story about a lighthouse keeper please"),
+    )
+    .await;
+    while audio_of(&recv(&mut connection).await).is_none() {}
+
+    feed(
+        &connection.sender,
+        [clip("interrupt.wav"), silence(1000)].concat(),
+    );
+    // Until `interrupted`: only the first answer, unfinished.
     loop {
-        let m = timeout(WAIT, connection.receiver.recv())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if m.content.is_some() {
+        let message = recv(&mut connection).await;
+        assert!(!message.turn_complete, "the answer was cut, not finished");
+        assert!(message.input_transcription.is_none());
+        if message.interrupted {
+            assert!(message.content.is_none() && !message.generation_complete);
             break;
         }
     }
-    send_audio(&connection, &clip("interrupt.wav")).await;
-    loop {
-        let m = timeout(WAIT, connection.receiver.recv())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if m.interrupted {
-            break;
-        }
-        assert!(!m.turn_complete, "interrupted before the answer completed");
-    }
-    send_audio(&connection, &vec![0u8; 32_000]).await;
-    let after = turn(&mut connection).await;
+    // After it: nothing of the first answer; the barge-in utterance is heard, then answered.
+    let heard = recv(&mut connection).await;
     assert!(
-        after[0].input_transcription.is_some(),
-        "nothing of the old answer after `interrupted`: {:?}",
-        after[0]
+        heard.input_transcription.is_some(),
+        "no audio of the interrupted answer after `interrupted`: {heard:?}"
+    );
+    let answer = recv(&mut connection).await;
+    assert!(
+        answer.output_transcription.is_some() || audio_of(&answer).is_some(),
+        "{answer:?}"
     );
 }
 
 #[tokio::test]
 async fn manual_activity_delimits_utterances() {
     let model = SimModel::new(SimConfig::instant());
-    let mut config = connect_config(Modality::Audio);
-    config.realtime_input_config = Some(RealtimeInputConfig {
-        automatic_activity_detection: Some(AutomaticActivityDetection {
-            disabled: Some(true),
-            ..Default::default()
-        }),
-        activity_handling: None,
-    });
-    let mut connection = model.connect(config).await.unwrap();
-    connection
-        .sender
-        .send(LiveInput::ActivityStart)
+    let mut connection = model.connect(manual_config(Modality::Audio)).await.unwrap();
+    // Audio outside an activity is not speech, however loud.
+    send(
+        &connection,
+        LiveInput::audio(pcm_bytes(&clip("count.wav")), 16_000),
+    )
+    .await;
+    send(&connection, LiveInput::ActivityStart).await;
+    // Pauses and trailing silence inside the activity do not end it.
+    let weather = [clip("weather.wav"), silence(800)].concat();
+    for chunk in weather.chunks(1600) {
+        send(&connection, LiveInput::audio(pcm_bytes(chunk), 16_000)).await;
+    }
+    send(&connection, LiveInput::ActivityEnd).await;
+    let messages = turn(&mut connection).await;
+    assert_eq!(
+        messages[0]
+            .input_transcription
+            .as_ref()
+            .and_then(|t| t.text.as_deref()),
+        Some(speech_transcript(weather.len() as f64 / 16_000.0).as_str())
+    );
+    assert_eq!(audio_samples(&messages).len(), weather.len() * 3 / 2);
+}
+
+#[tokio::test]
+async fn audio_stream_end_flushes_the_utterance() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut connection = model
+        .connect(connect_config(Modality::Audio))
         .await
         .unwrap();
-    send_audio(&connection, &clip("weather.wav")).await;
-    connection
-        .sender
-        .send(LiveInput::ActivityEnd)
-        .await
-        .unwrap();
+    for chunk in clip("hello.wav").chunks(1600) {
+        send(&connection, LiveInput::audio(pcm_bytes(chunk), 16_000)).await;
+    }
+    send(&connection, LiveInput::AudioStreamEnd).await;
     let messages = turn(&mut connection).await;
     assert!(messages[0].input_transcription.is_some());
-    assert!(audio_bytes(&messages) > 0);
+    assert!(!audio_samples(&messages).is_empty());
+}
+
+#[tokio::test]
+async fn resumption_handles_follow_each_turn() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut config = connect_config(Modality::Text);
+    config.session_resumption = Some(SessionResumptionConfig::default());
+    let mut connection = model.connect(config.clone()).await.unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        send(&connection, text_turn("hi")).await;
+        turn(&mut connection).await;
+        let update = recv(&mut connection)
+            .await
+            .session_resumption_update
+            .unwrap();
+        assert_eq!(update.resumable, Some(true));
+        handles.push(update.new_handle.unwrap());
+    }
+    assert!(handles[0].starts_with("sim-") && handles[0].ends_with("-1"));
+    assert_eq!(handles[1], format!("{}2", handles[0].trim_end_matches('1')));
+
+    // Resuming continues the numbering of the handle.
+    config.session_resumption = Some(SessionResumptionConfig {
+        handle: Some(handles[1].clone()),
+        transparent: None,
+    });
+    let mut resumed = model.connect(config).await.unwrap();
+    send(&resumed, text_turn("hi")).await;
+    turn(&mut resumed).await;
+    let update = recv(&mut resumed).await.session_resumption_update.unwrap();
+    assert_eq!(
+        update.new_handle.unwrap(),
+        format!("{}3", handles[0].trim_end_matches('1'))
+    );
+}
+
+#[tokio::test]
+async fn bad_and_foreign_inputs_are_tolerated() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut connection = model.connect(connect_config(Modality::Text)).await.unwrap();
+    let inputs = [
+        LiveInput::audio(Bytes::from_static(&[1, 2, 3]), 16_000),
+        LiveInput::audio(Bytes::new(), 16_000),
+        LiveInput::Realtime(Blob::new(Bytes::from_static(&[1]), "audio/pcm;rate=banana")),
+        LiveInput::Realtime(Blob::new(Bytes::from_static(&[0, 1]), "audio/pcm;rate=0")),
+        LiveInput::Realtime(Blob::new(Bytes::from_static(&[0xff; 9]), "image/jpeg")),
+        LiveInput::Realtime(Blob::new(Bytes::from_static(&[0xff; 9]), "audio/webm")),
+        LiveInput::ToolResponse(vec![FunctionResponse::default()]),
+        LiveInput::ActivityStart,
+        LiveInput::ActivityEnd,
+        LiveInput::AudioStreamEnd,
+        LiveInput::Content {
+            content: Content::default(),
+            turn_complete: false,
+        },
+    ];
+    for input in inputs {
+        send(&connection, input).await;
+    }
+    send(&connection, text_turn("still there?")).await;
+    let messages = turn(&mut connection).await;
+    assert_eq!(texts(&messages).concat(), text_reply("still there?"));
 }
 
 #[tokio::test]
 async fn dropping_the_sender_ends_the_connection() {
-    let model = SimModel::new(SimConfig::instant());
+    let model = SimModel::new(SimConfig::default());
     let LiveConnection {
         sender,
         mut receiver,
-    } = model.connect(connect_config(Modality::Text)).await.unwrap();
+    } = model
+        .connect(connect_config(Modality::Audio))
+        .await
+        .unwrap();
+    sender.send(text_turn("hello")).await.unwrap();
     drop(sender);
-    assert!(timeout(WAIT, receiver.recv()).await.unwrap().is_none());
+    // Whatever was under way, the connection ends.
+    while let Some(message) = timeout(WAIT, receiver.recv()).await.expect("ends in time") {
+        message.expect("no error");
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_receiver_ends_the_task() {
+    let model = SimModel::new(SimConfig::default());
+    let LiveConnection { sender, receiver } = model
+        .connect(connect_config(Modality::Audio))
+        .await
+        .unwrap();
+    drop(receiver);
+    timeout(WAIT, sender.closed())
+        .await
+        .expect("the task ends and drops its input");
+}
+
+#[tokio::test(start_paused = true)]
+async fn real_time_pacing_sends_audio_at_the_speed_of_speech() {
+    let model = SimModel::new(SimConfig::default());
+    let mut connection = model
+        .connect(connect_config(Modality::Audio))
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    send(&connection, text_turn("hello")).await;
+    let mut audio_at = Vec::new();
+    let mut samples_sent = 0;
+    let done_at = loop {
+        let message = recv(&mut connection).await;
+        let at = t0.elapsed();
+        if let Some(blob) = audio_of(&message) {
+            audio_at.push((at, samples_sent));
+            samples_sent += blob.data.len() / 2;
+        }
+        if message.turn_complete {
+            break at;
+        }
+    };
+    let close = |a: Duration, b: Duration| a.abs_diff(b) <= Duration::from_millis(2);
+    // Each chunk leaves when a voice starting after the reply delay would reach it.
+    for (at, offset) in &audio_at {
+        let expected =
+            Duration::from_millis(150) + Duration::from_secs_f64(*offset as f64 / 24_000.0);
+        assert!(close(*at, expected), "{at:?} vs {expected:?}");
+    }
+    let spoken = Duration::from_secs_f64(samples_sent as f64 / 24_000.0);
+    assert!(
+        close(done_at, Duration::from_millis(150) + spoken),
+        "{done_at:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_barge_in_the_answer_finishes_before_the_next() {
+    let model = SimModel::new(SimConfig::default());
+    let mut config = connect_config(Modality::Audio);
+    config.realtime_input_config = Some(RealtimeInputConfig {
+        automatic_activity_detection: None,
+        activity_handling: Some("NO_INTERRUPTION".into()),
+    });
+    let mut connection = model.connect(config).await.unwrap();
+    send(&connection, text_turn("hi")).await;
+    while audio_of(&recv(&mut connection).await).is_none() {}
+    let audio = [clip("weather.wav"), silence(1000)].concat();
+    feed(&connection.sender, audio.clone());
+    let first = turn(&mut connection).await;
+    let second = turn(&mut connection).await;
+    assert!(first.iter().chain(&second).all(|m| !m.interrupted));
+    assert!(
+        first.iter().any(|m| m.input_transcription.is_some()),
+        "the utterance is transcribed while the first answer plays"
+    );
+    let (start, end) = vad_cut(&audio);
+    assert_eq!(
+        audio_samples(&second).len(),
+        echo_len((end - start) as usize, 16_000)
+    );
 }

@@ -1,179 +1,339 @@
-//! An energy voice-activity detector: finds utterances in 16-bit PCM by frame RMS with hysteresis.
+//! An energy voice-activity detector: frame RMS against a threshold, with start and end hysteresis.
+//!
+//! It works on sample indices, not sample copies: the session keeps the audio (see `pcm::Track`) and
+//! cuts utterances out of it with the indices reported here.
 
-/// What the detector saw in the audio just fed to it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum VadEvent {
-    /// Speech started (after the minimum speech time).
-    SpeechStart,
-    /// Speech ended (after the end-of-speech silence); the utterance's samples.
-    SpeechEnd(Vec<i16>),
-}
+/// Length of one analysis frame.
+const FRAME_MS: u64 = 20;
+/// Audio kept before the first loud frame, so soft onsets are not clipped.
+const PRE_ROLL_MS: u64 = 100;
+/// An utterance longer than this is ended where it stands (bounds memory and latency).
+const MAX_UTTERANCE_MS: u64 = 30_000;
 
 /// Detector settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct VadConfig {
-    /// Frame RMS (0..1 of full scale) above which a frame counts as speech.
-    pub threshold: f32,
-    /// Speech needed before a start is declared, in milliseconds.
+pub struct VadSettings {
+    /// Frame RMS level, in dBFS, at or above which a frame is speech.
+    pub threshold_dbfs: f32,
+    /// Speech needed before an utterance starts, in milliseconds.
     pub min_speech_ms: u32,
-    /// Silence needed before an end is declared, in milliseconds.
+    /// Silence that ends an utterance, in milliseconds.
     pub silence_ms: u32,
 }
 
-/// An energy VAD over a stream of samples at one rate.
-#[derive(Debug)]
-pub struct Vad {
-    config: VadConfig,
-    frame_len: usize,
-    frame: Vec<i16>,
-    /// Samples of the current (candidate) utterance, from its first loud frame.
-    utterance: Vec<i16>,
-    /// Length of `utterance` at its last loud frame.
-    speech_end: usize,
-    loud_frames: u32,
-    quiet_frames: u32,
-    speaking: bool,
+/// What the detector found in the audio just fed to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VadEvent {
+    /// An utterance started (after the minimum speech time).
+    Start,
+    /// An utterance ended; its samples are `start..end` (stream indices).
+    End {
+        /// First sample (with a little pre-roll before the first loud frame).
+        start: u64,
+        /// Sample after the last loud frame.
+        end: u64,
+    },
 }
 
-const FRAME_MS: u32 = 20;
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Idle,
+    /// Loud frames seen, but not yet enough to call it speech.
+    Candidate {
+        start: u64,
+        loud: u32,
+        quiet: u32,
+    },
+    Speaking {
+        start: u64,
+        last_loud_end: u64,
+        quiet: u32,
+    },
+}
+
+/// An energy VAD over one stream of PCM16 samples at one rate.
+#[derive(Debug)]
+pub struct Vad {
+    frame_len: u64,
+    /// Sum of squares a frame must reach to be loud (threshold² × frame length).
+    loud_energy: f64,
+    min_speech_frames: u32,
+    /// Quiet frames a candidate may contain before it is dropped as noise.
+    gap_frames: u32,
+    silence_frames: u32,
+    pre_roll: u64,
+    max_len: u64,
+    energy: f64,
+    in_frame: u64,
+    /// Samples consumed since the stream began.
+    pos: u64,
+    /// End of the last utterance: pre-roll never reaches back into it.
+    floor: u64,
+    state: State,
+}
 
 impl Vad {
     /// A detector for audio at `rate` Hz.
-    pub fn new(config: VadConfig, rate: u32) -> Self {
-        let frame_len = (rate as usize * FRAME_MS as usize / 1000).max(1);
+    pub fn new(settings: VadSettings, rate: u32) -> Self {
+        let rate = u64::from(rate.max(1));
+        let frame_len = (rate * FRAME_MS / 1000).max(1);
+        let threshold = 32768.0 * 10f64.powf(f64::from(settings.threshold_dbfs) / 20.0);
+        let frames = |ms: u32| (u64::from(ms).div_ceil(FRAME_MS)).clamp(1, 10_000) as u32;
         Vad {
-            config,
             frame_len,
-            frame: Vec::with_capacity(frame_len),
-            utterance: Vec::new(),
-            speech_end: 0,
-            loud_frames: 0,
-            quiet_frames: 0,
-            speaking: false,
+            loud_energy: threshold * threshold * frame_len as f64,
+            min_speech_frames: frames(settings.min_speech_ms),
+            gap_frames: frames(settings.min_speech_ms),
+            silence_frames: frames(settings.silence_ms),
+            pre_roll: rate * PRE_ROLL_MS / 1000,
+            max_len: rate * MAX_UTTERANCE_MS / 1000,
+            energy: 0.0,
+            in_frame: 0,
+            pos: 0,
+            floor: 0,
+            state: State::Idle,
         }
     }
 
-    /// Whether an utterance is in progress.
+    /// Whether an utterance is in progress (started and not yet ended).
+    #[cfg(test)]
     pub fn speaking(&self) -> bool {
-        self.speaking
+        matches!(self.state, State::Speaking { .. })
     }
 
-    /// Feeds samples; returns what happened, in order.
-    pub fn feed(&mut self, samples: &[i16]) -> Vec<VadEvent> {
-        let mut events = Vec::new();
-        for &sample in samples {
-            self.frame.push(sample);
-            if self.frame.len() == self.frame_len {
-                let frame = std::mem::take(&mut self.frame);
-                self.frame_done(&frame, &mut events);
-                self.frame = frame;
-                self.frame.clear();
+    /// Feeds samples; appends what happened to `events`, in order.
+    pub fn push(&mut self, samples: impl IntoIterator<Item = i16>, events: &mut Vec<VadEvent>) {
+        for sample in samples {
+            let s = f64::from(sample);
+            self.energy += s * s;
+            self.in_frame += 1;
+            self.pos += 1;
+            if self.in_frame == self.frame_len {
+                let loud = self.energy >= self.loud_energy;
+                self.energy = 0.0;
+                self.in_frame = 0;
+                self.frame_done(loud, events);
             }
         }
-        events
     }
 
-    /// Ends the current utterance now (stream end, manual activity end).
-    pub fn finish(&mut self) -> Option<Vec<i16>> {
-        let had_speech = self.speaking || self.loud_frames > 0;
-        self.utterance.append(&mut self.frame);
-        let utterance = std::mem::take(&mut self.utterance);
-        let end = if self.speaking {
-            self.speech_end.max(1).min(utterance.len())
-        } else {
-            utterance.len()
+    /// Ends the utterance in progress now (audio stream end); its samples, if there was one.
+    pub fn finish(&mut self) -> Option<(u64, u64)> {
+        let ended = match self.state {
+            State::Speaking {
+                start,
+                last_loud_end,
+                ..
+            } => Some((self.with_pre_roll(start), last_loud_end)),
+            _ => None,
         };
-        self.reset();
-        (had_speech && !utterance.is_empty()).then(|| utterance[..end].to_vec())
+        self.state = State::Idle;
+        self.energy = 0.0;
+        self.in_frame = 0;
+        self.floor = self.pos;
+        ended
     }
 
-    fn reset(&mut self) {
-        self.utterance.clear();
-        self.speech_end = 0;
-        self.loud_frames = 0;
-        self.quiet_frames = 0;
-        self.speaking = false;
-    }
-
-    fn frame_done(&mut self, frame: &[i16], events: &mut Vec<VadEvent>) {
-        let loud = rms(frame) >= self.config.threshold;
-        if loud {
-            self.utterance.extend_from_slice(frame);
-            self.speech_end = self.utterance.len();
-            self.loud_frames += 1;
-            self.quiet_frames = 0;
-            if !self.speaking && self.loud_frames * FRAME_MS >= self.config.min_speech_ms {
-                self.speaking = true;
-                events.push(VadEvent::SpeechStart);
+    /// The earliest sample a future utterance can include: audio before it may be forgotten.
+    pub fn keep_from(&self) -> u64 {
+        match self.state {
+            State::Idle => self.with_pre_roll(self.pos - self.in_frame),
+            State::Candidate { start, .. } | State::Speaking { start, .. } => {
+                self.with_pre_roll(start)
             }
-        } else if self.speaking {
-            self.utterance.extend_from_slice(frame);
-            self.quiet_frames += 1;
-            if self.quiet_frames * FRAME_MS >= self.config.silence_ms {
-                let mut utterance = std::mem::take(&mut self.utterance);
-                utterance.truncate(self.speech_end);
-                self.reset();
-                events.push(VadEvent::SpeechEnd(utterance));
-            }
-        } else if self.loud_frames > 0 {
-            // A click or a breath, too short to be speech: forget it.
-            self.reset();
         }
+    }
+
+    fn with_pre_roll(&self, start: u64) -> u64 {
+        start.saturating_sub(self.pre_roll).max(self.floor)
+    }
+
+    fn frame_done(&mut self, loud: bool, events: &mut Vec<VadEvent>) {
+        let frame_start = self.pos - self.frame_len;
+        self.state = match (self.state, loud) {
+            (State::Idle, false) => State::Idle,
+            (State::Idle, true) => self.candidate(frame_start, 1, events),
+            (State::Candidate { start, loud, .. }, true) => self.candidate(start, loud + 1, events),
+            (State::Candidate { start, loud, quiet }, false) => {
+                if quiet + 1 > self.gap_frames {
+                    // A click or a breath, too short to be speech.
+                    State::Idle
+                } else {
+                    State::Candidate {
+                        start,
+                        loud,
+                        quiet: quiet + 1,
+                    }
+                }
+            }
+            (State::Speaking { start, .. }, true) => {
+                if self.pos - start >= self.max_len {
+                    self.end(start, self.pos, events)
+                } else {
+                    State::Speaking {
+                        start,
+                        last_loud_end: self.pos,
+                        quiet: 0,
+                    }
+                }
+            }
+            (
+                State::Speaking {
+                    start,
+                    last_loud_end,
+                    quiet,
+                },
+                false,
+            ) => {
+                if quiet + 1 >= self.silence_frames {
+                    self.end(start, last_loud_end, events)
+                } else {
+                    State::Speaking {
+                        start,
+                        last_loud_end,
+                        quiet: quiet + 1,
+                    }
+                }
+            }
+        };
+    }
+
+    fn candidate(&mut self, start: u64, loud: u32, events: &mut Vec<VadEvent>) -> State {
+        if loud >= self.min_speech_frames {
+            events.push(VadEvent::Start);
+            State::Speaking {
+                start,
+                last_loud_end: self.pos,
+                quiet: 0,
+            }
+        } else {
+            State::Candidate {
+                start,
+                loud,
+                quiet: 0,
+            }
+        }
+    }
+
+    fn end(&mut self, start: u64, end: u64, events: &mut Vec<VadEvent>) -> State {
+        events.push(VadEvent::End {
+            start: self.with_pre_roll(start),
+            end,
+        });
+        self.floor = end;
+        State::Idle
     }
 }
 
-/// Root mean square of samples, as a fraction of full scale.
-pub fn rms(samples: &[i16]) -> f32 {
+/// Root mean square of samples in dBFS (-inf for silence).
+#[cfg(test)]
+pub fn rms_dbfs(samples: &[i16]) -> f64 {
     if samples.is_empty() {
-        return 0.0;
+        return f64::NEG_INFINITY;
     }
     let sum: f64 = samples.iter().map(|&s| f64::from(s) * f64::from(s)).sum();
-    ((sum / samples.len() as f64).sqrt() / 32768.0) as f32
+    20.0 * ((sum / samples.len() as f64).sqrt() / 32768.0).log10()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SETTINGS: VadSettings = VadSettings {
+        threshold_dbfs: -40.0,
+        min_speech_ms: 100,
+        silence_ms: 500,
+    };
+
+    /// A 16 kHz tone at about -20 dBFS.
     fn tone(ms: usize) -> Vec<i16> {
         (0..ms * 16)
-            .map(|i| ((i as f32 * 0.2).sin() * 8000.0) as i16)
+            .map(|i| ((i as f32 * 0.2).sin() * 4000.0) as i16)
             .collect()
     }
 
-    #[test]
-    fn finds_an_utterance_between_silences() {
-        let config = VadConfig {
-            threshold: 0.01,
-            min_speech_ms: 100,
-            silence_ms: 400,
-        };
-        let mut vad = Vad::new(config, 16_000);
-        let mut audio = vec![0i16; 16 * 300];
-        audio.extend(tone(1000));
-        audio.extend(vec![0i16; 16 * 600]);
-        let events = vad.feed(&audio);
-        assert_eq!(events.len(), 2, "{events:?}");
-        assert_eq!(events[0], VadEvent::SpeechStart);
-        let VadEvent::SpeechEnd(utterance) = &events[1] else {
-            panic!()
-        };
-        assert_eq!(utterance.len(), 16 * 1000, "exactly the loud part");
-        assert!(!vad.speaking());
+    fn silence(ms: usize) -> Vec<i16> {
+        vec![0; ms * 16]
+    }
+
+    fn run(vad: &mut Vad, audio: &[i16]) -> Vec<VadEvent> {
+        let mut events = Vec::new();
+        // Odd chunk sizes: frames must not depend on how the audio was cut.
+        for chunk in audio.chunks(333) {
+            vad.push(chunk.iter().copied(), &mut events);
+        }
+        events
     }
 
     #[test]
-    fn ignores_clicks_and_finishes_on_demand() {
-        let config = VadConfig {
-            threshold: 0.01,
-            min_speech_ms: 100,
-            silence_ms: 400,
-        };
-        let mut vad = Vad::new(config, 16_000);
-        assert!(vad.feed(&tone(40)).is_empty());
-        assert!(vad.feed(&vec![0; 16 * 100]).is_empty());
+    fn finds_an_utterance_between_silences_with_pre_roll() {
+        let mut vad = Vad::new(SETTINGS, 16_000);
+        let audio = [silence(300), tone(1000), silence(600)].concat();
+        let events = run(&mut vad, &audio);
+        assert_eq!(
+            events,
+            vec![
+                VadEvent::Start,
+                VadEvent::End {
+                    start: 16 * 200,
+                    end: 16 * 1300
+                }
+            ]
+        );
+        assert!(!vad.speaking());
+        assert!(rms_dbfs(&tone(100)) > -25.0);
+    }
+
+    #[test]
+    fn short_pauses_stay_inside_one_utterance() {
+        let mut vad = Vad::new(SETTINGS, 16_000);
+        let audio = [tone(400), silence(300), tone(400), silence(600)].concat();
+        let events = run(&mut vad, &audio);
+        assert_eq!(
+            events,
+            vec![
+                VadEvent::Start,
+                VadEvent::End {
+                    start: 0,
+                    end: 16 * 1100
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn clicks_are_not_speech() {
+        let mut vad = Vad::new(SETTINGS, 16_000);
+        let audio = [tone(40), silence(200), tone(40), silence(600)].concat();
+        assert!(run(&mut vad, &audio).is_empty());
         assert_eq!(vad.finish(), None);
-        assert_eq!(vad.feed(&tone(200)), vec![VadEvent::SpeechStart]);
-        assert_eq!(vad.finish().map(|u| u.len()), Some(16 * 200));
+    }
+
+    #[test]
+    fn finish_ends_the_utterance_in_progress() {
+        let mut vad = Vad::new(SETTINGS, 16_000);
+        let audio = [silence(60), tone(300)].concat();
+        assert_eq!(run(&mut vad, &audio), vec![VadEvent::Start]);
+        assert!(vad.speaking());
+        assert_eq!(vad.finish(), Some((0, 16 * 360)));
+        assert_eq!(
+            vad.keep_from(),
+            16 * 360,
+            "nothing before the flush is needed"
+        );
+    }
+
+    #[test]
+    fn very_long_speech_is_cut() {
+        let mut vad = Vad::new(SETTINGS, 1_000);
+        let audio: Vec<i16> = (0..31_000)
+            .map(|i| if i % 2 == 0 { 4000 } else { -4000 })
+            .collect();
+        let mut events = Vec::new();
+        vad.push(audio, &mut events);
+        assert!(
+            matches!(events[1], VadEvent::End { start: 0, end } if end == 30_000),
+            "{events:?}"
+        );
     }
 }

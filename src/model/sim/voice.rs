@@ -1,94 +1,382 @@
-//! The sim's voice: a deterministic speech-like synthesizer, and the 16→24 kHz resampler of the echo.
+//! The sim's voice: a deterministic speech-like synthesizer, and the 24 kHz echo of an utterance.
+//!
+//! Both render any sample range on demand, so an answer never holds its whole audio in memory:
+//! with a thousand sessions speaking at once, only the chunk being sent exists.
 
 use std::f32::consts::TAU;
+use std::sync::OnceLock;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::pcm::Pcm;
 
 /// Output sample rate.
 pub const OUTPUT_RATE: u32 = 24_000;
 
-/// Synthesizes words as voiced, vowel-like tones; returns the samples and each word's start sample.
-pub fn speak(words: &[&str]) -> (Vec<i16>, Vec<usize>) {
-    let mut samples = Vec::new();
-    let mut starts = Vec::with_capacity(words.len());
-    for word in words {
-        starts.push(samples.len());
-        let letters = word.chars().filter(|c| c.is_alphanumeric()).count().max(1);
-        let ms = (70 * letters).clamp(160, 480);
-        let n = OUTPUT_RATE as usize * ms / 1000;
-        let seed = word
-            .bytes()
-            .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-        let f0 = 115.0 + (seed % 50) as f32;
-        let formant = 500.0 + (seed % 700) as f32;
-        for i in 0..n {
-            let t = i as f32 / OUTPUT_RATE as f32;
-            // A gentle pitch glide makes it sound spoken rather than sung.
-            let f = f0 * (1.0 + 0.08 * (1.0 - i as f32 / n as f32));
-            let mut v = 0.0;
-            for k in 1..=8 {
-                let h = f * k as f32;
-                let weight = 1.0 / (1.0 + ((h - formant) / 300.0).powi(2)) / k as f32;
-                v += weight * (TAU * h * t).sin();
-            }
-            let attack = (i as f32 / (OUTPUT_RATE as f32 * 0.02)).min(1.0);
-            let release = ((n - i) as f32 / (OUTPUT_RATE as f32 * 0.04)).min(1.0);
-            samples.push((v * attack * release * 9000.0).clamp(-32767.0, 32767.0) as i16);
+/// The mime type of output audio.
+pub const OUTPUT_MIME: &str = "audio/pcm;rate=24000";
+
+/// What an answer sounds like: 24 kHz PCM16 that can be rendered by sample range.
+#[derive(Debug, Clone)]
+pub enum Voice {
+    /// The user's own utterance, resampled to 24 kHz.
+    Echo(Echo),
+    /// Synthesized speech for words of text.
+    Synth(Synth),
+}
+
+impl Voice {
+    /// Length in output samples.
+    pub fn len(&self) -> usize {
+        match self {
+            Voice::Echo(echo) => echo.len,
+            Voice::Synth(synth) => synth.len,
         }
-        // A short pause between words.
-        samples.extend(std::iter::repeat_n(0, OUTPUT_RATE as usize * 60 / 1000));
     }
-    (samples, starts)
-}
 
-/// Resamples PCM from `from` Hz to 24 kHz by linear interpolation; `round(n * 24000 / from)` samples.
-pub fn resample_to_output(input: &[i16], from: u32) -> Vec<i16> {
-    if input.is_empty() || from == 0 {
-        return Vec::new();
+    /// PCM16 LE bytes of output samples `start..end` (clamped to the voice).
+    pub fn render(&self, start: usize, end: usize) -> Bytes {
+        let end = end.min(self.len());
+        let mut out = BytesMut::with_capacity(end.saturating_sub(start) * 2);
+        match self {
+            Voice::Echo(echo) => echo.render(start, end, &mut out),
+            Voice::Synth(synth) => synth.render(start, end, &mut out),
+        }
+        out.freeze()
     }
-    let out_len = ((input.len() as u64 * u64::from(OUTPUT_RATE) + u64::from(from) / 2)
-        / u64::from(from)) as usize;
-    let step = f64::from(from) / f64::from(OUTPUT_RATE);
-    (0..out_len)
-        .map(|i| {
-            let pos = i as f64 * step;
-            let j = pos as usize;
-            let frac = pos - j as f64;
-            let a = f64::from(input[j.min(input.len() - 1)]);
-            let b = f64::from(input[(j + 1).min(input.len() - 1)]);
-            (a + (b - a) * frac).round() as i16
-        })
-        .collect()
 }
 
-/// PCM16 little-endian bytes of samples.
-pub fn to_bytes(samples: &[i16]) -> Vec<u8> {
-    samples.iter().flat_map(|s| s.to_le_bytes()).collect()
+/// Output samples (24 kHz) for `n` input samples at `rate`: `round(n * 24000 / rate)`.
+pub fn echo_len(n: usize, rate: u32) -> usize {
+    let rate = u128::from(rate.max(1));
+    ((n as u128 * u128::from(OUTPUT_RATE) + rate / 2) / rate) as usize
 }
 
-/// Samples of PCM16 little-endian bytes (a trailing odd byte is ignored).
-pub fn from_bytes(bytes: &[u8]) -> Vec<i16> {
-    bytes
-        .chunks_exact(2)
-        .map(|b| i16::from_le_bytes([b[0], b[1]]))
-        .collect()
+/// An utterance resampled to 24 kHz by linear interpolation.
+#[derive(Debug, Clone)]
+pub struct Echo {
+    pcm: Pcm,
+    /// Input samples per `den` output samples, reduced (16 kHz: 2 per 3).
+    num: u64,
+    den: u64,
+    len: usize,
+}
+
+impl Echo {
+    /// The echo of `pcm`, recorded at `rate` Hz.
+    pub fn new(pcm: Pcm, rate: u32) -> Self {
+        let rate = rate.max(1);
+        let g = gcd(u64::from(rate), u64::from(OUTPUT_RATE));
+        Echo {
+            len: echo_len(pcm.len(), rate),
+            num: u64::from(rate) / g,
+            den: u64::from(OUTPUT_RATE) / g,
+            pcm,
+        }
+    }
+
+    fn render(&self, start: usize, end: usize, out: &mut BytesMut) {
+        let n = self.pcm.len();
+        if start >= end || n == 0 {
+            return;
+        }
+        // Output sample i sits at input position i * num / den; fetch the input span once.
+        let first = (start as u64 * self.num / self.den) as usize;
+        let last = ((end as u64 - 1) * self.num / self.den) as usize + 1;
+        let mut input = Vec::with_capacity(last + 1 - first);
+        self.pcm.read_into(first, last + 1, &mut input);
+        let at = |j: usize| -> f32 {
+            let k = j.min(n - 1).saturating_sub(first);
+            f32::from(input.get(k).copied().unwrap_or(0))
+        };
+        for i in start..end {
+            let pos = i as u64 * self.num;
+            let j = (pos / self.den) as usize;
+            let frac = (pos % self.den) as f32 / self.den as f32;
+            let (a, b) = (at(j), at(j + 1));
+            out.put_i16_le((a + (b - a) * frac).round() as i16);
+        }
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+/// Samples in one period of a vowel wavetable.
+const TABLE_LEN: usize = 512;
+/// Pitch the vowel tables are shaped for.
+const TABLE_F0: f32 = 140.0;
+/// Target RMS of a vowel table (about -11 dBFS; with envelopes and pauses speech sits near -12).
+const TABLE_RMS: f32 = 0.28;
+
+/// One period of each vowel (a, e, i, o, u): harmonics of the glottal pulse shaped by two formants.
+fn vowel_tables() -> &'static [[f32; TABLE_LEN]; 5] {
+    static TABLES: OnceLock<[[f32; TABLE_LEN]; 5]> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        const FORMANTS: [(f32, f32); 5] = [
+            (730.0, 1090.0),
+            (530.0, 1840.0),
+            (300.0, 2290.0),
+            (570.0, 840.0),
+            (320.0, 870.0),
+        ];
+        let mut tables = [[0f32; TABLE_LEN]; 5];
+        for (table, (f1, f2)) in tables.iter_mut().zip(FORMANTS) {
+            let resonance =
+                |f: f32, center: f32, width: f32| 1.0 / (1.0 + ((f - center) / width).powi(2));
+            let harmonics: Vec<f32> = (1..=28)
+                .map(|k| {
+                    let f = TABLE_F0 * k as f32;
+                    let shape = 0.15 + resonance(f, f1, 110.0) + 0.7 * resonance(f, f2, 160.0);
+                    shape / (k as f32).powf(0.8)
+                })
+                .collect();
+            for (i, value) in table.iter_mut().enumerate() {
+                let phase = i as f32 / TABLE_LEN as f32;
+                *value = harmonics
+                    .iter()
+                    .enumerate()
+                    .map(|(k, a)| a * (TAU * (k + 1) as f32 * phase).sin())
+                    .sum();
+            }
+            let rms = (table.iter().map(|v| v * v).sum::<f32>() / TABLE_LEN as f32).sqrt();
+            let peak = table.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let gain = (TABLE_RMS / rms.max(1e-6)).min(0.9 / peak.max(1e-6));
+            table.iter_mut().for_each(|v| *v *= gain);
+        }
+        tables
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Sound {
+    /// A vowel at pitch `f0` (Hz), gliding by `glide` (a fraction of f0) to the end.
+    Voiced { vowel: u8, f0: f32, glide: f32 },
+    /// A consonant-like noise burst.
+    Noise { seed: u32 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    start: usize,
+    len: usize,
+    sound: Sound,
+}
+
+/// Synthesized speech: per word a short noise onset for some consonants, then one voiced vowel
+/// per syllable, with pitch and pauses following the punctuation. Deterministic.
+#[derive(Debug, Clone, Default)]
+pub struct Synth {
+    segments: Vec<Segment>,
+    word_starts: Vec<usize>,
+    len: usize,
+}
+
+const fn ms(ms: usize) -> usize {
+    ms * OUTPUT_RATE as usize / 1000
+}
+
+impl Synth {
+    /// Speech for whitespace-separated words.
+    pub fn speak(text: &str) -> Self {
+        let mut synth = Synth::default();
+        for (index, word) in text.split_whitespace().enumerate() {
+            synth.word(index, word);
+        }
+        synth
+    }
+
+    /// The first sample of each word.
+    pub fn word_starts(&self) -> &[usize] {
+        &self.word_starts
+    }
+
+    fn word(&mut self, index: usize, word: &str) {
+        self.word_starts.push(self.len);
+        let lower = word.to_lowercase();
+        let seed = lower.bytes().fold(2_166_136_261u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(16_777_619)
+        }) ^ (index as u32).wrapping_mul(0x9E37_79B9);
+        let letters = lower.chars().filter(|c| c.is_alphanumeric()).count();
+        let mut remaining = ms(170 + 12 * letters.min(7));
+        if lower
+            .chars()
+            .find(|c| c.is_alphanumeric())
+            .is_some_and(|c| "cfhjkpqstxz".contains(c))
+        {
+            let len = ms(40);
+            self.push(len, Sound::Noise { seed });
+            remaining -= len;
+        }
+        let mut vowels: Vec<u8> = vowel_groups(&lower);
+        if vowels.is_empty() {
+            vowels.push((seed % 5) as u8);
+        }
+        vowels.truncate(3);
+        let question = word.ends_with('?');
+        let sentence_end = question || word.ends_with('.') || word.ends_with('!');
+        let syllables = vowels.len();
+        let gap = ms(15);
+        let syllable_len = (remaining - gap * (syllables - 1)) / syllables;
+        for (i, vowel) in vowels.into_iter().enumerate() {
+            let last = i + 1 == syllables;
+            // Stress on the first syllable, a fall at the end of a sentence, a rise on questions.
+            let f0 = 132.0 + (seed >> 8) as f32 % 24.0 + if i == 0 { 12.0 } else { 0.0 };
+            let glide = match (last, question, sentence_end) {
+                (true, true, _) => 0.25,
+                (true, false, true) => -0.22,
+                _ => -0.08,
+            };
+            self.push(syllable_len, Sound::Voiced { vowel, f0, glide });
+            if !last {
+                self.len += gap;
+            }
+        }
+        self.len += if sentence_end {
+            ms(260)
+        } else if word.ends_with([',', ';', ':']) {
+            ms(160)
+        } else {
+            ms(50)
+        };
+    }
+
+    fn push(&mut self, len: usize, sound: Sound) {
+        self.segments.push(Segment {
+            start: self.len,
+            len,
+            sound,
+        });
+        self.len += len;
+    }
+
+    fn render(&self, start: usize, end: usize, out: &mut BytesMut) {
+        let tables = vowel_tables();
+        let mut index = self.segments.partition_point(|s| s.start + s.len <= start);
+        for i in start..end {
+            while self
+                .segments
+                .get(index)
+                .is_some_and(|s| s.start + s.len <= i)
+            {
+                index += 1;
+            }
+            let value = match self.segments.get(index) {
+                Some(segment) if segment.start <= i => segment.sample(i - segment.start, tables),
+                _ => 0.0,
+            };
+            out.put_i16_le((value * 32767.0).clamp(-32767.0, 32767.0) as i16);
+        }
+    }
+}
+
+impl Segment {
+    /// Sample `i` of this segment, in -1..1.
+    fn sample(&self, i: usize, tables: &[[f32; TABLE_LEN]; 5]) -> f32 {
+        let rate = OUTPUT_RATE as f32;
+        let t = i as f32 / rate;
+        let duration = self.len as f32 / rate;
+        match self.sound {
+            Sound::Voiced { vowel, f0, glide } => {
+                // Pitch f0 * (1 + glide * t / T): its integral gives the phase in cycles.
+                let cycles = f0 * (t + glide * t * t / (2.0 * duration));
+                let x = cycles.fract() * TABLE_LEN as f32;
+                let table = &tables[usize::from(vowel).min(4)];
+                let j = x as usize % TABLE_LEN;
+                let (a, b) = (table[j], table[(j + 1) % TABLE_LEN]);
+                let envelope = (t / 0.015).min(1.0) * ((duration - t) / 0.035).clamp(0.0, 1.0);
+                (a + (b - a) * x.fract()) * envelope
+            }
+            Sound::Noise { seed } => {
+                let mut x = (i as u32).wrapping_mul(0x9E37_79B1) ^ seed;
+                x ^= x >> 15;
+                x = x.wrapping_mul(0x85EB_CA77);
+                x ^= x >> 13;
+                let white = x as f32 / u32::MAX as f32 * 2.0 - 1.0;
+                let envelope = (t / 0.01).min(1.0) * ((duration - t) / 0.01).clamp(0.0, 1.0);
+                white * 0.08 * envelope
+            }
+        }
+    }
+}
+
+/// The vowel (0..5 = a, e, i, o, u) of each group of vowel letters in a word.
+fn vowel_groups(word: &str) -> Vec<u8> {
+    let mut groups = Vec::new();
+    let mut in_group = false;
+    for c in word.chars() {
+        let vowel = match c {
+            'a' => Some(0),
+            'e' => Some(1),
+            'i' | 'y' => Some(2),
+            'o' => Some(3),
+            'u' => Some(4),
+            _ => None,
+        };
+        match vowel {
+            Some(v) if !in_group => {
+                groups.push(v);
+                in_group = true;
+            }
+            Some(_) => {}
+            None => in_group = false,
+        }
+    }
+    groups
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::sim::vad::rms;
+    use crate::model::sim::pcm::samples;
+    use crate::model::sim::vad::rms_dbfs;
 
-    #[test]
-    fn speech_is_audible_and_deterministic() {
-        let (a, starts) = speak(&["hello", "there"]);
-        assert_eq!(starts.len(), 2);
-        assert!(rms(&a) > 0.05, "audible");
-        assert_eq!(speak(&["hello", "there"]).0, a, "deterministic");
+    fn all(voice: &Voice) -> Vec<i16> {
+        samples(&voice.render(0, voice.len())).collect()
     }
 
     #[test]
-    fn resampling_keeps_the_length_exact() {
-        assert_eq!(resample_to_output(&vec![100; 16_000], 16_000).len(), 24_000);
-        assert_eq!(resample_to_output(&vec![100; 45_760], 16_000).len(), 68_640);
-        assert_eq!(from_bytes(&[1, 0, 2]), vec![1]);
+    fn speech_is_audible_deterministic_and_word_paced() {
+        let synth = Synth::speak("Hello there, how are you today?");
+        assert_eq!(synth.word_starts().len(), 6);
+        let per_word = synth.len as f64 / 6.0 / f64::from(OUTPUT_RATE);
+        assert!((0.2..0.4).contains(&per_word), "{per_word} s per word");
+        let voice = Voice::Synth(synth.clone());
+        let pcm = all(&voice);
+        let level = rms_dbfs(&pcm);
+        assert!((-16.0..-9.0).contains(&level), "{level} dBFS");
+        assert_eq!(
+            all(&Voice::Synth(Synth::speak(
+                "Hello there, how are you today?"
+            ))),
+            pcm
+        );
+        // Any range renders the same samples as the whole.
+        let part: Vec<i16> = samples(&voice.render(1234, 5678)).collect();
+        assert_eq!(part, pcm[1234..5678]);
+    }
+
+    #[test]
+    fn echo_is_exactly_one_and_a_half_times_longer_and_follows_the_input() {
+        let mut pcm = Pcm::default();
+        let input: Vec<i16> = (0..1001).map(|i| (i * 30) as i16).collect();
+        for chunk in input.chunks(77) {
+            pcm.push(chunk.iter().flat_map(|s| s.to_le_bytes()).collect());
+        }
+        let voice = Voice::Echo(Echo::new(pcm, 16_000));
+        assert_eq!(voice.len(), 1502);
+        assert_eq!(echo_len(45_760, 16_000), 68_640);
+        assert_eq!(echo_len(3, 16_000), 5);
+        let out = all(&voice);
+        assert_eq!(out.len(), 1502);
+        assert_eq!(out[3], input[2]);
+        assert_eq!(out[4], 80, "interpolated between 60 and 90");
+        let part: Vec<i16> = samples(&voice.render(500, 1000)).collect();
+        assert_eq!(part, out[500..1000]);
+        assert_eq!(echo_len(100, 48_000), 50);
     }
 }
