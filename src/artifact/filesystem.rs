@@ -1,15 +1,27 @@
-//! Filesystem artifact store (the default): `{root}/{app}/{user}/{session}/{filename}/{version}`,
-//! user-scoped names under `{root}/{app}/{user}/_user/`. Each version is the raw bytes plus a
-//! `{version}.mime` sidecar; writes go through a temp file and a rename, so a crash never leaves a
-//! half-written version.
+//! Filesystem artifact store (the default).
+//!
+//! Layout: `{root}/{app}/{user}/{session}/{filename}/{version}` for session-scoped names and
+//! `{root}/{app}/{user}/_user/{name without "user:"}/{version}` for `user:` names. Each version is
+//! a file of raw bytes with a `{version}.meta.json` sidecar (`{"mimeType": …}`).
+//!
+//! A save first claims its number by creating the sidecar exclusively (so concurrent saves never
+//! share a version), then writes the bytes to a temp file, syncs it and renames it into place. A
+//! version exists only once its bytes file does, so a crash at any point leaves either a whole
+//! version or none (at worst an orphan sidecar, which only makes the next save skip a number).
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use tokio::fs;
+use tokio::io::AsyncWriteExt;
 
-use super::{validate_filename, Artifact, ArtifactError, ArtifactScope, ArtifactService};
+use super::{
+    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
+    USER_PREFIX,
+};
 
 /// Artifacts as files under a root folder.
 #[derive(Debug, Clone)]
@@ -17,106 +29,169 @@ pub struct FileArtifactService {
     root: PathBuf,
 }
 
+/// The folder (inside the user's) holding `user:` artifacts; refused as a session id.
 const USER_DIR: &str = "_user";
+const META_SUFFIX: &str = ".meta.json";
+const TMP_PREFIX: &str = ".tmp-";
+const FALLBACK_MIME: &str = "application/octet-stream";
 
-/// Checks an app, user or session id used as a path component.
-fn check_component(kind: &str, value: &str) -> Result<(), ArtifactError> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || "._:@-".contains(c);
-    if value.is_empty()
-        || value.len() > 128
-        || value == "."
-        || value == ".."
-        || !value.chars().all(ok_char)
-    {
-        return Err(ArtifactError::InvalidArgument(format!(
-            "invalid {kind} {value:?}"
-        )));
+/// A version's sidecar.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    mime_type: String,
+}
+
+/// What a scan of an artifact's folder found.
+#[derive(Debug, Default)]
+struct Scan {
+    /// Versions whose bytes are in place, ascending.
+    versions: Vec<u64>,
+    /// The lowest number no save has claimed yet.
+    next: u64,
+}
+
+fn meta_path(dir: &Path, version: u64) -> PathBuf {
+    dir.join(format!("{version}{META_SUFFIX}"))
+}
+
+/// `Ok(None)` for a missing file or folder, the error otherwise.
+fn missing_ok<T>(result: std::io::Result<T>) -> Result<Option<T>, ArtifactError> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 impl FileArtifactService {
     /// Opens (creating) the root folder.
     pub async fn open(root: impl AsRef<Path>) -> Result<Self, ArtifactError> {
         let root = root.as_ref().to_path_buf();
+        if root.as_os_str().is_empty() {
+            return Err(ArtifactError::InvalidArgument(
+                "empty artifact root path".into(),
+            ));
+        }
         fs::create_dir_all(&root).await?;
         Ok(FileArtifactService { root })
     }
 
     fn user_dir(&self, scope: ArtifactScope<'_>) -> Result<PathBuf, ArtifactError> {
-        check_component("app name", scope.app_name)?;
-        check_component("user id", scope.user_id)?;
+        validate_scope_id("app name", scope.app_name)?;
+        validate_scope_id("user id", scope.user_id)?;
         Ok(self.root.join(scope.app_name).join(scope.user_id))
     }
 
     fn session_dir(&self, scope: ArtifactScope<'_>) -> Result<PathBuf, ArtifactError> {
-        check_component("session id", scope.session_id)?;
+        validate_scope_id("session id", scope.session_id)?;
         if scope.session_id == USER_DIR {
+            // It would alias the folder of the user's `user:` artifacts.
             return Err(ArtifactError::InvalidArgument(format!(
-                "invalid session id {USER_DIR:?}"
+                "invalid session id {USER_DIR:?} (reserved)"
             )));
         }
         Ok(self.user_dir(scope)?.join(scope.session_id))
     }
 
+    /// The folder holding an artifact's versions (validates the name and the ids it uses).
     fn artifact_dir(
         &self,
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<PathBuf, ArtifactError> {
         validate_filename(filename)?;
-        Ok(match filename.strip_prefix("user:") {
+        Ok(match filename.strip_prefix(USER_PREFIX) {
             Some(name) => self.user_dir(scope)?.join(USER_DIR).join(name),
             None => self.session_dir(scope)?.join(filename),
         })
     }
 
-    async fn versions_in(dir: &Path) -> Result<Vec<u64>, ArtifactError> {
-        let mut versions = Vec::new();
-        let mut entries = match fs::read_dir(dir).await {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(versions),
-            Err(e) => return Err(e.into()),
+    async fn scan(dir: &Path) -> Result<Scan, ArtifactError> {
+        let mut scan = Scan::default();
+        let Some(mut entries) = missing_ok(fs::read_dir(dir).await)? else {
+            return Ok(scan);
         };
         while let Some(entry) = entries.next_entry().await? {
-            if let Some(v) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u64>().ok())
-            {
-                versions.push(v);
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Ok(v) = name.parse::<u64>() {
+                scan.versions.push(v);
+                scan.next = scan.next.max(v.saturating_add(1));
+            } else if let Some(Ok(v)) = name.strip_suffix(META_SUFFIX).map(str::parse::<u64>) {
+                scan.next = scan.next.max(v.saturating_add(1));
             }
         }
-        versions.sort_unstable();
-        Ok(versions)
+        scan.versions.sort_unstable();
+        Ok(scan)
     }
 
+    /// Claims the next free version number by creating its sidecar exclusively.
+    async fn claim_version(dir: &Path, meta: &[u8]) -> Result<u64, ArtifactError> {
+        let mut version = Self::scan(dir).await?.next;
+        loop {
+            let opened = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(meta_path(dir, version))
+                .await;
+            match opened {
+                Ok(mut file) => {
+                    file.write_all(meta).await?;
+                    file.sync_all().await?;
+                    return Ok(version);
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    version = version.checked_add(1).ok_or_else(|| {
+                        ArtifactError::InvalidArgument("artifact version overflow".into())
+                    })?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Writes the bytes of a claimed version: temp file, sync, rename.
+    async fn write_version(dir: &Path, version: u64, data: &[u8]) -> Result<(), ArtifactError> {
+        let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4()));
+        let written = async {
+            let mut file = fs::File::create(&tmp).await?;
+            file.write_all(data).await?;
+            file.sync_all().await?;
+            drop(file);
+            fs::rename(&tmp, dir.join(version.to_string())).await
+        }
+        .await;
+        if let Err(e) = written {
+            // Best effort: the error that matters is the write's, not the cleanup's.
+            let _ = fs::remove_file(&tmp).await;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Names of the artifact folders in `dir` that hold at least one version.
     async fn names_in(
         dir: &Path,
         prefix: &str,
         names: &mut Vec<String>,
     ) -> Result<(), ArtifactError> {
-        let mut entries = match fs::read_dir(dir).await {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let Some(mut entries) = missing_ok(fs::read_dir(dir).await)? else {
+            return Ok(());
         };
         while let Some(entry) = entries.next_entry().await? {
-            if entry.file_type().await?.is_dir() {
-                if let Some(name) = entry.file_name().to_str() {
-                    names.push(format!("{prefix}{name}"));
-                }
+            if !entry.file_type().await?.is_dir() {
+                continue;
+            }
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !Self::scan(&entry.path()).await?.versions.is_empty() {
+                names.push(format!("{prefix}{name}"));
             }
         }
         Ok(())
     }
-}
-
-async fn write_atomically(path: &Path, data: &[u8]) -> Result<(), ArtifactError> {
-    let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-    fs::write(&tmp, data).await?;
-    fs::rename(&tmp, path).await?;
-    Ok(())
 }
 
 #[async_trait]
@@ -129,27 +204,16 @@ impl ArtifactService for FileArtifactService {
     ) -> Result<u64, ArtifactError> {
         let dir = self.artifact_dir(scope, filename)?;
         fs::create_dir_all(&dir).await?;
-        // Create the version's file exclusively so two concurrent saves never share a number.
-        let mut version = Self::versions_in(&dir).await?.last().map_or(0, |v| v + 1);
-        loop {
-            let path = dir.join(version.to_string());
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .await
-            {
-                Ok(_) => break,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => version += 1,
-                Err(e) => return Err(e.into()),
-            }
+        let meta = serde_json::to_vec(&Meta {
+            mime_type: artifact.mime_type,
+        })
+        .map_err(|e| ArtifactError::InvalidArgument(format!("artifact metadata: {e}")))?;
+        let version = Self::claim_version(&dir, &meta).await?;
+        if let Err(e) = Self::write_version(&dir, version, &artifact.data).await {
+            // Release the claim so the number is reused rather than left as a gap.
+            let _ = fs::remove_file(meta_path(&dir, version)).await;
+            return Err(e);
         }
-        write_atomically(
-            &dir.join(format!("{version}.mime")),
-            artifact.mime_type.as_bytes(),
-        )
-        .await?;
-        write_atomically(&dir.join(version.to_string()), &artifact.data).await?;
         Ok(version)
     }
 
@@ -162,19 +226,23 @@ impl ArtifactService for FileArtifactService {
         let dir = self.artifact_dir(scope, filename)?;
         let version = match version {
             Some(v) => v,
-            None => match Self::versions_in(&dir).await?.last() {
+            None => match Self::scan(&dir).await?.versions.last() {
                 Some(v) => *v,
                 None => return Ok(None),
             },
         };
-        let data = match fs::read(dir.join(version.to_string())).await {
-            Ok(data) => data,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+        let Some(data) = missing_ok(fs::read(dir.join(version.to_string())).await)? else {
+            return Ok(None);
         };
-        let mime_type = fs::read_to_string(dir.join(format!("{version}.mime")))
-            .await
-            .unwrap_or_else(|_| "application/octet-stream".into());
+        let meta = missing_ok(fs::read(meta_path(&dir, version)).await)?;
+        let mime_type = match meta.map(|m| serde_json::from_slice::<Meta>(&m)) {
+            Some(Ok(meta)) => meta.mime_type,
+            Some(Err(error)) => {
+                tracing::warn!(%error, dir = %dir.display(), version, "unreadable artifact metadata");
+                FALLBACK_MIME.to_owned()
+            }
+            None => FALLBACK_MIME.to_owned(),
+        };
         Ok(Some(Artifact {
             data: Bytes::from(data),
             mime_type,
@@ -182,9 +250,11 @@ impl ArtifactService for FileArtifactService {
     }
 
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
+        let session_dir = self.session_dir(scope)?;
+        let user_dir = self.user_dir(scope)?.join(USER_DIR);
         let mut names = Vec::new();
-        Self::names_in(&self.session_dir(scope)?, "", &mut names).await?;
-        Self::names_in(&self.user_dir(scope)?.join(USER_DIR), "user:", &mut names).await?;
+        Self::names_in(&session_dir, "", &mut names).await?;
+        Self::names_in(&user_dir, USER_PREFIX, &mut names).await?;
         names.sort();
         names.dedup();
         Ok(names)
@@ -195,13 +265,14 @@ impl ArtifactService for FileArtifactService {
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<Vec<u64>, ArtifactError> {
-        Self::versions_in(&self.artifact_dir(scope, filename)?).await
+        Ok(Self::scan(&self.artifact_dir(scope, filename)?)
+            .await?
+            .versions)
     }
 
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError> {
-        match fs::remove_dir_all(self.artifact_dir(scope, filename)?).await {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-            _ => Ok(()),
-        }
+        let dir = self.artifact_dir(scope, filename)?;
+        missing_ok(fs::remove_dir_all(dir).await)?;
+        Ok(())
     }
 }

@@ -1,32 +1,37 @@
 //! In-memory artifact store: for tests and single-process runs that need no durability.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
-use super::{validate_filename, Artifact, ArtifactError, ArtifactScope, ArtifactService};
+use super::{
+    is_user_scoped, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
+};
+
+/// App, user, and the session (`None` for the user's own `user:` artifacts).
+type ScopeKey = (String, String, Option<String>);
 
 /// Artifacts kept in memory (lost when the process ends).
 #[derive(Debug, Default)]
 pub struct InMemoryArtifactService {
-    artifacts: Mutex<HashMap<String, Vec<Artifact>>>,
+    /// Filename (with its `user:` prefix, if any) → versions, index = version number.
+    artifacts: Mutex<HashMap<ScopeKey, BTreeMap<String, Vec<Artifact>>>>,
 }
 
-/// The storage key: user-scoped names ignore the session.
-fn key(scope: ArtifactScope<'_>, filename: &str) -> String {
-    if filename.starts_with("user:") {
-        format!("{}/{}/user/{filename}", scope.app_name, scope.user_id)
-    } else {
-        format!(
-            "{}/{}/{}/{filename}",
-            scope.app_name, scope.user_id, scope.session_id
-        )
+/// Where a filename lives: user-scoped names ignore the session.
+fn scope_key(scope: ArtifactScope<'_>, filename: &str) -> ScopeKey {
+    let session = (!is_user_scoped(filename)).then(|| scope.session_id.to_owned());
+    (scope.app_name.to_owned(), scope.user_id.to_owned(), session)
+}
+
+impl InMemoryArtifactService {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ScopeKey, BTreeMap<String, Vec<Artifact>>>> {
+        // No code path panics mid-update, so a poisoned map is still consistent.
+        self.artifacts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-fn poisoned() -> ArtifactError {
-    ArtifactError::InvalidArgument("artifact store lock poisoned".into())
 }
 
 #[async_trait]
@@ -37,9 +42,13 @@ impl ArtifactService for InMemoryArtifactService {
         filename: &str,
         artifact: Artifact,
     ) -> Result<u64, ArtifactError> {
-        validate_filename(filename)?;
-        let mut artifacts = self.artifacts.lock().map_err(|_| poisoned())?;
-        let versions = artifacts.entry(key(scope, filename)).or_default();
+        scope.validate_for(filename)?;
+        let mut artifacts = self.lock();
+        let versions = artifacts
+            .entry(scope_key(scope, filename))
+            .or_default()
+            .entry(filename.to_owned())
+            .or_default();
         versions.push(artifact);
         Ok(versions.len() as u64 - 1)
     }
@@ -50,9 +59,12 @@ impl ArtifactService for InMemoryArtifactService {
         filename: &str,
         version: Option<u64>,
     ) -> Result<Option<Artifact>, ArtifactError> {
-        validate_filename(filename)?;
-        let artifacts = self.artifacts.lock().map_err(|_| poisoned())?;
-        let Some(versions) = artifacts.get(&key(scope, filename)) else {
+        scope.validate_for(filename)?;
+        let artifacts = self.lock();
+        let Some(versions) = artifacts
+            .get(&scope_key(scope, filename))
+            .and_then(|names| names.get(filename))
+        else {
             return Ok(None);
         };
         Ok(match version {
@@ -65,20 +77,17 @@ impl ArtifactService for InMemoryArtifactService {
     }
 
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
-        let artifacts = self.artifacts.lock().map_err(|_| poisoned())?;
-        let session_prefix = format!("{}/{}/{}/", scope.app_name, scope.user_id, scope.session_id);
-        let user_prefix = format!("{}/{}/user/", scope.app_name, scope.user_id);
-        let mut names: Vec<String> = artifacts
-            .keys()
-            .filter_map(|k| {
-                k.strip_prefix(&session_prefix)
-                    .filter(|n| !n.starts_with("user:"))
-                    .or_else(|| {
-                        k.strip_prefix(&user_prefix)
-                            .filter(|n| n.starts_with("user:"))
-                    })
-            })
-            .map(str::to_owned)
+        validate_scope_id("app name", scope.app_name)?;
+        validate_scope_id("user id", scope.user_id)?;
+        validate_scope_id("session id", scope.session_id)?;
+        let artifacts = self.lock();
+        let (app, user) = (scope.app_name.to_owned(), scope.user_id.to_owned());
+        let session_key = (app.clone(), user.clone(), Some(scope.session_id.to_owned()));
+        let user_key = (app, user, None);
+        let mut names: Vec<String> = [session_key, user_key]
+            .iter()
+            .filter_map(|k| artifacts.get(k))
+            .flat_map(|names| names.keys().cloned())
             .collect();
         names.sort();
         names.dedup();
@@ -90,16 +99,25 @@ impl ArtifactService for InMemoryArtifactService {
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<Vec<u64>, ArtifactError> {
-        validate_filename(filename)?;
-        let artifacts = self.artifacts.lock().map_err(|_| poisoned())?;
-        let count = artifacts.get(&key(scope, filename)).map_or(0, Vec::len);
+        scope.validate_for(filename)?;
+        let artifacts = self.lock();
+        let count = artifacts
+            .get(&scope_key(scope, filename))
+            .and_then(|names| names.get(filename))
+            .map_or(0, Vec::len);
         Ok((0..count as u64).collect())
     }
 
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError> {
-        validate_filename(filename)?;
-        let mut artifacts = self.artifacts.lock().map_err(|_| poisoned())?;
-        artifacts.remove(&key(scope, filename));
+        scope.validate_for(filename)?;
+        let mut artifacts = self.lock();
+        let key = scope_key(scope, filename);
+        if let Some(names) = artifacts.get_mut(&key) {
+            names.remove(filename);
+            if names.is_empty() {
+                artifacts.remove(&key);
+            }
+        }
         Ok(())
     }
 }

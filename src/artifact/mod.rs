@@ -71,7 +71,7 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
 
 /// Checks an artifact filename: 1–255 characters, no path separators, no `..`, no control chars.
 pub fn validate_filename(filename: &str) -> Result<(), ArtifactError> {
-    let name = filename.strip_prefix("user:").unwrap_or(filename);
+    let name = filename.strip_prefix(USER_PREFIX).unwrap_or(filename);
     let ok = !name.is_empty()
         && filename.len() <= 255
         && name != "."
@@ -84,6 +84,45 @@ pub fn validate_filename(filename: &str) -> Result<(), ArtifactError> {
         Err(ArtifactError::InvalidName(filename.to_owned()))
     }
 }
+
+/// Checks an app name, user id or session id: 1–128 characters of `A-Za-z0-9._:@-`, not `.`/`..`.
+pub fn validate_scope_id(kind: &str, value: &str) -> Result<(), ArtifactError> {
+    // The ids become path components in the filesystem store, so this is what stops traversal.
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || "._:@-".contains(c);
+    let ok = !value.is_empty()
+        && value.len() <= 128
+        && value != "."
+        && value != ".."
+        && value.chars().all(ok_char);
+    if ok {
+        Ok(())
+    } else {
+        Err(ArtifactError::InvalidArgument(format!(
+            "invalid {kind} {value:?}"
+        )))
+    }
+}
+
+impl ArtifactScope<'_> {
+    /// Checks the ids a filename's scope uses: app and user always, the session unless `user:`.
+    pub fn validate_for(&self, filename: &str) -> Result<(), ArtifactError> {
+        validate_filename(filename)?;
+        validate_scope_id("app name", self.app_name)?;
+        validate_scope_id("user id", self.user_id)?;
+        if !is_user_scoped(filename) {
+            validate_scope_id("session id", self.session_id)?;
+        }
+        Ok(())
+    }
+}
+
+/// True for `user:` names, which are shared by all of a user's sessions.
+pub fn is_user_scoped(filename: &str) -> bool {
+    filename.starts_with(USER_PREFIX)
+}
+
+/// The prefix that makes an artifact user-scoped.
+pub const USER_PREFIX: &str = "user:";
 
 /// Opens the artifact store a URL names: `memory:` or `file://PATH`.
 pub async fn open_artifact_service(

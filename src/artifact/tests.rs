@@ -11,6 +11,13 @@ fn audio(data: &'static [u8]) -> Artifact {
     }
 }
 
+fn json(data: &'static [u8]) -> Artifact {
+    Artifact {
+        data: Bytes::from_static(data),
+        mime_type: "application/json".into(),
+    }
+}
+
 const S1: ArtifactScope<'static> = ArtifactScope {
     app_name: "app",
     user_id: "u1",
@@ -21,57 +28,208 @@ const S2: ArtifactScope<'static> = ArtifactScope {
     user_id: "u1",
     session_id: "s2",
 };
+const OTHER_USER: ArtifactScope<'static> = ArtifactScope {
+    app_name: "app",
+    user_id: "u2",
+    session_id: "s1",
+};
 
 async fn conformance(svc: &dyn ArtifactService) {
+    // Versions start at 0; latest and specific versions load with their mime type.
+    assert!(svc.list_versions(S1, "rec.pcm").await.unwrap().is_empty());
+    assert_eq!(svc.load(S1, "rec.pcm", None).await.unwrap(), None);
     assert_eq!(svc.save(S1, "rec.pcm", audio(b"ab")).await.unwrap(), 0);
-    assert_eq!(svc.save(S1, "rec.pcm", audio(b"cdef")).await.unwrap(), 1);
+    assert_eq!(svc.save(S1, "rec.pcm", json(b"cdef")).await.unwrap(), 1);
     assert_eq!(svc.list_versions(S1, "rec.pcm").await.unwrap(), vec![0, 1]);
     assert_eq!(
-        svc.load(S1, "rec.pcm", None).await.unwrap().unwrap().data,
-        Bytes::from_static(b"cdef")
+        svc.load(S1, "rec.pcm", None).await.unwrap(),
+        Some(json(b"cdef"))
     );
-    let first = svc.load(S1, "rec.pcm", Some(0)).await.unwrap().unwrap();
-    assert_eq!(first, audio(b"ab"), "bytes and mime type kept");
-    assert_eq!(svc.load(S1, "rec.pcm", Some(7)).await.unwrap(), None);
     assert_eq!(
-        svc.load(S2, "rec.pcm", None).await.unwrap(),
-        None,
-        "session scoped"
+        svc.load(S1, "rec.pcm", Some(0)).await.unwrap(),
+        Some(audio(b"ab")),
+        "bytes and mime type kept per version"
     );
-    assert!(svc.list_versions(S2, "rec.pcm").await.unwrap().is_empty());
+    assert_eq!(svc.load(S1, "rec.pcm", Some(7)).await.unwrap(), None);
+    let empty = Artifact {
+        data: Bytes::new(),
+        mime_type: "text/plain".into(),
+    };
+    assert_eq!(svc.save(S1, "empty.txt", empty.clone()).await.unwrap(), 0);
+    assert_eq!(
+        svc.load(S1, "empty.txt", None).await.unwrap(),
+        Some(empty),
+        "an empty artifact is still a version"
+    );
 
-    svc.save(S1, "user:profile.json", audio(b"{}"))
-        .await
-        .unwrap();
-    assert!(
-        svc.load(S2, "user:profile.json", None)
+    // Session scope vs user scope.
+    assert_eq!(svc.load(S2, "rec.pcm", None).await.unwrap(), None);
+    assert!(svc.list_versions(S2, "rec.pcm").await.unwrap().is_empty());
+    assert_eq!(
+        svc.save(S1, "user:profile.json", json(b"{}"))
             .await
-            .unwrap()
-            .is_some(),
-        "user scoped across sessions"
+            .unwrap(),
+        0
     );
+    assert_eq!(
+        svc.save(S2, "user:profile.json", json(b"{\"a\":1}"))
+            .await
+            .unwrap(),
+        1,
+        "one version sequence across the user's sessions"
+    );
+    assert_eq!(
+        svc.load(S1, "user:profile.json", Some(1)).await.unwrap(),
+        Some(json(b"{\"a\":1}"))
+    );
+    assert_eq!(
+        svc.load(OTHER_USER, "user:profile.json", None)
+            .await
+            .unwrap(),
+        None,
+        "user scope is per user"
+    );
+    let sessionless = ArtifactScope {
+        session_id: "",
+        ..S1
+    };
+    assert_eq!(
+        svc.list_versions(sessionless, "user:profile.json")
+            .await
+            .unwrap(),
+        vec![0, 1],
+        "user: names need no session"
+    );
+    svc.save(S2, "zeta", audio(b"z")).await.unwrap();
+    svc.save(S2, "a:b c", audio(b"z")).await.unwrap();
     assert_eq!(
         svc.list_names(S1).await.unwrap(),
-        vec!["rec.pcm".to_owned(), "user:profile.json".to_owned()]
+        vec!["empty.txt", "rec.pcm", "user:profile.json"]
     );
     assert_eq!(
         svc.list_names(S2).await.unwrap(),
-        vec!["user:profile.json".to_owned()]
+        vec!["a:b c", "user:profile.json", "zeta"]
+    );
+    assert!(svc.list_names(OTHER_USER).await.unwrap().is_empty());
+
+    // Delete removes every version; deleting a missing artifact is fine; numbering restarts.
+    svc.delete(S1, "rec.pcm").await.unwrap();
+    svc.delete(S1, "rec.pcm").await.unwrap();
+    svc.delete(S1, "never-saved").await.unwrap();
+    assert_eq!(svc.load(S1, "rec.pcm", None).await.unwrap(), None);
+    assert_eq!(svc.load(S1, "rec.pcm", Some(0)).await.unwrap(), None);
+    assert!(svc.list_versions(S1, "rec.pcm").await.unwrap().is_empty());
+    assert_eq!(
+        svc.list_names(S1).await.unwrap(),
+        vec!["empty.txt", "user:profile.json"]
+    );
+    assert_eq!(svc.save(S1, "rec.pcm", audio(b"new")).await.unwrap(), 0);
+    svc.delete(S2, "user:profile.json").await.unwrap();
+    assert_eq!(
+        svc.list_names(S1).await.unwrap(),
+        vec!["empty.txt", "rec.pcm"]
     );
 
-    svc.delete(S1, "rec.pcm").await.unwrap();
-    svc.delete(S1, "rec.pcm").await.unwrap();
-    assert_eq!(svc.load(S1, "rec.pcm", None).await.unwrap(), None);
-
-    for bad in ["../x", "a/b", "", "..", "a\\b", "user:", "user:../x"] {
+    // Rejected names, for every operation.
+    for bad in [
+        "../x",
+        "a/b",
+        "",
+        ".",
+        "..",
+        "a\\b",
+        "nul\0",
+        "tab\t",
+        "user:",
+        "user:..",
+        "user:../x",
+        "user:a/b",
+    ] {
+        let invalid =
+            |r: Result<(), ArtifactError>| matches!(r, Err(ArtifactError::InvalidName(_)));
         assert!(
-            matches!(
-                svc.save(S1, bad, audio(b"x")).await,
-                Err(ArtifactError::InvalidName(_))
-            ),
+            invalid(svc.save(S1, bad, audio(b"x")).await.map(drop)),
             "{bad:?}"
         );
+        assert!(invalid(svc.load(S1, bad, None).await.map(drop)), "{bad:?}");
+        assert!(
+            invalid(svc.list_versions(S1, bad).await.map(drop)),
+            "{bad:?}"
+        );
+        assert!(invalid(svc.delete(S1, bad).await), "{bad:?}");
     }
+    assert!(matches!(
+        svc.save(S1, &"x".repeat(256), audio(b"x")).await,
+        Err(ArtifactError::InvalidName(_))
+    ));
+    assert_eq!(
+        svc.save(S1, &"x".repeat(255), audio(b"x")).await.unwrap(),
+        0
+    );
+
+    // Rejected scope ids.
+    let long = "a".repeat(129);
+    let bad_scopes = [
+        ("", "u1", "s1"),
+        ("..", "u1", "s1"),
+        ("app", ".", "s1"),
+        ("app", "..", "s1"),
+        ("app", "u/1", "s1"),
+        ("app", "u1", ""),
+        ("app", "u1", "../../etc"),
+        ("app", "u1", "s 1"),
+        ("app", "u1", "s\\1"),
+        ("app", "u1", long.as_str()),
+        ("a/pp", "u1", "s1"),
+    ];
+    for (app_name, user_id, session_id) in bad_scopes {
+        let scope = ArtifactScope {
+            app_name,
+            user_id,
+            session_id,
+        };
+        let invalid =
+            |r: Result<(), ArtifactError>| matches!(r, Err(ArtifactError::InvalidArgument(_)));
+        assert!(
+            invalid(svc.save(scope, "x", audio(b"x")).await.map(drop)),
+            "{scope:?}"
+        );
+        assert!(
+            invalid(svc.load(scope, "x", None).await.map(drop)),
+            "{scope:?}"
+        );
+        assert!(invalid(svc.list_names(scope).await.map(drop)), "{scope:?}");
+        assert!(
+            invalid(svc.list_versions(scope, "x").await.map(drop)),
+            "{scope:?}"
+        );
+        assert!(invalid(svc.delete(scope, "x").await), "{scope:?}");
+    }
+    let ok = ArtifactScope {
+        app_name: "my_app-1.0",
+        user_id: "someone@example.com",
+        session_id: &"s".repeat(128),
+    };
+    assert_eq!(svc.save(ok, "x", audio(b"x")).await.unwrap(), 0);
+    let colon = ArtifactScope {
+        session_id: "e:1",
+        ..ok
+    };
+    assert_eq!(svc.save(colon, "x", audio(b"x")).await.unwrap(), 0);
+
+    // Concurrent saves of one artifact get distinct versions.
+    let saves = (0..8).map(|_| svc.save(S2, "race", audio(b"r")));
+    let mut versions: Vec<u64> = futures::future::join_all(saves)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    versions.sort_unstable();
+    assert_eq!(versions, (0..8).collect::<Vec<_>>());
+    assert_eq!(
+        svc.list_versions(S2, "race").await.unwrap(),
+        (0..8).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
@@ -79,29 +237,56 @@ async fn in_memory_store_conforms() {
     conformance(&InMemoryArtifactService::default()).await;
 }
 
-#[tokio::test]
-async fn filesystem_store_conforms_rejects_traversal_and_survives_a_reopen() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_store_conforms_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let svc = FileArtifactService::open(dir.path().join("artifacts"))
-        .await
-        .unwrap();
+    let root = dir.path().join("nested/artifacts");
+    let svc = FileArtifactService::open(&root).await.unwrap();
     conformance(&svc).await;
-    let evil = ArtifactScope {
-        app_name: "app",
-        user_id: "..",
-        session_id: "s1",
+
+    // Layout, and nothing escapes the root.
+    assert!(root.join("app/u1/s1/rec.pcm/0").is_file());
+    assert!(root.join("app/u1/s1/rec.pcm/0.meta.json").is_file());
+    assert!(root.join("app/u1/_user").is_dir());
+    assert!(!dir.path().join("etc").exists() && !dir.path().join("x").exists());
+    let reserved = ArtifactScope {
+        session_id: "_user",
+        ..S1
     };
-    assert!(svc.save(evil, "x", audio(b"x")).await.is_err());
-    let evil = ArtifactScope {
-        app_name: "app",
-        user_id: "u1",
-        session_id: "../../etc",
-    };
-    assert!(svc.save(evil, "x", audio(b"x")).await.is_err());
-    svc.save(S2, "keep.pcm", audio(b"kk")).await.unwrap();
-    let reopened = FileArtifactService::open(dir.path().join("artifacts"))
+    assert!(matches!(
+        svc.save(reserved, "x", audio(b"x")).await,
+        Err(ArtifactError::InvalidArgument(_))
+    ));
+
+    // A crash's leftovers (a temp file, an orphan sidecar, an empty folder) are not versions.
+    let leftovers = root.join("app/u1/s2/crashed");
+    std::fs::create_dir_all(&leftovers).unwrap();
+    std::fs::write(leftovers.join(".tmp-123"), b"half").unwrap();
+    std::fs::write(leftovers.join("0.meta.json"), b"{\"mime").unwrap();
+    std::fs::create_dir_all(root.join("app/u1/s2/empty")).unwrap();
+    assert!(svc.list_versions(S2, "crashed").await.unwrap().is_empty());
+    assert_eq!(svc.load(S2, "crashed", None).await.unwrap(), None);
+    assert!(!svc
+        .list_names(S2)
         .await
-        .unwrap();
+        .unwrap()
+        .contains(&"crashed".into()));
+    assert!(!svc.list_names(S2).await.unwrap().contains(&"empty".into()));
+    assert_eq!(svc.save(S2, "crashed", audio(b"ok")).await.unwrap(), 1);
+    assert_eq!(svc.list_versions(S2, "crashed").await.unwrap(), vec![1]);
+
+    // A version whose sidecar is lost still loads, as generic bytes.
+    svc.save(S2, "bare", audio(b"b")).await.unwrap();
+    std::fs::remove_file(root.join("app/u1/s2/bare/0.meta.json")).unwrap();
+    assert_eq!(
+        svc.load(S2, "bare", None).await.unwrap().unwrap().mime_type,
+        "application/octet-stream"
+    );
+
+    // Durable across a reopen.
+    svc.save(S2, "keep.pcm", audio(b"kk")).await.unwrap();
+    drop(svc);
+    let reopened = FileArtifactService::open(&root).await.unwrap();
     assert_eq!(
         reopened.load(S2, "keep.pcm", None).await.unwrap(),
         Some(audio(b"kk"))
@@ -110,4 +295,29 @@ async fn filesystem_store_conforms_rejects_traversal_and_survives_a_reopen() {
         reopened.save(S2, "keep.pcm", audio(b"k2")).await.unwrap(),
         1
     );
+    assert_eq!(
+        reopened.list_names(S1).await.unwrap(),
+        vec!["empty.txt", "rec.pcm", "x".repeat(255).as_str()]
+    );
+}
+
+#[tokio::test]
+async fn store_urls_open_the_right_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = open_artifact_service("memory:").await.unwrap();
+    assert_eq!(memory.save(S1, "a", audio(b"a")).await.unwrap(), 0);
+    let root = dir.path().join("store");
+    let files = open_artifact_service(&format!("file://{}", root.display()))
+        .await
+        .unwrap();
+    assert_eq!(files.save(S1, "a", audio(b"a")).await.unwrap(), 0);
+    assert!(root.join("app/u1/s1/a/0").is_file());
+    assert!(matches!(
+        open_artifact_service("s3://bucket").await,
+        Err(ArtifactError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        open_artifact_service("file://").await,
+        Err(ArtifactError::InvalidArgument(_))
+    ));
 }

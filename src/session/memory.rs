@@ -1,15 +1,16 @@
 //! In-memory session store: for tests and single-process runs that need no durability.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::state::{merge_state, split_delta, strip_temp};
+use super::state::{merge_state, split_delta, strip_temp, ScopedDelta};
 use super::{GetSessionConfig, Session, SessionError, SessionService};
-use crate::event::{now_timestamp, Event};
+use crate::event::{new_event_id, now_timestamp, Event};
 
+/// One stored session: its own (unprefixed) state and its committed events.
 #[derive(Debug, Default)]
 struct Stored {
     state: Map<String, Value>,
@@ -17,9 +18,11 @@ struct Stored {
     last_update_time: f64,
 }
 
+type SessionKey = (String, String, String);
+
 #[derive(Debug, Default)]
 struct Inner {
-    sessions: HashMap<(String, String, String), Stored>,
+    sessions: HashMap<SessionKey, Stored>,
     app_state: HashMap<String, Map<String, Value>>,
     user_state: HashMap<(String, String), Map<String, Value>>,
 }
@@ -30,15 +33,20 @@ pub struct InMemorySessionService {
     inner: Mutex<Inner>,
 }
 
-fn key(app: &str, user: &str, id: &str) -> (String, String, String) {
+fn key(app: &str, user: &str, id: &str) -> SessionKey {
     (app.to_owned(), user.to_owned(), id.to_owned())
 }
 
-fn poisoned() -> SessionError {
-    SessionError::InvalidArgument("session store lock poisoned".into())
+impl InMemorySessionService {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every mutation below completes before anything can panic, so the maps stay consistent
+        // even if a holder panicked; recovering beats failing every later call.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Inner {
+    /// The session as callers see it: merged state, no events.
     fn view(&self, app: &str, user: &str, id: &str, stored: &Stored) -> Session {
         let empty = Map::new();
         let app_state = self.app_state.get(app).unwrap_or(&empty);
@@ -56,16 +64,20 @@ impl Inner {
         }
     }
 
-    fn apply(&mut self, app: &str, user: &str, delta: &Map<String, Value>) -> Map<String, Value> {
-        let scoped = split_delta(delta);
-        self.app_state
-            .entry(app.to_owned())
-            .or_default()
-            .extend(scoped.app);
-        self.user_state
-            .entry((app.to_owned(), user.to_owned()))
-            .or_default()
-            .extend(scoped.user);
+    /// Writes the app and user parts of a split delta; returns the session part.
+    fn apply_scoped(&mut self, app: &str, user: &str, scoped: ScopedDelta) -> Map<String, Value> {
+        if !scoped.app.is_empty() {
+            self.app_state
+                .entry(app.to_owned())
+                .or_default()
+                .extend(scoped.app);
+        }
+        if !scoped.user.is_empty() {
+            self.user_state
+                .entry((app.to_owned(), user.to_owned()))
+                .or_default()
+                .extend(scoped.user);
+        }
         scoped.session
     }
 }
@@ -80,12 +92,12 @@ impl SessionService for InMemorySessionService {
         state: Map<String, Value>,
     ) -> Result<Session, SessionError> {
         let id = super::session_id_or_new(session_id);
-        let mut inner = self.inner.lock().map_err(|_| poisoned())?;
+        let mut inner = self.lock();
         let k = key(app_name, user_id, &id);
         if inner.sessions.contains_key(&k) {
             return Err(SessionError::AlreadyExists(id));
         }
-        let session_state = inner.apply(app_name, user_id, &state);
+        let session_state = inner.apply_scoped(app_name, user_id, split_delta(&state));
         let stored = Stored {
             state: session_state,
             events: Vec::new(),
@@ -103,19 +115,21 @@ impl SessionService for InMemorySessionService {
         session_id: &str,
         config: &GetSessionConfig,
     ) -> Result<Option<Session>, SessionError> {
-        let inner = self.inner.lock().map_err(|_| poisoned())?;
+        let inner = self.lock();
         let Some(stored) = inner.sessions.get(&key(app_name, user_id, session_id)) else {
             return Ok(None);
         };
         let mut session = inner.view(app_name, user_id, session_id, stored);
-        let mut events: Vec<Event> = stored
+        // Filter first, then keep the most recent, without cloning events that are dropped.
+        let kept: Vec<&Event> = stored
             .events
             .iter()
             .filter(|e| config.after_timestamp.is_none_or(|t| e.timestamp >= t))
-            .cloned()
             .collect();
-        config.keep_recent(&mut events);
-        session.events = events;
+        let skip = config
+            .num_recent_events
+            .map_or(0, |n| kept.len().saturating_sub(n));
+        session.events = kept[skip..].iter().map(|e| (*e).clone()).collect();
         Ok(Some(session))
     }
 
@@ -124,14 +138,18 @@ impl SessionService for InMemorySessionService {
         app_name: &str,
         user_id: &str,
     ) -> Result<Vec<Session>, SessionError> {
-        let inner = self.inner.lock().map_err(|_| poisoned())?;
+        let inner = self.lock();
         let mut sessions: Vec<Session> = inner
             .sessions
             .iter()
             .filter(|((a, u, _), _)| a == app_name && u == user_id)
             .map(|((a, u, id), stored)| inner.view(a, u, id, stored))
             .collect();
-        sessions.sort_by(|a, b| b.last_update_time.total_cmp(&a.last_update_time));
+        sessions.sort_by(|a, b| {
+            b.last_update_time
+                .total_cmp(&a.last_update_time)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         Ok(sessions)
     }
 
@@ -141,8 +159,9 @@ impl SessionService for InMemorySessionService {
         user_id: &str,
         session_id: &str,
     ) -> Result<(), SessionError> {
-        let mut inner = self.inner.lock().map_err(|_| poisoned())?;
-        inner.sessions.remove(&key(app_name, user_id, session_id));
+        self.lock()
+            .sessions
+            .remove(&key(app_name, user_id, session_id));
         Ok(())
     }
 
@@ -154,29 +173,35 @@ impl SessionService for InMemorySessionService {
         if event.is_partial() {
             return Ok(event);
         }
-        let mut inner = self.inner.lock().map_err(|_| poisoned())?;
-        let k = key(&session.app_name, &session.user_id, &session.id);
-        let Some(stored) = inner.sessions.get(&k) else {
-            return Err(SessionError::NotFound(session.id.clone()));
-        };
-        if stored.events.iter().any(|e| e.id == event.id) {
-            return Ok(event);
+        if event.id.is_empty() {
+            // ADK's Event always has an id; an empty one would make idempotency checks collide.
+            event.id = new_event_id();
         }
-        // temp: keys are visible to this invocation but never stored.
-        for (k, v) in &event.actions.state_delta {
-            session.state.insert(k.clone(), v.clone());
-        }
+        let full_delta = event.actions.state_delta.clone();
         strip_temp(&mut event.actions.state_delta);
-        let session_delta = inner.apply(
+
+        let mut inner = self.lock();
+        let k = key(&session.app_name, &session.user_id, &session.id);
+        match inner.sessions.get(&k) {
+            None => return Err(SessionError::NotFound(session.id.clone())),
+            // A re-delivery of an event already committed changes nothing.
+            Some(stored) if stored.events.iter().any(|e| e.id == event.id) => return Ok(event),
+            Some(_) => {}
+        }
+        let session_delta = inner.apply_scoped(
             &session.app_name,
             &session.user_id,
-            &event.actions.state_delta,
+            split_delta(&event.actions.state_delta),
         );
         if let Some(stored) = inner.sessions.get_mut(&k) {
             stored.state.extend(session_delta);
             stored.events.push(event.clone());
             stored.last_update_time = event.timestamp;
         }
+        drop(inner);
+
+        // temp: keys are visible to the rest of this invocation but never stored.
+        session.state.extend(full_delta);
         session.last_update_time = event.timestamp;
         session.events.push(event.clone());
         Ok(event)

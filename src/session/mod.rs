@@ -47,16 +47,6 @@ pub struct GetSessionConfig {
     pub after_timestamp: Option<f64>,
 }
 
-impl GetSessionConfig {
-    /// Drops all but the most recent `num_recent_events` (events must be oldest first).
-    pub fn keep_recent(&self, events: &mut Vec<Event>) {
-        if let Some(n) = self.num_recent_events {
-            let skip = events.len().saturating_sub(n);
-            events.drain(..skip);
-        }
-    }
-}
-
 /// The id a new session gets: the one asked for (trimmed), or a fresh UUID.
 pub fn session_id_or_new(session_id: Option<&str>) -> String {
     session_id

@@ -1,4 +1,8 @@
 //! SQLite session store: the default, a single durable file (WAL mode) under the data directory.
+//!
+//! Events are stored as their camelCase JSON and read back in insertion order (`seq`), not by
+//! timestamp: `file_data` events for flushed audio carry the older timestamp of the audio they
+//! reference, and ordering by timestamp would move them before events they followed.
 
 use std::path::Path;
 use std::time::Duration;
@@ -6,11 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 
-use super::state::{merge_state, split_delta, strip_temp};
+use super::state::{merge_state, split_delta, strip_temp, ScopedDelta};
 use super::{GetSessionConfig, Session, SessionError, SessionService};
-use crate::event::{now_timestamp, Event};
+use crate::event::{new_event_id, now_timestamp, Event};
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sessions (
@@ -30,6 +34,10 @@ const SCHEMA: &[&str] = &[
         PRIMARY KEY (app_name, user_id))",
 ];
 
+/// Write transactions take the write lock up front: a deferred transaction that reads and then
+/// writes fails with SQLITE_BUSY (without waiting) when another connection committed in between.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
 /// Sessions in a SQLite file, durable across restarts.
 #[derive(Debug, Clone)]
 pub struct SqliteSessionService {
@@ -41,13 +49,16 @@ fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
 }
 
 impl SqliteSessionService {
-    /// Opens (creating if needed) the database file and its schema.
-    pub async fn open(path: &str) -> Result<Self, SessionError> {
-        if let Some(parent) = Path::new(path)
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(parent).map_err(|e| {
+    /// Opens (creating if needed) the database file, its parent folders and its schema.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self, SessionError> {
+        let path = path.as_ref();
+        if path.as_os_str().is_empty() {
+            return Err(SessionError::InvalidArgument(
+                "empty SQLite database path".into(),
+            ));
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(parent).await.map_err(|e| {
                 SessionError::InvalidArgument(format!("cannot create {}: {e}", parent.display()))
             })?;
         }
@@ -61,79 +72,75 @@ impl SqliteSessionService {
             .max_connections(4)
             .connect_with(options)
             .await?;
+        let mut tx = pool.begin_with(BEGIN_WRITE).await?;
         for statement in SCHEMA {
-            sqlx::query(statement).execute(&pool).await?;
+            sqlx::query(statement).execute(&mut *tx).await?;
         }
+        tx.commit().await?;
         Ok(SqliteSessionService { pool })
-    }
-
-    async fn scoped_state(
-        &self,
-        app_name: &str,
-        user_id: &str,
-    ) -> Result<(Map<String, Value>, Map<String, Value>), SessionError> {
-        let app = sqlx::query("SELECT state FROM app_states WHERE app_name = ?")
-            .bind(app_name)
-            .fetch_optional(&self.pool)
-            .await?;
-        let user = sqlx::query("SELECT state FROM user_states WHERE app_name = ? AND user_id = ?")
-            .bind(app_name)
-            .bind(user_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let app = match app {
-            Some(row) => parse_map(row.try_get("state")?)?,
-            None => Map::new(),
-        };
-        let user = match user {
-            Some(row) => parse_map(row.try_get("state")?)?,
-            None => Map::new(),
-        };
-        Ok((app, user))
     }
 }
 
-/// Upserts app and user state deltas and returns the session part, inside a transaction.
-async fn apply_scoped(
-    tx: &mut sqlx::SqliteConnection,
+/// Reads the stored app and user state (prefixes not yet re-added).
+async fn scoped_state(
+    conn: &mut SqliteConnection,
     app_name: &str,
     user_id: &str,
-    delta: &Map<String, Value>,
+) -> Result<(Map<String, Value>, Map<String, Value>), SessionError> {
+    let app = sqlx::query("SELECT state FROM app_states WHERE app_name = ?")
+        .bind(app_name)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let user = sqlx::query("SELECT state FROM user_states WHERE app_name = ? AND user_id = ?")
+        .bind(app_name)
+        .bind(user_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let app = match app {
+        Some(row) => parse_map(row.try_get("state")?)?,
+        None => Map::new(),
+    };
+    let user = match user {
+        Some(row) => parse_map(row.try_get("state")?)?,
+        None => Map::new(),
+    };
+    Ok((app, user))
+}
+
+/// Upserts the app and user parts of a split delta (inside the caller's transaction) and returns
+/// the session part.
+async fn apply_scoped(
+    conn: &mut SqliteConnection,
+    app_name: &str,
+    user_id: &str,
+    scoped: ScopedDelta,
 ) -> Result<Map<String, Value>, SessionError> {
-    let scoped = split_delta(delta);
+    if scoped.app.is_empty() && scoped.user.is_empty() {
+        return Ok(scoped.session);
+    }
+    let (mut app, mut user) = scoped_state(conn, app_name, user_id).await?;
     if !scoped.app.is_empty() {
-        let row = sqlx::query("SELECT state FROM app_states WHERE app_name = ?")
-            .bind(app_name)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let mut state = match row {
-            Some(row) => parse_map(row.try_get("state")?)?,
-            None => Map::new(),
-        };
-        state.extend(scoped.app);
-        sqlx::query("INSERT INTO app_states (app_name, state) VALUES (?, ?) ON CONFLICT(app_name) DO UPDATE SET state = excluded.state")
-            .bind(app_name)
-            .bind(serde_json::to_string(&state)?)
-            .execute(&mut *tx)
-            .await?;
+        app.extend(scoped.app);
+        sqlx::query(
+            "INSERT INTO app_states (app_name, state) VALUES (?, ?)
+             ON CONFLICT (app_name) DO UPDATE SET state = excluded.state",
+        )
+        .bind(app_name)
+        .bind(serde_json::to_string(&app)?)
+        .execute(&mut *conn)
+        .await?;
     }
     if !scoped.user.is_empty() {
-        let row = sqlx::query("SELECT state FROM user_states WHERE app_name = ? AND user_id = ?")
-            .bind(app_name)
-            .bind(user_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let mut state = match row {
-            Some(row) => parse_map(row.try_get("state")?)?,
-            None => Map::new(),
-        };
-        state.extend(scoped.user);
-        sqlx::query("INSERT INTO user_states (app_name, user_id, state) VALUES (?, ?, ?) ON CONFLICT(app_name, user_id) DO UPDATE SET state = excluded.state")
-            .bind(app_name)
-            .bind(user_id)
-            .bind(serde_json::to_string(&state)?)
-            .execute(&mut *tx)
-            .await?;
+        user.extend(scoped.user);
+        sqlx::query(
+            "INSERT INTO user_states (app_name, user_id, state) VALUES (?, ?, ?)
+             ON CONFLICT (app_name, user_id) DO UPDATE SET state = excluded.state",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(serde_json::to_string(&user)?)
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(scoped.session)
 }
@@ -149,10 +156,21 @@ impl SessionService for SqliteSessionService {
     ) -> Result<Session, SessionError> {
         let id = super::session_id_or_new(session_id);
         let now = now_timestamp();
-        let mut tx = self.pool.begin().await?;
-        let session_state = apply_scoped(&mut tx, app_name, user_id, &state).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
+        let exists =
+            sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+                .bind(app_name)
+                .bind(user_id)
+                .bind(&id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if exists.is_some() {
+            return Err(SessionError::AlreadyExists(id));
+        }
+        let session_state = apply_scoped(&mut tx, app_name, user_id, split_delta(&state)).await?;
+        sqlx::query(
+            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time)
+             VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(app_name)
         .bind(user_id)
@@ -162,11 +180,8 @@ impl SessionService for SqliteSessionService {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        if inserted.rows_affected() == 0 {
-            return Err(SessionError::AlreadyExists(id));
-        }
+        let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
         tx.commit().await?;
-        let (app, user) = self.scoped_state(app_name, user_id).await?;
         Ok(Session {
             app_name: app_name.to_owned(),
             user_id: user_id.to_owned(),
@@ -184,32 +199,43 @@ impl SessionService for SqliteSessionService {
         session_id: &str,
         config: &GetSessionConfig,
     ) -> Result<Option<Session>, SessionError> {
+        // One read transaction, so state and events come from the same snapshot.
+        let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
             "SELECT state, update_time FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
         )
         .bind(app_name)
         .bind(user_id)
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else { return Ok(None) };
         let session_state = parse_map(row.try_get("state")?)?;
         let last_update_time: f64 = row.try_get("update_time")?;
+        // The newest N (LIMIT -1 is unbounded), returned oldest first.
+        let limit = config
+            .num_recent_events
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(-1));
         let rows = sqlx::query(
-            "SELECT event_json FROM events WHERE app_name = ? AND user_id = ? AND session_id = ? AND timestamp >= ? ORDER BY seq",
+            "SELECT event_json FROM (
+                 SELECT seq, event_json FROM events
+                 WHERE app_name = ? AND user_id = ? AND session_id = ? AND timestamp >= ?
+                 ORDER BY seq DESC LIMIT ?)
+             ORDER BY seq",
         )
         .bind(app_name)
         .bind(user_id)
         .bind(session_id)
-        .bind(config.after_timestamp.unwrap_or(f64::MIN))
-        .fetch_all(&self.pool)
+        .bind(config.after_timestamp.unwrap_or(f64::NEG_INFINITY))
+        .bind(limit)
+        .fetch_all(&mut *tx)
         .await?;
-        let mut events = rows
+        let events = rows
             .iter()
             .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
             .collect::<Result<Vec<Event>, SessionError>>()?;
-        config.keep_recent(&mut events);
-        let (app, user) = self.scoped_state(app_name, user_id).await?;
+        let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
+        tx.commit().await?;
         Ok(Some(Session {
             app_name: app_name.to_owned(),
             user_id: user_id.to_owned(),
@@ -225,14 +251,17 @@ impl SessionService for SqliteSessionService {
         app_name: &str,
         user_id: &str,
     ) -> Result<Vec<Session>, SessionError> {
+        let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
-            "SELECT id, state, update_time FROM sessions WHERE app_name = ? AND user_id = ? ORDER BY update_time DESC",
+            "SELECT id, state, update_time FROM sessions WHERE app_name = ? AND user_id = ?
+             ORDER BY update_time DESC, id",
         )
         .bind(app_name)
         .bind(user_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
-        let (app, user) = self.scoped_state(app_name, user_id).await?;
+        let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
+        tx.commit().await?;
         rows.iter()
             .map(|row| {
                 Ok(Session {
@@ -253,7 +282,7 @@ impl SessionService for SqliteSessionService {
         user_id: &str,
         session_id: &str,
     ) -> Result<(), SessionError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
         sqlx::query("DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?")
             .bind(app_name)
             .bind(user_id)
@@ -278,11 +307,15 @@ impl SessionService for SqliteSessionService {
         if event.is_partial() {
             return Ok(event);
         }
-        // temp: keys are visible to this invocation but never stored.
+        if event.id.is_empty() {
+            // ADK's Event always has an id; an empty one would collide with the UNIQUE key.
+            event.id = new_event_id();
+        }
         let full_delta = event.actions.state_delta.clone();
         strip_temp(&mut event.actions.state_delta);
         let json = serde_json::to_string(&event)?;
-        let mut tx = self.pool.begin().await?;
+
+        let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
         let row =
             sqlx::query("SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
                 .bind(&session.app_name)
@@ -294,7 +327,10 @@ impl SessionService for SqliteSessionService {
             return Err(SessionError::NotFound(session.id.clone()));
         };
         let inserted = sqlx::query(
-            "INSERT INTO events (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "INSERT INTO events
+                 (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (app_name, user_id, session_id, id) DO NOTHING",
         )
         .bind(&event.id)
         .bind(&session.app_name)
@@ -307,7 +343,7 @@ impl SessionService for SqliteSessionService {
         .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() == 0 {
-            // Re-delivery of an event already stored.
+            // A re-delivery of an event already committed changes nothing.
             return Ok(event);
         }
         let mut state = parse_map(row.try_get("state")?)?;
@@ -315,19 +351,24 @@ impl SessionService for SqliteSessionService {
             &mut tx,
             &session.app_name,
             &session.user_id,
-            &event.actions.state_delta,
+            split_delta(&event.actions.state_delta),
         )
         .await?;
         state.extend(session_delta);
-        sqlx::query("UPDATE sessions SET state = ?, update_time = ? WHERE app_name = ? AND user_id = ? AND id = ?")
-            .bind(serde_json::to_string(&state)?)
-            .bind(event.timestamp)
-            .bind(&session.app_name)
-            .bind(&session.user_id)
-            .bind(&session.id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE sessions SET state = ?, update_time = ?
+             WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(serde_json::to_string(&state)?)
+        .bind(event.timestamp)
+        .bind(&session.app_name)
+        .bind(&session.user_id)
+        .bind(&session.id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
+
+        // temp: keys are visible to the rest of this invocation but never stored.
         session.state.extend(full_delta);
         session.last_update_time = event.timestamp;
         session.events.push(event.clone());

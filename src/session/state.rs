@@ -1,4 +1,7 @@
 //! ADK's state prefixes and how a state delta is routed and merged.
+//!
+//! App and user state live in their own tables (maps) with the prefix removed, so one write is
+//! seen by every session of the app (or of the user); reads merge them back with the prefix.
 
 use serde_json::{Map, Value};
 
@@ -20,7 +23,14 @@ pub struct ScopedDelta {
     pub session: Map<String, Value>,
 }
 
-/// Splits a delta by scope, dropping `temp:` keys.
+impl ScopedDelta {
+    /// True if no scope has a key.
+    pub fn is_empty(&self) -> bool {
+        self.app.is_empty() && self.user.is_empty() && self.session.is_empty()
+    }
+}
+
+/// Splits a delta (or an initial state) by scope, dropping `temp:` keys.
 pub fn split_delta(delta: &Map<String, Value>) -> ScopedDelta {
     let mut scoped = ScopedDelta::default();
     for (key, value) in delta {
@@ -61,19 +71,39 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
     #[test]
-    fn splits_merges_and_strips() {
-        let delta = json!({"app:theme": "dark", "user:lang": "en", "temp:x": 1, "mood": "ok"});
-        let delta = delta.as_object().unwrap();
-        let scoped = split_delta(delta);
-        assert_eq!(scoped.app, *json!({"theme": "dark"}).as_object().unwrap());
-        assert_eq!(scoped.user, *json!({"lang": "en"}).as_object().unwrap());
-        assert_eq!(scoped.session, *json!({"mood": "ok"}).as_object().unwrap());
-        let merged = merge_state(&scoped.app, &scoped.user, &scoped.session);
-        assert_eq!(merged.len(), 3);
-        assert_eq!(merged["app:theme"], "dark");
-        let mut d = delta.clone();
-        strip_temp(&mut d);
-        assert!(!d.contains_key("temp:x"));
+    fn split_routes_each_prefix_and_drops_temp() {
+        let delta = obj(json!({
+            "app:theme": "dark", "user:lang": "en", "temp:x": 1, "mood": "ok", "apple": 2
+        }));
+        let scoped = split_delta(&delta);
+        assert_eq!(scoped.app, obj(json!({"theme": "dark"})));
+        assert_eq!(scoped.user, obj(json!({"lang": "en"})));
+        assert_eq!(scoped.session, obj(json!({"mood": "ok", "apple": 2})));
+        assert!(!scoped.is_empty());
+        assert!(split_delta(&obj(json!({"temp:only": 1}))).is_empty());
+    }
+
+    #[test]
+    fn merge_re_adds_prefixes_and_round_trips_a_split() {
+        let state = obj(json!({"app:a": 1, "user:u": [2], "s": {"n": 3}}));
+        let scoped = split_delta(&state);
+        assert_eq!(
+            merge_state(&scoped.app, &scoped.user, &scoped.session),
+            state
+        );
+        let empty = Map::new();
+        assert!(merge_state(&empty, &empty, &empty).is_empty());
+    }
+
+    #[test]
+    fn strip_temp_keeps_everything_else() {
+        let mut delta = obj(json!({"temp:x": 1, "temp:": 2, "app:t": 3, "k": 4, "tempo": 5}));
+        strip_temp(&mut delta);
+        assert_eq!(delta, obj(json!({"app:t": 3, "k": 4, "tempo": 5})));
     }
 }

@@ -3,7 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::event::Event;
+use crate::event::{Content, Event, FileData, Part};
 
 fn obj(v: Value) -> Map<String, Value> {
     v.as_object().cloned().unwrap_or_default()
@@ -16,128 +16,207 @@ fn event_with_delta(delta: Value, timestamp: f64) -> Event {
     event
 }
 
+async fn get(svc: &dyn SessionService, user: &str, id: &str) -> Session {
+    svc.get_session("app", user, id, &GetSessionConfig::default())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn timestamps(svc: &dyn SessionService, id: &str, config: GetSessionConfig) -> Vec<f64> {
+    svc.get_session("app", "u1", id, &config)
+        .await
+        .unwrap()
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.timestamp)
+        .collect()
+}
+
 async fn conformance(svc: &dyn SessionService) {
-    let t0 = crate::event::now_timestamp();
-    // Create, get, duplicate, generated ids.
+    let t0 = 1_760_000_000.0;
+
+    // Create: initial state split by scope (temp dropped), duplicates refused, ids generated.
     let s1 = svc
-        .create_session("app", "u1", Some("s1"), obj(json!({"k": 1, "temp:t": 2})))
+        .create_session(
+            "app",
+            "u1",
+            Some(" s1 "),
+            obj(json!({"k": 1, "temp:t": 2, "user:seed": true})),
+        )
         .await
         .unwrap();
-    assert_eq!(s1.state.get("k"), Some(&json!(1)));
-    assert!(
-        !s1.state.contains_key("temp:t"),
-        "temp keys are not stored at creation"
-    );
+    assert_eq!(s1.id, "s1", "ids are trimmed");
+    assert_eq!(s1.state, obj(json!({"k": 1, "user:seed": true})));
+    assert!(s1.events.is_empty());
     assert!(matches!(
-        svc.create_session("app", "u1", Some("s1"), Map::new())
+        svc.create_session("app", "u1", Some("s1"), obj(json!({"app:x": 1})))
             .await,
-        Err(SessionError::AlreadyExists(_))
+        Err(SessionError::AlreadyExists(id)) if id == "s1"
     ));
+    assert!(
+        !get(svc, "u1", "s1").await.state.contains_key("app:x"),
+        "a refused create writes nothing"
+    );
     let generated = svc
         .create_session("app", "u1", None, Map::new())
         .await
         .unwrap();
-    assert_eq!(generated.id.len(), 36);
-
-    // Append: partial skipped, temp applied in memory only, scopes routed.
-    let mut session = svc
-        .get_session("app", "u1", "s1", &GetSessionConfig::default())
+    assert!(uuid::Uuid::parse_str(&generated.id).is_ok());
+    assert_eq!(get(svc, "u1", &generated.id).await.id, generated.id);
+    assert!(svc
+        .get_session("app", "u1", "nope", &GetSessionConfig::default())
         .await
         .unwrap()
-        .unwrap();
-    let mut partial = Event::new("e-1", "agent");
+        .is_none());
+    assert!(
+        svc.get_session("app", "u2", "s1", &GetSessionConfig::default())
+            .await
+            .unwrap()
+            .is_none(),
+        "sessions belong to one user"
+    );
+
+    // Partial events are returned untouched and change nothing.
+    let mut session = get(svc, "u1", "s1").await;
+    let mut partial = event_with_delta(json!({"p": 1, "temp:p": 1}), t0);
     partial.partial = Some(true);
-    svc.append_event(&mut session, partial).await.unwrap();
-    assert!(session.events.is_empty(), "partial events are not stored");
+    let back = svc
+        .append_event(&mut session, partial.clone())
+        .await
+        .unwrap();
+    assert_eq!(back, partial);
+    assert!(session.events.is_empty() && !session.state.contains_key("p"));
+    assert!(get(svc, "u1", "s1").await.events.is_empty());
+
+    // temp: applied to the caller's session only; scopes routed; the stored event is stripped.
     let delta = json!({"mood": "ok", "temp:scratch": 1, "app:theme": "dark", "user:lang": "en"});
     let stored = svc
         .append_event(&mut session, event_with_delta(delta, t0 + 1.0))
         .await
         .unwrap();
-    assert!(!stored.actions.state_delta.contains_key("temp:scratch"));
     assert_eq!(
-        session.state.get("temp:scratch"),
-        Some(&json!(1)),
-        "temp visible to the invocation"
+        stored.actions.state_delta,
+        obj(json!({"mood": "ok", "app:theme": "dark", "user:lang": "en"}))
     );
+    assert_eq!(session.state.get("temp:scratch"), Some(&json!(1)));
+    assert_eq!(session.state.get("app:theme"), Some(&json!("dark")));
+    assert_eq!(session.events, vec![stored.clone()]);
+    assert_eq!(session.last_update_time, t0 + 1.0);
+
+    // An equal re-delivery is a no-op.
     let again = svc
         .append_event(&mut session, stored.clone())
         .await
         .unwrap();
-    assert_eq!(again.id, stored.id);
-    svc.append_event(&mut session, event_with_delta(json!({}), t0 + 2.0))
+    assert_eq!(again, stored);
+    assert_eq!(session.events.len(), 1, "not pushed twice");
+
+    // Insertion order wins over timestamps (file_data events carry older timestamps).
+    svc.append_event(&mut session, event_with_delta(json!({"n": 2}), t0 + 3.0))
+        .await
+        .unwrap();
+    let mut file_event = event_with_delta(json!({}), t0 + 2.0);
+    file_event.content = Some(Content {
+        parts: vec![Part {
+            file_data: Some(FileData {
+                display_name: None,
+                file_uri: "artifact://app/u1/s1/_adk_live/a.pcm#0".into(),
+                mime_type: Some("audio/pcm;rate=16000".into()),
+            }),
+            ..Part::default()
+        }],
+        role: Some("user".into()),
+    });
+    svc.append_event(&mut session, file_event.clone())
         .await
         .unwrap();
 
-    let read = svc
-        .get_session("app", "u1", "s1", &GetSessionConfig::default())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(read.events.len(), 2, "re-delivery is idempotent");
-    assert_eq!(read.events[0], stored);
-    assert!(!read.state.contains_key("temp:scratch"));
-    assert_eq!(read.state.get("mood"), Some(&json!("ok")));
-    assert_eq!(read.state.get("app:theme"), Some(&json!("dark")));
-    assert_eq!(read.state.get("user:lang"), Some(&json!("en")));
+    let read = get(svc, "u1", "s1").await;
+    assert_eq!(
+        read.events.iter().map(|e| e.timestamp).collect::<Vec<_>>(),
+        vec![t0 + 1.0, t0 + 3.0, t0 + 2.0]
+    );
+    assert_eq!(read.events[0], stored, "events round-trip exactly");
+    assert_eq!(read.events[2], file_event);
+    assert_eq!(read.last_update_time, t0 + 2.0, "last event's timestamp");
+    assert_eq!(
+        read.state,
+        obj(json!({"k": 1, "mood": "ok", "n": 2, "app:theme": "dark",
+                   "user:lang": "en", "user:seed": true}))
+    );
+    assert!(
+        !read.state.contains_key("temp:scratch"),
+        "temp never stored"
+    );
 
-    // Scopes: app state is shared by everyone, user state by one user's sessions.
+    // Scopes: app state is shared by every user, user state by one user's sessions.
     let other_user = svc
         .create_session("app", "u2", Some("x"), Map::new())
         .await
         .unwrap();
-    assert_eq!(other_user.state.get("app:theme"), Some(&json!("dark")));
-    assert!(!other_user.state.contains_key("user:lang"));
-    assert!(!other_user.state.contains_key("mood"));
-    let same_user = svc
-        .get_session("app", "u1", &generated.id, &GetSessionConfig::default())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(same_user.state.get("user:lang"), Some(&json!("en")));
-
-    // Filters.
-    let recent = GetSessionConfig {
-        num_recent_events: Some(1),
-        after_timestamp: None,
-    };
-    let read = svc
-        .get_session("app", "u1", "s1", &recent)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(read.events.len(), 1);
-    assert_eq!(read.events[0].timestamp, t0 + 2.0);
-    let none = GetSessionConfig {
-        num_recent_events: Some(0),
-        after_timestamp: None,
-    };
-    assert!(svc
-        .get_session("app", "u1", "s1", &none)
-        .await
-        .unwrap()
-        .unwrap()
-        .events
-        .is_empty());
-    let after = GetSessionConfig {
-        num_recent_events: None,
-        after_timestamp: Some(t0 + 1.5),
-    };
+    assert_eq!(other_user.state, obj(json!({"app:theme": "dark"})));
+    let same_user = get(svc, "u1", &generated.id).await;
     assert_eq!(
-        svc.get_session("app", "u1", "s1", &after)
-            .await
-            .unwrap()
-            .unwrap()
-            .events
-            .len(),
-        1
+        same_user.state,
+        obj(json!({"app:theme": "dark", "user:lang": "en", "user:seed": true}))
+    );
+    let other_app = svc
+        .create_session("other", "u1", Some("s1"), Map::new())
+        .await
+        .unwrap();
+    assert!(other_app.state.is_empty(), "scopes are per app");
+    let mut u2 = get(svc, "u2", "x").await;
+    svc.append_event(
+        &mut u2,
+        event_with_delta(json!({"app:theme": "light"}), t0 + 4.0),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        get(svc, "u1", "s1").await.state.get("app:theme"),
+        Some(&json!("light"))
     );
 
-    // List and delete.
+    // Event filters.
+    let recent = |n| GetSessionConfig {
+        num_recent_events: Some(n),
+        after_timestamp: None,
+    };
+    assert_eq!(
+        timestamps(svc, "s1", recent(2)).await,
+        vec![t0 + 3.0, t0 + 2.0]
+    );
+    assert!(timestamps(svc, "s1", recent(0)).await.is_empty());
+    assert_eq!(timestamps(svc, "s1", recent(9)).await.len(), 3);
+    let after = GetSessionConfig {
+        num_recent_events: None,
+        after_timestamp: Some(t0 + 2.0),
+    };
+    assert_eq!(
+        timestamps(svc, "s1", after).await,
+        vec![t0 + 3.0, t0 + 2.0],
+        "after_timestamp is inclusive"
+    );
+    let both = GetSessionConfig {
+        num_recent_events: Some(1),
+        after_timestamp: Some(t0 + 1.5),
+    };
+    assert_eq!(timestamps(svc, "s1", both).await, vec![t0 + 2.0]);
+
+    // List: most recently updated first, state merged, no events.
     let listed = svc.list_sessions("app", "u1").await.unwrap();
-    assert_eq!(listed.len(), 2);
-    assert_eq!(listed[0].id, "s1", "most recently updated first");
+    assert_eq!(
+        listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        vec![generated.id.as_str(), "s1"],
+        "the generated session was created now, after s1's last event"
+    );
     assert!(listed.iter().all(|s| s.events.is_empty()));
+    assert_eq!(listed[1].state, get(svc, "u1", "s1").await.state);
+    assert!(svc.list_sessions("app", "nobody").await.unwrap().is_empty());
+
+    // Delete: session and events go, app and user state stay; a missing session is fine.
     svc.delete_session("app", "u1", "s1").await.unwrap();
     svc.delete_session("app", "u1", "s1").await.unwrap();
     assert!(svc
@@ -145,44 +224,126 @@ async fn conformance(svc: &dyn SessionService) {
         .await
         .unwrap()
         .is_none());
+    assert_eq!(svc.list_sessions("app", "u1").await.unwrap().len(), 1);
+    assert_eq!(
+        get(svc, "u1", &generated.id).await.state.get("user:lang"),
+        Some(&json!("en"))
+    );
+    let before = session.clone();
     assert!(matches!(
-        svc.append_event(&mut session, Event::new("e", "a")).await,
-        Err(SessionError::NotFound(_))
+        svc.append_event(&mut session, event_with_delta(json!({"temp:z": 1}), t0 + 5.0))
+            .await,
+        Err(SessionError::NotFound(id)) if id == "s1"
     ));
+    assert_eq!(session, before, "a failed append leaves the session alone");
+    let recreated = svc
+        .create_session("app", "u1", Some("s1"), Map::new())
+        .await
+        .unwrap();
+    assert!(get(svc, "u1", &recreated.id).await.events.is_empty());
+
+    // Events without an id get one instead of colliding.
+    let mut blank = get(svc, "u1", "s1").await;
+    for ts in [t0 + 6.0, t0 + 7.0] {
+        let mut e = event_with_delta(json!({}), ts);
+        e.id.clear();
+        assert!(!svc.append_event(&mut blank, e).await.unwrap().id.is_empty());
+    }
+    assert_eq!(get(svc, "u1", "s1").await.events.len(), 2);
+
     svc.ping().await.unwrap();
+}
+
+/// Concurrent appends to one session and to sibling sessions lose no event and no state key.
+async fn concurrent_appends(svc: &dyn SessionService) {
+    let mut sessions = Vec::new();
+    for i in 0..4 {
+        let id = format!("c{i}");
+        sessions.push(
+            svc.create_session("capp", "u", Some(&id), Map::new())
+                .await
+                .unwrap(),
+        );
+    }
+    let writers = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut s)| async move {
+            for j in 0..10 {
+                let delta = json!({format!("app:k{i}_{j}"): j, format!("k{j}"): i});
+                svc.append_event(&mut s, event_with_delta(delta, j as f64))
+                    .await
+                    .unwrap();
+            }
+        });
+    futures::future::join_all(writers).await;
+    let read = svc
+        .get_session("capp", "u", "c3", &GetSessionConfig::default())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.events.len(), 10);
+    let app_keys = read.state.keys().filter(|k| k.starts_with("app:")).count();
+    assert_eq!(app_keys, 40, "no lost update of the shared app state");
 }
 
 #[tokio::test]
 async fn in_memory_store_conforms() {
-    conformance(&InMemorySessionService::default()).await;
+    let svc = InMemorySessionService::default();
+    conformance(&svc).await;
+    concurrent_appends(&svc).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_conforms_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("nested/livegate.db");
-    let path = path.to_str().unwrap();
-    let svc = SqliteSessionService::open(path).await.unwrap();
+    let path = dir.path().join("nested/deeper/livegate.db");
+    let svc = SqliteSessionService::open(&path).await.unwrap();
     conformance(&svc).await;
+    concurrent_appends(&svc).await;
     let mut session = svc
-        .create_session("app", "u9", Some("keep"), Map::new())
+        .create_session("app", "u9", Some("keep"), obj(json!({"user:z": 0})))
         .await
         .unwrap();
-    svc.append_event(&mut session, event_with_delta(json!({"n": 7}), 5.0))
-        .await
-        .unwrap();
+    let mut with_temp = event_with_delta(json!({"n": 7, "temp:gone": 1}), 5.0);
+    with_temp.content = Some(Content::text("model", "hello"));
+    let stored = svc.append_event(&mut session, with_temp).await.unwrap();
     drop(svc);
-    let reopened = SqliteSessionService::open(path).await.unwrap();
+
+    let reopened = SqliteSessionService::open(&path).await.unwrap();
     let read = reopened
         .get_session("app", "u9", "keep", &GetSessionConfig::default())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(read.events.len(), 1);
+    assert_eq!(read.events, vec![stored]);
+    assert_eq!(read.last_update_time, 5.0);
     assert_eq!(read.state.get("n"), Some(&json!(7)));
-    assert_eq!(
-        read.state.get("app:theme"),
-        Some(&json!("dark")),
-        "app state survives too"
-    );
+    assert_eq!(read.state.get("user:z"), Some(&json!(0)));
+    assert_eq!(read.state.get("app:theme"), Some(&json!("light")));
+    assert!(!read.state.contains_key("temp:gone"));
+    assert_eq!(reopened.list_sessions("app", "u1").await.unwrap().len(), 2);
+    reopened.ping().await.unwrap();
+}
+
+#[tokio::test]
+async fn store_urls_open_the_right_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = open_session_service("memory:").await.unwrap();
+    memory.ping().await.unwrap();
+    let url = format!("sqlite://{}", dir.path().join("a/b.db").display());
+    let sqlite = open_session_service(&url).await.unwrap();
+    sqlite
+        .create_session("app", "u", Some("s"), Map::new())
+        .await
+        .unwrap();
+    assert!(dir.path().join("a/b.db").is_file());
+    assert!(matches!(
+        open_session_service("postgres://x").await,
+        Err(SessionError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        open_session_service("sqlite://").await,
+        Err(SessionError::InvalidArgument(_))
+    ));
 }
