@@ -6,9 +6,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::state::{merge_state, split_delta, strip_temp, ScopedDelta};
+use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
 use super::{GetSessionConfig, Session, SessionError, SessionService};
-use crate::event::{new_event_id, now_timestamp, Event};
+use crate::event::{now_timestamp, Event};
 
 /// One stored session: its own (unprefixed) state and its committed events.
 #[derive(Debug, Default)]
@@ -170,15 +170,9 @@ impl SessionService for InMemorySessionService {
         session: &mut Session,
         mut event: Event,
     ) -> Result<Event, SessionError> {
-        if event.is_partial() {
+        let Some(full_delta) = prepare_append(&mut event) else {
             return Ok(event);
-        }
-        if event.id.is_empty() {
-            // ADK's Event always has an id; an empty one would make idempotency checks collide.
-            event.id = new_event_id();
-        }
-        let full_delta = event.actions.state_delta.clone();
-        strip_temp(&mut event.actions.state_delta);
+        };
 
         let mut inner = self.lock();
         let k = key(&session.app_name, &session.user_id, &session.id);
@@ -200,10 +194,7 @@ impl SessionService for InMemorySessionService {
         }
         drop(inner);
 
-        // temp: keys are visible to the rest of this invocation but never stored.
-        session.state.extend(full_delta);
-        session.last_update_time = event.timestamp;
-        session.events.push(event.clone());
+        apply_committed(session, full_delta, &event);
         Ok(event)
     }
 

@@ -12,9 +12,9 @@ use serde_json::{Map, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
-use super::state::{merge_state, split_delta, strip_temp, ScopedDelta};
+use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
 use super::{GetSessionConfig, Session, SessionError, SessionService};
-use crate::event::{new_event_id, now_timestamp, Event};
+use crate::event::{now_timestamp, Event};
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS sessions (
@@ -304,15 +304,9 @@ impl SessionService for SqliteSessionService {
         session: &mut Session,
         mut event: Event,
     ) -> Result<Event, SessionError> {
-        if event.is_partial() {
+        let Some(full_delta) = prepare_append(&mut event) else {
             return Ok(event);
-        }
-        if event.id.is_empty() {
-            // ADK's Event always has an id; an empty one would collide with the UNIQUE key.
-            event.id = new_event_id();
-        }
-        let full_delta = event.actions.state_delta.clone();
-        strip_temp(&mut event.actions.state_delta);
+        };
         let json = serde_json::to_string(&event)?;
 
         let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
@@ -368,10 +362,7 @@ impl SessionService for SqliteSessionService {
         .await?;
         tx.commit().await?;
 
-        // temp: keys are visible to the rest of this invocation but never stored.
-        session.state.extend(full_delta);
-        session.last_update_time = event.timestamp;
-        session.events.push(event.clone());
+        apply_committed(session, full_delta, &event);
         Ok(event)
     }
 

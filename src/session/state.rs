@@ -66,6 +66,33 @@ pub fn strip_temp(delta: &mut Map<String, Value>) {
     delta.retain(|k, _| !k.starts_with(TEMP_PREFIX));
 }
 
+/// ADK's rules before an event is stored: `None` for a partial event (never stored); otherwise
+/// fills a missing id, strips `temp:` keys from the event's delta and returns the full delta
+/// (temp keys included), which the running invocation still sees.
+pub fn prepare_append(event: &mut crate::event::Event) -> Option<Map<String, Value>> {
+    if event.is_partial() {
+        return None;
+    }
+    if event.id.is_empty() {
+        // ADK's Event always has an id; an empty one would make idempotency checks collide.
+        event.id = crate::event::new_event_id();
+    }
+    let full_delta = event.actions.state_delta.clone();
+    strip_temp(&mut event.actions.state_delta);
+    Some(full_delta)
+}
+
+/// Applies a committed event to the caller's copy of the session (temp keys included).
+pub fn apply_committed(
+    session: &mut super::Session,
+    full_delta: Map<String, Value>,
+    event: &crate::event::Event,
+) {
+    session.state.extend(full_delta);
+    session.last_update_time = event.timestamp;
+    session.events.push(event.clone());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
