@@ -284,3 +284,44 @@ mod tests {
         assert!(frame.binary.is_none() && frame.json.contains(r#""data":"AAAA"#));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use crate::event::encode_base64;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_text_frame_decodes_or_errors_without_panicking(text in ".{0,200}") {
+            let _ = decode_text(&text);
+        }
+
+        #[test]
+        fn any_json_shaped_frame_decodes_or_errors(kind in "[a-z_]{0,16}", text in proptest::option::of(".{0,40}"), data in proptest::option::of("[A-Za-z0-9+/=_-]{0,64}")) {
+            let mut frame = serde_json::json!({"type": kind});
+            if let Some(t) = text { frame["text"] = t.into(); }
+            if let Some(d) = data { frame["data"] = d.into(); }
+            let _ = decode_text(&frame.to_string());
+        }
+
+        #[test]
+        fn binary_frames_are_accepted_exactly_when_whole_samples(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let len = data.len();
+            let decoded = decode_binary(Bytes::from(data));
+            prop_assert_eq!(decoded.is_ok(), len % 2 == 0);
+        }
+
+        #[test]
+        fn base64_audio_round_trips_in_both_alphabets(samples in proptest::collection::vec(any::<i16>(), 0..512)) {
+            let pcm: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+            let url_safe = encode_base64(&pcm);
+            let standard = url_safe.replace('-', "+").replace('_', "/");
+            for data in [url_safe.clone(), standard, url_safe.trim_end_matches('=').to_owned()] {
+                let frame = serde_json::json!({"type": "audio", "data": data}).to_string();
+                let blob = decode_text(&frame).map(|r| r.blob).ok().flatten();
+                prop_assert_eq!(blob.map(|b| b.data.to_vec()), Some(pcm.clone()));
+            }
+        }
+    }
+}
