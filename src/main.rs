@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use livegate::gateway::config::LogFormat;
 use livegate::gateway::{self, ServeArgs};
 use tracing_subscriber::EnvFilter;
@@ -28,11 +28,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(args)) => args,
-        None => cli.serve,
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches)?;
+    let (mut args, arg_matches) = match cli.command {
+        Some(Command::Serve(args)) => (
+            args,
+            matches.subcommand_matches("serve").unwrap_or(&matches),
+        ),
+        None => (cli.serve, &matches),
     };
+    args.apply_config_file(arg_matches)?;
     init_logging(args.log_format);
     let server = gateway::start(&args).await?;
     println!("livegate listening on http://{}", server.addr);

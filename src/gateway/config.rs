@@ -3,7 +3,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, Args, ValueEnum};
+use serde::Deserialize;
 
 use super::codec::AudioFrames;
 use crate::model::Modality;
@@ -31,6 +33,10 @@ pub enum SimPacingArg {
 /// Options of `livegate serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// TOML file with any of these options (kebab- or snake-case keys); flags and environment
+    /// variables take precedence over it.
+    #[arg(long, env = "LIVEGATE_CONFIG")]
+    pub config: Option<PathBuf>,
     /// Listen address (port 0 picks a free port; the chosen address is logged as `listening on ADDR`).
     #[arg(long, env = "LIVEGATE_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
@@ -82,6 +88,7 @@ impl ServeArgs {
     /// Defaults for everything, as with no flags and no environment (for tests and embedding).
     pub fn defaults() -> Self {
         ServeArgs {
+            config: None,
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("./data"),
             session_store: None,
@@ -115,10 +122,168 @@ impl ServeArgs {
     }
 }
 
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown or mistyped option.
+    #[error("invalid config file {}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The options a config file may set; every one is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct FileConfig {
+    bind: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    session_store: Option<String>,
+    artifact_store: Option<String>,
+    model: Option<String>,
+    modality: Option<String>,
+    audio_frames: Option<String>,
+    save_audio: Option<bool>,
+    log_format: Option<String>,
+    audio_lead_ms: Option<u64>,
+    max_message_bytes: Option<usize>,
+    queue_capacity: Option<usize>,
+    sim_pacing: Option<String>,
+    sim_reply_delay_ms: Option<u64>,
+    app_name: Option<String>,
+}
+
+impl ServeArgs {
+    /// Fills every option not given as a flag or environment variable from `--config`, if set.
+    /// `matches` are the parsed arguments these args came from (they tell what was explicit).
+    pub fn apply_config_file(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {
+        let Some(path) = self.config.clone() else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.clone(),
+            message,
+        };
+        let table: toml::Table = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        // Accept snake_case keys too: `data_dir` and `data-dir` mean the same.
+        let table: toml::Table = table
+            .into_iter()
+            .map(|(k, v)| (k.replace('_', "-"), v))
+            .collect();
+        let file: FileConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
+        let unset = |id: &str| {
+            matches!(
+                matches.value_source(id),
+                None | Some(ValueSource::DefaultValue)
+            )
+        };
+        macro_rules! fill {
+            ($field:ident) => {
+                if let Some(value) = file.$field {
+                    if unset(stringify!($field)) {
+                        self.$field = value.into();
+                    }
+                }
+            };
+            ($field:ident, $parse:expr) => {
+                if let Some(value) = file.$field {
+                    if unset(stringify!($field)) {
+                        self.$field = $parse(&value)
+                            .map_err(|e| invalid(format!("{}: {e}", stringify!($field))))?;
+                    }
+                }
+            };
+        }
+        fill!(bind);
+        fill!(data_dir);
+        fill!(session_store);
+        fill!(artifact_store);
+        fill!(model);
+        fill!(modality, parse_modality);
+        fill!(audio_frames, parse_audio_frames);
+        fill!(save_audio);
+        fill!(log_format, |v: &str| LogFormat::from_str(v, true));
+        fill!(audio_lead_ms);
+        fill!(max_message_bytes);
+        fill!(queue_capacity);
+        fill!(sim_pacing, |v: &str| SimPacingArg::from_str(v, true));
+        fill!(sim_reply_delay_ms);
+        fill!(app_name);
+        Ok(())
+    }
+}
+
 fn parse_modality(s: &str) -> Result<Modality, String> {
     s.parse()
 }
 
 fn parse_audio_frames(s: &str) -> Result<AudioFrames, String> {
     s.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<ServeArgs, ConfigError> {
+        let matches = Cli::command().get_matches_from(argv);
+        let mut args = Cli::from_arg_matches(&matches).map(|c| c.args).unwrap();
+        args.apply_config_file(&matches)?;
+        Ok(args)
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "bind = \"127.0.0.1:9999\"\nmodality = \"TEXT\"\nsave_audio = false\nsim-pacing = \"burst\"\n").unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--bind", "127.0.0.1:7777"]).unwrap();
+        assert_eq!(
+            args.bind,
+            SocketAddr::from(([127, 0, 0, 1], 7777)),
+            "the flag wins"
+        );
+        assert_eq!(args.modality, Modality::Text, "the file beats the default");
+        assert!(!args.save_audio);
+        assert_eq!(args.sim_pacing, SimPacingArg::Burst);
+        assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn a_bad_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "bnid = \"x\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("bnid"), "{error}");
+        std::fs::write(&path, "modality = \"VIDEO\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("modality"), "{error}");
+        assert!(parse(&["livegate", "--config", "/nonexistent/livegate.toml"]).is_err());
+    }
 }
