@@ -171,8 +171,15 @@ async fn invalid_ids_are_rejected_before_the_upgrade() {
         tokio_tungstenite::tungstenite::Error::Http(response) => assert_eq!(response.status(), 400),
         other => panic!("expected HTTP 400, got {other}"),
     }
-    let health = tokio::net::TcpStream::connect(server.addr).await;
-    assert!(health.is_ok());
+    let too_long = "x".repeat(129);
+    let url = format!("ws://{}/ws/u1/{too_long}", server.addr);
+    assert!(
+        tokio_tungstenite::connect_async(url).await.is_err(),
+        "a 129-character session id is refused"
+    );
+    // The allowed alphabet still connects.
+    let client = Client::connect(server.addr, "user.1@example:x", "s-1_a", "").await;
+    client.close().await;
     server.shutdown(WAIT).await;
 }
 
