@@ -115,11 +115,6 @@ impl Server {
         }
         let _ = tokio::time::timeout(grace, self.task).await;
     }
-
-    /// Waits until the server stops (after `shutdown` was requested elsewhere).
-    pub async fn wait(self) {
-        let _ = self.task.await;
-    }
 }
 
 /// Opens the stores, binds the address and starts serving.

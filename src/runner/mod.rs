@@ -39,8 +39,6 @@ impl RunError {
 pub struct LiveRun {
     /// The run's invocation id (`e-` + UUID).
     pub invocation_id: String,
-    /// The session as it was when the run started (history included).
-    pub session: Session,
     /// Every yielded event, already committed; ends when the run ends.
     pub events: BoxStream<'static, Event>,
 }
@@ -92,7 +90,6 @@ impl Runner {
             },
             run_config: run_config.clone(),
         };
-        let snapshot = session.clone();
         let sessions = self.sessions.clone();
         let custom_metadata = run_config.custom_metadata.clone();
         let agent_name = agent.name.clone();
@@ -125,7 +122,6 @@ impl Runner {
         };
         Ok(LiveRun {
             invocation_id,
-            session: snapshot,
             events: events.boxed(),
         })
     }

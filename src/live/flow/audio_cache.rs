@@ -75,14 +75,6 @@ impl AudioCache {
         }
     }
 
-    /// Total cached bytes of one side (for tests and metrics).
-    pub fn cached_bytes(&self, side: AudioSide) -> usize {
-        self.inner
-            .lock()
-            .map(|lists| lists[side as usize].iter().map(|e| e.data.len()).sum())
-            .unwrap_or(0)
-    }
-
     fn take(&self, side: AudioSide) -> Vec<CacheEntry> {
         self.inner
             .lock()
