@@ -171,12 +171,8 @@ pub async fn serve_connection<S, R>(
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(Message::Close(_))) | None => break End::ClientGone,
                 Some(Err(error)) => {
-                    let text = error.to_string();
-                    tracing::info!(error = %text, "client socket error");
-                    if text.contains("too long")
-                        || text.contains("Space limit")
-                        || text.contains("capacity")
-                    {
+                    tracing::info!(%error, "client socket error");
+                    if is_too_big(error) {
                         break End::TooBig;
                     }
                     break End::ClientGone;
@@ -268,6 +264,15 @@ pub async fn serve_connection<S, R>(
     }
     .instrument(span)
     .await
+}
+
+/// True when the socket failed because a client message exceeded the size limit.
+fn is_too_big(error: axum::Error) -> bool {
+    // axum wraps the tungstenite error it read; its type says what happened.
+    matches!(
+        error.into_inner().downcast_ref::<tungstenite::Error>(),
+        Some(tungstenite::Error::Capacity(_))
+    )
 }
 
 /// Encodes and queues an event for the writer; false once the writer is gone.
