@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::codec::{decode_binary, decode_text, encode_event, AudioFrames, FrameError};
 use super::ids::PathId;
-use super::writer::{run_writer, WriterCommand, WriterExit};
+use super::writer::{run_writer, Abort, WriterCommand, WriterExit};
 use super::Gateway;
 use crate::event::Event;
 use crate::live::{live_request_queue, LiveRequest, RunConfig};
@@ -202,26 +202,25 @@ pub async fn serve_connection<S, R>(
             }
         };
 
-        // Close the run; a client that is gone or replaced gets no more frames, so the writer is
-        // cut off at once while the run finishes committing and flushing (bounded).
+        // Close the run. A client that is gone, replaced or shut down needs no more frames, so
+        // its writer is cut off at once while the run finishes committing and flushing (bounded);
+        // a run that ended by itself gets its queued frames, then a normal close. (`abort_writer`
+        // must stay alive otherwise: dropping it cuts the writer off too.)
         queue.close();
-        let abort = match end {
+        let cut_off: Option<Abort> = match end {
             End::ClientGone => Some(None),
             End::TakenOver => Some(Some((
                 CLOSE_TAKEN_OVER,
-                "session taken over by a newer connection",
+                "session taken over by a newer connection".into(),
             ))),
-            End::Shutdown => Some(Some((1001, "gateway shutting down"))),
-            End::TooBig => Some(Some((1009, "message too big"))),
+            End::Shutdown => Some(Some((1001, "gateway shutting down".into()))),
+            End::TooBig => Some(Some((1009, "message too big".into()))),
             End::RunEnded => None,
         };
-        let abort_writer = match abort {
-            Some(close) => {
-                let _ = abort_writer.send(close.map(|(code, reason)| (code, reason.to_owned())));
-                None
-            }
-            None => Some(abort_writer),
-        };
+        let close_after_pending = cut_off.is_none();
+        if let Some(close) = cut_off {
+            let _ = abort_writer.send(close);
+        }
         if tokio::time::timeout(RUN_DRAIN_GRACE, run_done.cancelled())
             .await
             .is_err()
@@ -229,7 +228,7 @@ pub async fn serve_connection<S, R>(
             tracing::warn!("live run did not end in time; abandoning it");
             forward.abort();
         }
-        if abort_writer.is_some() {
+        if close_after_pending {
             let close = WriterCommand::Close {
                 code: 1000,
                 reason: "live run ended".into(),
@@ -259,7 +258,6 @@ pub async fn serve_connection<S, R>(
         gateway
             .registry
             .release(user_id.as_str(), session_id.as_str(), &lease);
-        drop(abort_writer);
         tracing::info!("connection closed");
     }
     .instrument(span)
