@@ -5,7 +5,7 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use livegate::event::{Blob, Content, Event, Transcription};
 use livegate::gateway::{decode_binary, decode_text, encode_event, AudioFrames};
-use livegate::live::flow::ResponseProcessor;
+use livegate::live::flow::{AudioCache, AudioSide, ResponseProcessor};
 use livegate::model::LlmResponse;
 
 fn audio_event() -> Event {
@@ -47,6 +47,19 @@ fn bench_down(c: &mut Criterion) {
             ..LlmResponse::default()
         };
         b.iter(|| processor.process(black_box(response.clone())))
+    });
+    group.bench_function("record_audio_chunk", |b| {
+        let blob = Blob::new(Bytes::from(vec![7u8; 1920]), "audio/pcm;rate=24000");
+        let mut cache = AudioCache::default();
+        let mut n = 0u32;
+        b.iter(|| {
+            cache.push(AudioSide::Output, black_box(&blob));
+            // Start a fresh turn now and then, as a flush would, so the cache stays turn-sized.
+            n += 1;
+            if n.is_multiple_of(1000) {
+                cache = AudioCache::default();
+            }
+        })
     });
     group.finish();
 }

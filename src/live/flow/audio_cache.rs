@@ -8,12 +8,13 @@ use bytes::{Bytes, BytesMut};
 use crate::artifact::{Artifact, ArtifactScope, ArtifactService};
 use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 
-/// One cached audio chunk and when it arrived.
-#[derive(Debug, Clone)]
-struct CacheEntry {
-    data: Bytes,
+/// One side's audio of the current turn. The first chunk names the file (its time) and the
+/// mime type; later chunks only add bytes, so caching a chunk is one refcounted `Bytes` push.
+#[derive(Debug, Clone, Default)]
+struct Recording {
     mime_type: String,
-    timestamp: f64,
+    started: f64,
+    chunks: Vec<Bytes>,
 }
 
 /// Which side of the conversation a recording holds.
@@ -39,7 +40,7 @@ impl AudioSide {
 /// The lock is only held to push or swap out a list, never across an `.await`.
 #[derive(Debug, Clone, Default)]
 pub struct AudioCache {
-    inner: Arc<Mutex<[Vec<CacheEntry>; 2]>>,
+    inner: Arc<Mutex<[Recording; 2]>>,
 }
 
 /// Where flushed recordings go and how their events are attributed.
@@ -65,27 +66,29 @@ impl AudioCache {
         if !blob.is_audio() || blob.data.is_empty() {
             return;
         }
-        let entry = CacheEntry {
-            data: blob.data.clone(),
-            mime_type: blob.mime_type.clone(),
-            timestamp: now_timestamp(),
-        };
-        if let Ok(mut lists) = self.inner.lock() {
-            lists[side as usize].push(entry);
+        if let Ok(mut sides) = self.inner.lock() {
+            let recording = &mut sides[side as usize];
+            if recording.chunks.is_empty() {
+                recording.mime_type.clone_from(&blob.mime_type);
+                recording.started = now_timestamp();
+            }
+            recording.chunks.push(blob.data.clone());
         }
     }
 
-    fn take(&self, side: AudioSide) -> Vec<CacheEntry> {
+    fn take(&self, side: AudioSide) -> Recording {
         self.inner
             .lock()
-            .map(|mut lists| std::mem::take(&mut lists[side as usize]))
+            .map(|mut sides| std::mem::take(&mut sides[side as usize]))
             .unwrap_or_default()
     }
 
-    fn restore(&self, side: AudioSide, mut entries: Vec<CacheEntry>) {
-        if let Ok(mut lists) = self.inner.lock() {
-            entries.append(&mut lists[side as usize]);
-            lists[side as usize] = entries;
+    /// Puts back a recording that could not be saved, ahead of audio cached since.
+    fn restore(&self, side: AudioSide, mut recording: Recording) {
+        if let Ok(mut sides) = self.inner.lock() {
+            let newer = std::mem::take(&mut sides[side as usize]);
+            recording.chunks.extend(newer.chunks);
+            sides[side as usize] = recording;
         }
     }
 
@@ -98,15 +101,15 @@ impl AudioCache {
             let Some(artifacts) = &target.artifacts else {
                 continue;
             };
-            let entries = self.take(side);
-            let Some(first) = entries.first() else {
+            let recording = self.take(side);
+            if recording.chunks.is_empty() {
                 continue;
-            };
-            let mime_type = first.mime_type.clone();
-            let timestamp = first.timestamp;
-            let mut data = BytesMut::with_capacity(entries.iter().map(|e| e.data.len()).sum());
-            for entry in &entries {
-                data.extend_from_slice(&entry.data);
+            }
+            let mime_type = recording.mime_type.clone();
+            let timestamp = recording.started;
+            let mut data = BytesMut::with_capacity(recording.chunks.iter().map(Bytes::len).sum());
+            for chunk in &recording.chunks {
+                data.extend_from_slice(chunk);
             }
             let ext = mime_type
                 .split(';')
@@ -155,7 +158,7 @@ impl AudioCache {
                 }
                 Err(error) => {
                     tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
-                    self.restore(side, entries);
+                    self.restore(side, recording);
                     events.push(Event::error(
                         &target.invocation_id,
                         &target.agent_name,
