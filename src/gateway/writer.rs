@@ -104,36 +104,28 @@ pub type Abort = Option<(u16, String)>;
 /// `Close` commands are ordered after the frames before them; `abort` is not: it cuts the queue
 /// (a taken-over, shut-down or vanished client does not need the rest of the answer).
 pub async fn run_writer<S>(
-    sink: S,
+    mut sink: S,
     commands: mpsc::Receiver<WriterCommand>,
     config: WriterConfig,
-    abort: oneshot::Receiver<Abort>,
+    mut abort: oneshot::Receiver<Abort>,
 ) -> (WriterExit, WriterStats)
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    let mut sink = sink;
-    let mut abort = abort;
     let mut stats = WriterStats::default();
     let exit = tokio::select! {
         biased;
         close = &mut abort => {
             if let Ok(Some((code, reason))) = close {
-                let frame = Message::Close(Some(CloseFrame { code, reason: reason.into() }));
-                let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+                send_close(&mut sink, code, reason).await;
             }
             WriterExit::Closed
         }
         exit = write_loop(&mut sink, commands, config, &mut stats) => exit,
     };
     if let WriterExit::Stalled(reason) = &exit {
-        // Best effort: the client is not reading, so the close frame may never arrive.
-        let frame = Message::Close(Some(CloseFrame {
-            code: CLOSE_POLICY,
-            reason: reason.clone().into(),
-        }));
-        let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+        send_close(&mut sink, CLOSE_POLICY, reason.clone()).await;
     }
     (exit, stats)
 }
@@ -164,11 +156,7 @@ where
         }
         let Some(front) = pending.front() else {
             if let Some((code, reason)) = close.take() {
-                let frame = Message::Close(Some(CloseFrame {
-                    code,
-                    reason: reason.into(),
-                }));
-                let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+                send_close(sink, code, reason).await;
                 return WriterExit::Closed;
             }
             if !open {
@@ -184,6 +172,8 @@ where
         if front.is_audio() {
             let now = Instant::now();
             let at = playback.send_at(now, config.audio_lead);
+            // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
+            // does not wait for playback.
             if at > now && close.is_none() {
                 // Wait for the pacing deadline, but keep listening (an interrupt may arrive).
                 tokio::select! {
@@ -230,6 +220,18 @@ fn accept(
         }
         WriterCommand::Close { code, reason } => *close = Some((code, reason)),
     }
+}
+
+/// Sends a close frame, best effort: a client that is not reading may never get it.
+async fn send_close<S>(sink: &mut S, code: u16, reason: String)
+where
+    S: Sink<Message> + Unpin,
+{
+    let frame = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
 }
 
 enum SendError {
