@@ -74,13 +74,12 @@ async fn speaking_over_the_answer_interrupts_it() {
         .iter()
         .position(|f| matches!(f, Frame::Event(e) if e.get("inputTranscription").is_some()));
     let first_audio = after.iter().position(|f| matches!(f, Frame::Audio(_)));
-    if let Some(audio) = first_audio {
-        let transcript = transcript.expect("the barge-in utterance is transcribed");
-        assert!(
-            transcript < audio,
-            "no audio of the interrupted answer after `interrupted`"
-        );
-    }
+    let transcript = transcript.expect("the barge-in utterance is transcribed");
+    let audio = first_audio.expect("the barge-in utterance is answered");
+    assert!(
+        transcript < audio,
+        "no audio of the interrupted answer after `interrupted`"
+    );
     client.close().await;
     server.shutdown(WAIT).await;
 }
