@@ -1,78 +1,140 @@
-//! Agents: what talks to the model and how (`LlmAgent`: name, instruction, model).
+//! Agents and what they use: `LlmAgent` (a model with an instruction, tools, callbacks and
+//! sub-agents to transfer to), `SequentialAgent`, function tools, callbacks, and the `Context`
+//! tools and callbacks work through.
+
+pub mod builtin;
+mod callbacks;
+mod calls;
+pub mod config;
+mod context;
+mod http_tool;
+mod live_hooks;
+mod llm;
+mod sequential;
+mod tool;
+mod transfer;
 
 use std::sync::Arc;
 
-use crate::event::Content;
-use crate::live::RunConfig;
-use crate::model::{LiveConnectConfig, LiveModel};
+pub use callbacks::Callbacks;
+pub use calls::call_tools;
+pub use context::{merge_actions, Context, Invocation};
+pub use http_tool::http_tool;
+pub use live_hooks::AgentHooks;
+pub use llm::LlmAgent;
+pub use sequential::SequentialAgent;
+pub use tool::{string_arg, FunctionTool, ToolBody, ToolError, ToolResult};
+pub use transfer::{task_completed_tool, transfer_to_agent_tool, TRANSFER_TO_AGENT};
 
-/// An agent backed by a live model (ADK's `LlmAgent`).
+/// An agent in a tree: a model-backed agent, or a workflow of sub-agents.
 #[derive(Debug, Clone)]
-pub struct LlmAgent {
-    /// The agent's name; the `author` of its events.
-    pub name: String,
-    /// What the agent does (shown to other agents).
-    pub description: String,
-    /// The system instruction.
-    pub instruction: String,
-    /// The live model it talks to.
-    pub model: Arc<dyn LiveModel>,
+pub enum Agent {
+    /// A model-backed agent.
+    Llm(Arc<LlmAgent>),
+    /// Runs its sub-agents one after another.
+    Sequential(Arc<SequentialAgent>),
 }
 
-impl LlmAgent {
-    /// An agent with a name, an instruction and a model.
-    pub fn new(
-        name: impl Into<String>,
-        instruction: impl Into<String>,
-        model: Arc<dyn LiveModel>,
-    ) -> Self {
-        LlmAgent {
-            name: name.into(),
-            description: String::new(),
-            instruction: instruction.into(),
-            model,
+impl From<LlmAgent> for Agent {
+    fn from(agent: LlmAgent) -> Self {
+        Agent::Llm(Arc::new(agent))
+    }
+}
+
+impl From<SequentialAgent> for Agent {
+    fn from(agent: SequentialAgent) -> Self {
+        Agent::Sequential(Arc::new(agent))
+    }
+}
+
+impl Agent {
+    /// The agent's name (the `author` of its events).
+    pub fn name(&self) -> &str {
+        match self {
+            Agent::Llm(a) => &a.name,
+            Agent::Sequential(a) => &a.name,
         }
     }
 
-    /// The system instruction as ADK builds it: the instruction, then the agent's identity.
-    pub fn system_instruction(&self) -> String {
-        let mut text = self.instruction.clone();
-        if !text.is_empty() {
-            text.push_str("\n\n");
+    /// What the agent does.
+    pub fn description(&self) -> &str {
+        match self {
+            Agent::Llm(a) => &a.description,
+            Agent::Sequential(a) => &a.description,
         }
-        text.push_str(&format!(
-            "You are an agent. Your internal name is \"{}\".",
-            self.name
-        ));
-        if !self.description.is_empty() {
-            text.push_str(&format!(
-                " The description about you is \"{}\".",
-                self.description
-            ));
-        }
-        text
     }
 
-    /// The connect config for a live run of this agent.
-    pub fn connect_config(
-        &self,
-        run_config: &RunConfig,
-        history: Vec<Content>,
-    ) -> LiveConnectConfig {
-        LiveConnectConfig {
-            model: self.model.name().to_owned(),
-            system_instruction: Some(self.system_instruction()),
-            tools: Vec::new(),
-            response_modalities: run_config.live_modalities(),
-            speech_config: run_config.speech_config.clone(),
-            input_audio_transcription: run_config.input_audio_transcription,
-            output_audio_transcription: run_config.output_audio_transcription,
-            realtime_input_config: run_config.realtime_input_config.clone(),
-            session_resumption: run_config.session_resumption.clone(),
-            context_window_compression: run_config.context_window_compression.clone(),
-            proactivity: run_config.proactivity.clone(),
-            enable_affective_dialog: run_config.enable_affective_dialog,
-            history,
+    /// The agent's direct sub-agents.
+    pub fn sub_agents(&self) -> &[Agent] {
+        match self {
+            Agent::Llm(a) => &a.sub_agents,
+            Agent::Sequential(a) => &a.sub_agents,
         }
+    }
+
+    /// The agent's callbacks.
+    pub fn callbacks(&self) -> &Callbacks {
+        match self {
+            Agent::Llm(a) => &a.callbacks,
+            Agent::Sequential(a) => &a.callbacks,
+        }
+    }
+
+    /// Finds an agent by name in this tree (this agent included).
+    pub fn find(&self, name: &str) -> Option<&Agent> {
+        if self.name() == name {
+            return Some(self);
+        }
+        self.sub_agents().iter().find_map(|a| a.find(name))
+    }
+
+    /// The parent of the agent named `name` in this tree.
+    pub fn parent_of(&self, name: &str) -> Option<&Agent> {
+        if self.sub_agents().iter().any(|a| a.name() == name) {
+            return Some(self);
+        }
+        self.sub_agents().iter().find_map(|a| a.parent_of(name))
+    }
+
+    /// The agents `name` may transfer to: its sub-agents and, when its parent is a model-backed
+    /// agent, that parent (ADK's transfer targets, peers left out).
+    pub fn transfer_targets(&self, name: &str) -> Vec<&Agent> {
+        let Some(agent) = self.find(name) else {
+            return Vec::new();
+        };
+        let Agent::Llm(_) = agent else {
+            return Vec::new();
+        };
+        let mut targets: Vec<&Agent> = agent.sub_agents().iter().collect();
+        if let Some(parent @ Agent::Llm(_)) = self.parent_of(name) {
+            targets.push(parent);
+        }
+        targets
+    }
+
+    /// True when `name` runs as a step of a sequential agent (and so gets `task_completed`).
+    pub fn in_sequence(&self, name: &str) -> bool {
+        matches!(self.parent_of(name), Some(Agent::Sequential(_)))
+    }
+
+    /// Checks the tree: unique names, no empty sequential agents.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        let mut stack = vec![self];
+        while let Some(agent) = stack.pop() {
+            if agent.name().trim().is_empty() || agent.name() == "user" {
+                return Err(format!("invalid agent name {:?}", agent.name()));
+            }
+            if !seen.insert(agent.name().to_owned()) {
+                return Err(format!("two agents are named {:?}", agent.name()));
+            }
+            if let Agent::Sequential(s) = agent {
+                if s.sub_agents.is_empty() {
+                    return Err(format!("sequential agent {:?} has no sub-agents", s.name));
+                }
+            }
+            stack.extend(agent.sub_agents());
+        }
+        Ok(())
     }
 }

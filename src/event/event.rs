@@ -148,6 +148,13 @@ impl Event {
             && !self.is_partial()
     }
 
+    /// True if the event changes something: state, artifacts, or who runs next.
+    pub fn actions_changed(&self) -> bool {
+        !self.actions.state_delta.is_empty()
+            || !self.actions.artifact_delta.is_empty()
+            || self.actions.transfer_to_agent.is_some()
+    }
+
     /// True if the content carries inline audio/video/image (never persisted in live mode).
     pub fn has_inline_media(&self) -> bool {
         self.content.as_ref().is_some_and(Content::has_inline_media)

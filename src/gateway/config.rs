@@ -52,6 +52,9 @@ pub struct ServeArgs {
     /// Model: `sim` (embedded, offline).
     #[arg(long, env = "LIVEGATE_MODEL", default_value = "sim")]
     pub model: String,
+    /// Agent definition (TOML) [default: one assistant with get_current_time and calculate].
+    #[arg(long, env = "LIVEGATE_AGENT")]
+    pub agent: Option<PathBuf>,
     /// Default response modality (a client may override it per connection with `?modality=`).
     #[arg(long, env = "LIVEGATE_MODALITY", default_value = "AUDIO", value_parser = parse_modality)]
     pub modality: Modality,
@@ -94,6 +97,7 @@ impl ServeArgs {
             session_store: None,
             artifact_store: None,
             model: "sim".into(),
+            agent: None,
             modality: Modality::Audio,
             audio_frames: AudioFrames::Binary,
             save_audio: true,
@@ -105,6 +109,21 @@ impl ServeArgs {
             sim_reply_delay_ms: None,
             app_name: "livegate".into(),
         }
+    }
+
+    /// Settings of the `sim` model from the `--sim-*` options.
+    pub fn sim_config(&self) -> crate::model::sim::SimConfig {
+        let mut sim = crate::model::sim::SimConfig {
+            pacing: match self.sim_pacing {
+                SimPacingArg::Realtime => crate::model::sim::Pacing::RealTime,
+                SimPacingArg::Burst => crate::model::sim::Pacing::Burst,
+            },
+            ..crate::model::sim::SimConfig::default()
+        };
+        if let Some(ms) = self.sim_reply_delay_ms {
+            sim.reply_delay = std::time::Duration::from_millis(ms);
+        }
+        sim
     }
 
     /// The session store URL, with the data-dir default filled in.
@@ -152,6 +171,7 @@ struct FileConfig {
     session_store: Option<String>,
     artifact_store: Option<String>,
     model: Option<String>,
+    agent: Option<PathBuf>,
     modality: Option<String>,
     audio_frames: Option<String>,
     save_audio: Option<bool>,
@@ -216,6 +236,11 @@ impl ServeArgs {
         fill!(session_store);
         fill!(artifact_store);
         fill!(model);
+        if let Some(agent) = file.agent {
+            if unset("agent") {
+                self.agent = Some(agent);
+            }
+        }
         fill!(modality, parse_modality);
         fill!(audio_frames, parse_audio_frames);
         fill!(save_audio);

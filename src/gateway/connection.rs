@@ -111,7 +111,7 @@ pub async fn serve_connection<S, R>(
                 tracing::error!(%error, "could not start the live run");
                 let event = Event::error(
                     "",
-                    &gateway.runner.agent.name,
+                    gateway.runner.agent.name(),
                     error.code(),
                     format!("could not start the live run: {error}"),
                 );
@@ -155,7 +155,7 @@ pub async fn serve_connection<S, R>(
             .in_current_span()
         });
 
-        let agent = gateway.runner.agent.name.clone();
+        let agent = gateway.runner.agent.name().to_owned();
         let end = loop {
             let message = tokio::select! {
                 biased;

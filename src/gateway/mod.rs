@@ -7,6 +7,7 @@ pub mod config;
 mod connection;
 mod ids;
 mod registry;
+mod run_api;
 mod writer;
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use tokio::net::TcpListener;
@@ -33,9 +34,9 @@ pub use ids::PathId;
 pub use registry::SessionRegistry;
 pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit};
 
-use crate::agent::LlmAgent;
+use crate::agent::config::{AgentConfig, AgentConfigError};
 use crate::artifact::open_artifact_service;
-use crate::model::{model_for_name, sim, Modality, ModelOptions};
+use crate::model::{model_for_name, Modality, ModelOptions};
 use crate::runner::Runner;
 use crate::session::open_session_service;
 
@@ -75,9 +76,9 @@ pub enum StartError {
     /// The artifact store could not be opened.
     #[error("artifact store: {0}")]
     Artifacts(#[from] crate::artifact::ArtifactError),
-    /// The model could not be set up.
-    #[error("model: {0}")]
-    Model(#[from] crate::model::ModelError),
+    /// The agent file or the agent's model could not be used.
+    #[error("agent: {0}")]
+    Agent(#[from] AgentConfigError),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -121,16 +122,16 @@ impl Server {
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let sessions = open_session_service(&args.session_store_url()).await?;
     let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
-    let sim_config = sim::SimConfig::default(); // TEMP until sim lands
-                                                /*SIMWIRE*/
-    let model = model_for_name(&args.model, &ModelOptions { sim: sim_config })?;
-    let agent = LlmAgent::new("assistant", DEFAULT_INSTRUCTION, model);
-    let runner = Runner {
-        app_name: args.app_name.clone(),
-        agent: Arc::new(agent),
-        sessions,
-        artifacts,
+    let options = ModelOptions {
+        sim: args.sim_config(),
     };
+    let agent_config = match &args.agent {
+        Some(path) => AgentConfig::load(path)?,
+        None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
+    };
+    let agent = agent_config.build(&args.model, &|name| model_for_name(name, &options))?;
+    tracing::info!(agent = agent.name(), model = args.model, "agent ready");
+    let runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
     let gateway = Arc::new(Gateway {
         runner,
         registry: SessionRegistry::default(),
@@ -181,6 +182,16 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/ws/{user_id}/{session_id}", get(ws_upgrade))
+        .route("/run", post(run_api::run))
+        .route("/run_sse", post(run_api::run_sse))
+        .route(
+            "/apps/{app_name}/users/{user_id}/sessions",
+            post(run_api::create_session),
+        )
+        .route(
+            "/apps/{app_name}/users/{user_id}/sessions/{session_id}",
+            post(run_api::create_session),
+        )
         .route("/{file}", get(assets::file))
         .with_state(gateway)
 }

@@ -82,6 +82,15 @@ impl LiveRequestQueue {
         }
     }
 
+    /// Sends a request if there is room now; a full queue drops it (returns false).
+    pub fn try_send(&self, request: LiveRequest) -> bool {
+        if request.close {
+            self.close();
+            return true;
+        }
+        !self.closed.is_cancelled() && self.tx.try_send(request).is_ok()
+    }
+
     /// Sends a complete user turn.
     pub async fn send_content(&self, content: Content) -> Result<(), QueueClosed> {
         self.send(LiveRequest {

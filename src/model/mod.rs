@@ -19,7 +19,7 @@ pub use config::{
     RealtimeInputConfig, SessionResumptionConfig,
 };
 pub use error::ModelError;
-pub use response::{GoAway, LlmResponse};
+pub use response::{GoAway, LlmRequest, LlmResponse};
 
 /// Capacity of the channels between a flow and a backend connection.
 pub const CONNECTION_CHANNEL_CAPACITY: usize = 256;

@@ -38,3 +38,29 @@ pub struct GoAway {
     /// Time left before the close, as the upstream wrote it (e.g. `"10s"`).
     pub time_left: Option<String>,
 }
+
+/// What an agent asks of a model for one step (what before-model callbacks screen).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LlmRequest {
+    /// Model id.
+    pub model: String,
+    /// System instruction.
+    pub system_instruction: Option<String>,
+    /// The conversation; in a live run, the one user message being sent.
+    pub contents: Vec<Content>,
+}
+
+impl LlmResponse {
+    /// A response that only carries content (what callbacks return to override the model).
+    pub fn from_content(content: Content) -> Self {
+        LlmResponse {
+            content: Some(content),
+            ..LlmResponse::default()
+        }
+    }
+
+    /// A text answer from the model.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::from_content(Content::text("model", text))
+    }
+}

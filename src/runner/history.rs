@@ -2,12 +2,20 @@
 
 use crate::event::{Content, Event, Part};
 
-/// Builds model contents from committed events: user and model text, function calls and responses,
-/// and finished transcriptions as text; audio and recordings are left out, as ADK does.
-pub fn history_contents(events: &[Event]) -> Vec<Content> {
+/// Builds model contents for `agent` from committed events: user and model text, function calls
+/// and responses, and finished transcriptions as text; audio and recordings are left out, and
+/// what other agents said is quoted as user context, as ADK does.
+pub fn history_contents(events: &[Event], agent: &str) -> Vec<Content> {
     let mut contents: Vec<Content> = Vec::new();
     let mut last_was_transcript = false;
     for event in events.iter().filter(|e| !e.is_partial()) {
+        if event.author != "user" && event.author != agent {
+            if let Some(quoted) = quote_other_agent(event) {
+                last_was_transcript = false;
+                contents.push(quoted);
+            }
+            continue;
+        }
         let is_transcript =
             event.input_transcription.is_some() || event.output_transcription.is_some();
         let (role, parts) = if let Some(t) = event
@@ -73,6 +81,48 @@ pub fn history_contents(events: &[Event]) -> Vec<Content> {
     contents
 }
 
+/// Another agent's event as user-role context: "For context: [agent] said: ...".
+fn quote_other_agent(event: &Event) -> Option<Content> {
+    let mut lines = Vec::new();
+    let author = &event.author;
+    if let Some(text) = event
+        .output_transcription
+        .as_ref()
+        .filter(|t| t.finished == Some(true))
+        .and_then(|t| t.text.as_deref())
+    {
+        lines.push(format!("[{author}] said: {text}"));
+    }
+    for part in event.content.iter().flat_map(|c| &c.parts) {
+        if part.thought == Some(true) || is_audio_part(part) {
+            continue;
+        }
+        if let Some(text) = part.text.as_deref().filter(|t| !t.is_empty()) {
+            lines.push(format!("[{author}] said: {text}"));
+        } else if let Some(call) = &part.function_call {
+            let args = call.args.clone().unwrap_or_default();
+            lines.push(format!(
+                "[{author}] called tool `{}` with parameters: {args}",
+                call.name
+            ));
+        } else if let Some(response) = &part.function_response {
+            lines.push(format!(
+                "[{author}] `{}` tool returned result: {}",
+                response.name, response.response
+            ));
+        }
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let mut parts = vec![Part::text("For context:")];
+    parts.extend(lines.into_iter().map(Part::text));
+    Some(Content {
+        parts,
+        role: Some("user".into()),
+    })
+}
+
 fn is_audio_part(part: &Part) -> bool {
     let audio_blob = part
         .inline_data
@@ -120,8 +170,17 @@ mod tests {
             }),
             ..Event::new("e", "user")
         };
-        let contents = history_contents(&[user, heard, file, said]);
-        assert_eq!(contents.len(), 3);
+        let other = Event {
+            content: Some(Content::text("model", "Routing you.")),
+            ..Event::new("e", "coordinator")
+        };
+        let contents = history_contents(&[user, heard, file, said, other], "a");
+        assert_eq!(contents.len(), 4);
+        assert_eq!(contents[3].role.as_deref(), Some("user"));
+        assert_eq!(
+            contents[3].joined_text(),
+            "For context:[coordinator] said: Routing you."
+        );
         assert_eq!(contents[0].joined_text(), "hi");
         assert_eq!(contents[1].role.as_deref(), Some("user"));
         assert_eq!(contents[2].joined_text(), "It is noon.");

@@ -1,9 +1,12 @@
-//! The runner: ADK's `Runner::run_live`. Gets or creates the session, runs the agent's live flow,
-//! and commits every event to the session before it is yielded (and before the flow resumes).
+//! The runner: ADK's `Runner::run_live` and `Runner::run_async`. Gets the session, picks the agent
+//! to run, drives the agent tree (callbacks, transfers, sequences), and commits every event to the
+//! session before it is yielded (and before the agent resumes).
 
+mod drive;
 mod history;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -11,12 +14,14 @@ use serde_json::Map;
 
 pub use history::history_contents;
 
-use crate::agent::LlmAgent;
-use crate::artifact::ArtifactService;
-use crate::event::{new_invocation_id, Event};
-use crate::live::flow::{LiveFlow, RecordingTarget};
-use crate::live::{LiveRequestReceiver, RunConfig};
+use crate::agent::{Agent, Invocation};
+use crate::artifact::{ArtifactScope, ArtifactService};
+use crate::event::{new_invocation_id, Content, Event};
+use crate::live::flow::DEFAULT_HANDOFF_DELAY;
+use crate::live::{live_request_queue, LiveRequestReceiver, RunConfig};
+use crate::model::Modality;
 use crate::session::{GetSessionConfig, Session, SessionError, SessionService};
+use drive::{Drive, Mode};
 
 /// Why a run could not start.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +29,12 @@ pub enum RunError {
     /// The session store failed.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// A turn-based run needs an existing session.
+    #[error("session {0:?} not found")]
+    SessionNotFound(String),
+    /// The request cannot be run.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
 }
 
 impl RunError {
@@ -31,11 +42,13 @@ impl RunError {
     pub fn code(&self) -> &'static str {
         match self {
             RunError::Session(e) => e.code(),
+            RunError::SessionNotFound(_) => "NOT_FOUND",
+            RunError::InvalidRequest(_) => "INVALID_ARGUMENT",
         }
     }
 }
 
-/// A started live run: its invocation id and its events.
+/// A started run: its invocation id and its events.
 pub struct LiveRun {
     /// The run's invocation id (`e-` + UUID).
     pub invocation_id: String,
@@ -51,20 +64,38 @@ impl std::fmt::Debug for LiveRun {
     }
 }
 
-/// Runs an agent against sessions and artifacts (ADK's `Runner`).
+/// Runs an agent tree against sessions and artifacts (ADK's `Runner`).
 #[derive(Debug, Clone)]
 pub struct Runner {
     /// Application name (first segment of session and artifact keys).
     pub app_name: String,
     /// The root agent.
-    pub agent: Arc<LlmAgent>,
+    pub agent: Agent,
     /// Session store.
     pub sessions: Arc<dyn SessionService>,
     /// Artifact store.
     pub artifacts: Arc<dyn ArtifactService>,
+    /// How long a live agent keeps listening after a transfer or `task_completed` (ADK: 1 s).
+    pub handoff_delay: Duration,
 }
 
 impl Runner {
+    /// A runner with ADK's hand-off delay.
+    pub fn new(
+        app_name: impl Into<String>,
+        agent: impl Into<Agent>,
+        sessions: Arc<dyn SessionService>,
+        artifacts: Arc<dyn ArtifactService>,
+    ) -> Self {
+        Runner {
+            app_name: app_name.into(),
+            agent: agent.into(),
+            sessions,
+            artifacts,
+            handoff_delay: DEFAULT_HANDOFF_DELAY,
+        }
+    }
+
     /// Starts a live run on a session (created if missing), fed by `requests`.
     pub async fn run_live(
         &self,
@@ -73,57 +104,135 @@ impl Runner {
         requests: LiveRequestReceiver,
         run_config: RunConfig,
     ) -> Result<LiveRun, RunError> {
-        let mut session = self.get_or_create_session(user_id, session_id).await?;
+        let session = self.get_or_create_session(user_id, session_id).await?;
+        let start = find_agent_to_run(&session, &self.agent);
+        if start.name() != self.agent.name() {
+            tracing::info!(agent = start.name(), "resuming the agent that last spoke");
+        }
+        Ok(self.drive(session, start, requests, run_config, Mode::Live, None))
+    }
+
+    /// Runs one turn-based turn (ADK's `run_async`): commits `new_message` (with `state_delta`)
+    /// as the user's event, then yields the agents' answers (partial text too when `streaming`). Needs an existing
+    /// session.
+    pub async fn run_async(
+        &self,
+        user_id: &str,
+        session_id: &str,
+        new_message: Content,
+        state_delta: Map<String, serde_json::Value>,
+        mut run_config: RunConfig,
+        streaming: bool,
+    ) -> Result<LiveRun, RunError> {
+        if new_message.parts.is_empty() {
+            return Err(RunError::InvalidRequest(
+                "the new message has no parts".into(),
+            ));
+        }
+        let mut session = self
+            .sessions
+            .get_session(
+                &self.app_name,
+                user_id,
+                session_id,
+                &GetSessionConfig::default(),
+            )
+            .await?
+            .ok_or_else(|| RunError::SessionNotFound(session_id.to_owned()))?;
+        // A turn is written, not spoken, and leaves no recordings or live-session handles.
+        run_config.response_modalities = Some(vec![Modality::Text]);
+        run_config.input_audio_transcription = false;
+        run_config.output_audio_transcription = false;
+        run_config.save_live_blob = false;
+        run_config.session_resumption = None;
+        let start = find_agent_to_run(&session, &self.agent);
+
         let invocation_id = new_invocation_id();
-        let agent = self.agent.clone();
-        let history = history_contents(&session.events);
-        let flow = LiveFlow {
-            model: agent.model.clone(),
-            connect_config: agent.connect_config(&run_config, history),
-            target: RecordingTarget {
-                artifacts: Some(self.artifacts.clone()),
-                app_name: self.app_name.clone(),
-                user_id: user_id.to_owned(),
-                session_id: session_id.to_owned(),
-                invocation_id: invocation_id.clone(),
-                agent_name: agent.name.clone(),
-            },
-            run_config: run_config.clone(),
-        };
-        let sessions = self.sessions.clone();
-        let custom_metadata = run_config.custom_metadata.clone();
-        let agent_name = agent.name.clone();
-        let inv = invocation_id.clone();
-        let events = async_stream::stream! {
-            let items = flow.run(requests);
-            futures::pin_mut!(items);
-            while let Some(item) = items.next().await {
-                let mut event = item.event;
-                if let Some(extra) = &custom_metadata {
-                    let merged = event.custom_metadata.get_or_insert_with(Map::new);
-                    for (k, v) in extra {
-                        merged.entry(k.clone()).or_insert_with(|| v.clone());
-                    }
-                }
-                // Commit before yielding: the flow resumes only after this event is stored.
-                if event.is_persisted_in_live() {
-                    match sessions.append_event(&mut session, event.clone()).await {
-                        Ok(stored) => event = stored,
-                        Err(error) => {
-                            tracing::error!(%error, invocation_id = inv, "committing an event failed");
-                            yield Event::error(&inv, &agent_name, error.code(), format!("could not save event: {error}"));
-                        }
-                    }
-                }
-                if item.emit {
-                    yield event;
-                }
-            }
-        };
-        Ok(LiveRun {
+        let mut message = new_message;
+        message.role = Some("user".into());
+        let mut user_event = Event::new(&invocation_id, "user");
+        user_event.content = Some(message.clone());
+        user_event.actions.state_delta = state_delta;
+        self.sessions.append_event(&mut session, user_event).await?;
+
+        // The queue stays open (its sender lives in the drive) until the turn is over.
+        let (queue, requests) = live_request_queue(4);
+        let mut run = self.drive_with_id(
             invocation_id,
-            events: events.boxed(),
-        })
+            session,
+            start,
+            requests,
+            run_config,
+            Mode::Turn { streaming },
+            Some(message),
+        );
+        let events = run.events;
+        run.events = async_stream::stream! {
+            let _open = queue;
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                yield event;
+            }
+        }
+        .boxed();
+        Ok(run)
+    }
+
+    fn drive(
+        &self,
+        session: Session,
+        start: Agent,
+        requests: LiveRequestReceiver,
+        run_config: RunConfig,
+        mode: Mode,
+        prompt: Option<Content>,
+    ) -> LiveRun {
+        self.drive_with_id(
+            new_invocation_id(),
+            session,
+            start,
+            requests,
+            run_config,
+            mode,
+            prompt,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn drive_with_id(
+        &self,
+        invocation_id: String,
+        session: Session,
+        start: Agent,
+        requests: LiveRequestReceiver,
+        run_config: RunConfig,
+        mode: Mode,
+        prompt: Option<Content>,
+    ) -> LiveRun {
+        let mut invocation = Invocation::new(
+            invocation_id.clone(),
+            ArtifactScope {
+                app_name: &session.app_name,
+                user_id: &session.user_id,
+                session_id: &session.id,
+            },
+            self.artifacts.clone(),
+            session.state.clone(),
+        );
+        invocation.user_content = prompt.clone();
+        let drive = Drive {
+            root: self.agent.clone(),
+            sessions: self.sessions.clone(),
+            invocation: Arc::new(invocation),
+            run_config,
+            mode,
+            prompt,
+            handoff_delay: self.handoff_delay,
+        };
+        LiveRun {
+            invocation_id,
+            events: drive.run(session, start, requests).boxed(),
+        }
     }
 
     /// Reads a session, creating it (empty) when it does not exist.
@@ -153,6 +262,43 @@ impl Runner {
                 .await?
                 .ok_or_else(|| RunError::Session(SessionError::NotFound(session_id.to_owned()))),
             Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// The agent a run starts with (ADK's `_find_agent_to_run`): the agent that last spoke, if the
+/// conversation can be handed back to it (a model-backed agent whose ancestors all are), else the
+/// root.
+pub fn find_agent_to_run(session: &Session, root: &Agent) -> Agent {
+    for event in session.events.iter().rev() {
+        if event.author == "user" {
+            continue;
+        }
+        if event.author == root.name() {
+            return root.clone();
+        }
+        if let Some(agent) = root.find(&event.author) {
+            if transferable(root, agent.name()) {
+                return agent.clone();
+            }
+        }
+    }
+    root.clone()
+}
+
+/// True when `name` and every agent above it are model-backed (so a run may start there).
+fn transferable(root: &Agent, name: &str) -> bool {
+    let mut current = name.to_owned();
+    loop {
+        let Some(agent) = root.find(&current) else {
+            return false;
+        };
+        if !matches!(agent, Agent::Llm(_)) {
+            return false;
+        }
+        match root.parent_of(&current) {
+            Some(parent) => current = parent.name().to_owned(),
+            None => return true,
         }
     }
 }

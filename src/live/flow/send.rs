@@ -1,16 +1,29 @@
 //! The send loop: live requests from the client, to the model connection.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::audio_cache::{AudioCache, AudioSide};
+use super::hooks::{FlowHooks, Screened};
+use super::FlowItem;
 use crate::event::{Event, FunctionResponse};
 use crate::live::LiveRequestReceiver;
 use crate::model::LiveInput;
 
-/// An event the send loop commits without yielding it, and the ack that it was committed.
-pub(crate) type PersistRequest = (Event, oneshot::Sender<()>);
+/// An event the send loop hands to the flow to commit (and maybe yield), and the ack that it was
+/// committed.
+pub(crate) type PersistRequest = (FlowItem, oneshot::Sender<()>);
+
+/// What the send loop reads: the client's requests and the flow's own inputs (tool responses).
+/// Handed back when the loop ends, so a reconnect goes on with both.
+#[derive(Debug)]
+pub(crate) struct SendInputs {
+    pub requests: LiveRequestReceiver,
+    pub internal: mpsc::Receiver<LiveInput>,
+}
 
 /// What the send loop needs besides its channels.
 #[derive(Debug, Clone)]
@@ -20,21 +33,29 @@ pub(crate) struct SendContext {
     pub cache: AudioCache,
     pub persist: mpsc::Sender<PersistRequest>,
     pub stop: CancellationToken,
+    pub hooks: Arc<dyn FlowHooks>,
 }
 
 /// Forwards requests to the model until the queue closes, the model goes away or `stop` fires;
-/// hands the request receiver back so a reconnect can go on with it.
+/// hands the inputs back so a reconnect can go on with them.
 pub(crate) async fn send_loop(
-    mut requests: LiveRequestReceiver,
+    mut inputs: SendInputs,
     model: mpsc::Sender<LiveInput>,
     ctx: SendContext,
-) -> LiveRequestReceiver {
+) -> SendInputs {
     loop {
         let request = tokio::select! {
             biased;
-            _ = ctx.stop.cancelled() => return requests,
-            request = requests.recv() => request,
+            _ = ctx.stop.cancelled() => return inputs,
+            Some(input) = inputs.internal.recv() => {
+                if !forward(&ctx, &model, input).await {
+                    return inputs;
+                }
+                continue;
+            }
+            request = inputs.requests.recv() => request,
         };
+        ctx.hooks.fan_out(&request);
         let is_function_response = request
             .content
             .as_ref()
@@ -47,13 +68,13 @@ pub(crate) async fn send_loop(
             if !creates_content_event {
                 let mut event = Event::new(&ctx.invocation_id, "user");
                 event.actions.state_delta = delta.clone();
-                if !persist(&ctx, event).await {
-                    return requests;
+                if !persist(&ctx, event, false).await {
+                    return inputs;
                 }
             }
         }
         if request.close {
-            return requests;
+            return inputs;
         }
 
         let realtime = if request.activity_start {
@@ -72,7 +93,7 @@ pub(crate) async fn send_loop(
         };
         if let Some(input) = realtime {
             if !forward(&ctx, &model, input).await {
-                return requests;
+                return inputs;
             }
         }
 
@@ -85,7 +106,7 @@ pub(crate) async fn send_loop(
                     .filter_map(|p| p.function_response)
                     .collect();
                 if !forward(&ctx, &model, LiveInput::ToolResponse(responses)).await {
-                    return requests;
+                    return inputs;
                 }
                 continue;
             }
@@ -98,8 +119,25 @@ pub(crate) async fn send_loop(
                 event.actions.state_delta = request
                     .state_delta
                     .unwrap_or_else(Map::<String, Value>::new);
-                if !persist(&ctx, event).await {
-                    return requests;
+                if !persist(&ctx, event, false).await {
+                    return inputs;
+                }
+            }
+            if ctx.hooks.screens_user() {
+                match ctx.hooks.screen_user(&content).await {
+                    Screened::Block(blocked) => {
+                        // A callback answered instead: the model never sees this content.
+                        if !persist(&ctx, blocked, true).await {
+                            return inputs;
+                        }
+                        continue;
+                    }
+                    Screened::Proceed(Some(changes)) => {
+                        if !persist(&ctx, changes, true).await {
+                            return inputs;
+                        }
+                    }
+                    Screened::Proceed(None) => {}
                 }
             }
             let input = LiveInput::Content {
@@ -107,7 +145,7 @@ pub(crate) async fn send_loop(
                 turn_complete: !request.partial,
             };
             if !forward(&ctx, &model, input).await {
-                return requests;
+                return inputs;
             }
         }
     }
@@ -121,13 +159,13 @@ async fn forward(ctx: &SendContext, model: &mpsc::Sender<LiveInput>, input: Live
     }
 }
 
-/// Commits an event through the flow and waits until it is committed.
-async fn persist(ctx: &SendContext, event: Event) -> bool {
+/// Commits an event through the flow (yielding it too when `emit`) and waits until it is committed.
+async fn persist(ctx: &SendContext, event: Event, emit: bool) -> bool {
     let (ack, committed) = oneshot::channel();
     tokio::select! {
         biased;
         _ = ctx.stop.cancelled() => return false,
-        sent = ctx.persist.send((event, ack)) => if sent.is_err() { return false },
+        sent = ctx.persist.send((FlowItem { event, emit }, ack)) => if sent.is_err() { return false },
     }
     tokio::select! {
         biased;

@@ -81,6 +81,10 @@ fn flow(
             invocation_id: "e-1".into(),
             agent_name: "agent".into(),
         },
+        hooks: Arc::new(NoHooks),
+        prompt: None,
+        single_turn: false,
+        handoff_delay: DEFAULT_HANDOFF_DELAY,
     };
     (flow, upstreams, artifacts)
 }
@@ -97,7 +101,7 @@ fn drain(
     flow: LiveFlow,
     requests: crate::live::LiveRequestReceiver,
 ) -> tokio::task::JoinHandle<Vec<FlowItem>> {
-    tokio::spawn(async move { flow.run(requests).collect::<Vec<_>>().await })
+    tokio::spawn(async move { flow.run(requests).0.collect::<Vec<_>>().await })
 }
 
 #[tokio::test]
@@ -191,7 +195,7 @@ async fn go_away_reconnects_with_the_latest_handle_without_an_event() {
 async fn an_unrecoverable_error_is_an_error_event_then_the_end() {
     let (flow, mut upstreams, _) = flow(false);
     let (_queue, requests) = live_request_queue(8);
-    let mut items = Box::pin(flow.run(requests));
+    let mut items = Box::pin(flow.run(requests).0);
     let poll = tokio::spawn(async move {
         let up = upstreams.recv().await.unwrap();
         up.responses

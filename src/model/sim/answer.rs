@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::replies::{audio_tokens, spoken_fragments, text_tokens, written_fragments, Reply};
+use super::replies::{audio_tokens, spoken_fragments, text_tokens, written_fragments};
 use super::voice::{Synth, Voice, OUTPUT_MIME, OUTPUT_RATE};
 use crate::event::{Blob, Content, ModalityTokenCount, Transcription, UsageMetadata};
 use crate::model::{LlmResponse, Modality};
@@ -73,16 +73,15 @@ fn play_time(samples: usize) -> Duration {
 }
 
 impl Answer {
-    /// Plans the answer to `reply`, starting at `base`. `echo` is the voice to speak with in AUDIO
+    /// Plans the answer `text`, starting at `base`. `echo` is the voice to speak with in AUDIO
     /// modality (the user's utterance); without it the reply text is synthesized.
     pub fn new(
-        reply: &Reply,
+        text: &str,
         echo: Option<Voice>,
         prompt: PromptTokens,
         style: AnswerStyle,
         base: Instant,
     ) -> Self {
-        let Reply::Say(text) = reply;
         let mut steps: Vec<(Duration, Step)> = Vec::new();
         let (voice, duration, candidates, modality) = match style.modality {
             Modality::Text => {

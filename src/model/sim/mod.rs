@@ -19,6 +19,7 @@
 
 mod answer;
 mod config;
+pub mod intents;
 mod pcm;
 mod replies;
 mod session;

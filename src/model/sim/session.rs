@@ -12,11 +12,13 @@ use tokio::time::Instant;
 
 use super::answer::{Answer, AnswerStyle, PromptTokens};
 use super::pcm::{samples, whole_samples, Track};
-use super::replies::{audio_tokens, plan_reply, speech_transcript, text_tokens, Heard};
+use super::replies::{
+    audio_tokens, plan_reply, speech_transcript, text_tokens, tool_answer, Heard, Reply,
+};
 use super::vad::{Vad, VadEvent, VadSettings};
 use super::voice::{Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
-use crate::event::{Blob, SessionResumptionUpdate, Transcription};
+use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
 use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelError};
 
 /// Sample rate assumed for PCM whose mime type names none (or an unusable one).
@@ -99,6 +101,16 @@ struct Session {
     answers: VecDeque<Answer>,
     resumption: Option<Resumption>,
     ignored_media: u64,
+    /// Tool calls sent and not yet answered, with the text that asked for them.
+    awaiting: Option<AwaitingTools>,
+}
+
+/// A turn waiting for its tool responses.
+struct AwaitingTools {
+    asked: String,
+    calls: Vec<FunctionCall>,
+    responses: Vec<FunctionResponse>,
+    prompt: PromptTokens,
 }
 
 /// Session resumption handles: `sim-{id}-{n}`.
@@ -195,6 +207,7 @@ impl Session {
             answers: VecDeque::new(),
             resumption,
             ignored_media: 0,
+            awaiting: None,
             config,
         }
     }
@@ -296,9 +309,7 @@ impl Session {
                 }
                 self.track.forget_before(self.vad.keep_from());
             }
-            LiveInput::ToolResponse(responses) => {
-                tracing::debug!(count = responses.len(), "sim ignores tool responses");
-            }
+            LiveInput::ToolResponse(responses) => self.tool_responses(responses),
         }
     }
 
@@ -392,9 +403,73 @@ impl Session {
         self.answer(&Heard::Speech { seconds }, Some(echo), prompt);
     }
 
+    /// Tool results: once every call is answered, the answer that reads them.
+    fn tool_responses(&mut self, responses: Vec<FunctionResponse>) {
+        let Some(awaiting) = &mut self.awaiting else {
+            // Streaming tools keep reporting after their first response; the sim just listens.
+            tracing::debug!(
+                count = responses.len(),
+                "sim got tool responses it is not waiting for"
+            );
+            return;
+        };
+        awaiting.responses.extend(responses);
+        let answered = awaiting.calls.iter().all(|c| {
+            awaiting
+                .responses
+                .iter()
+                .any(|r| r.id == c.id || (r.id.is_none() && r.name == c.name))
+        });
+        if !answered {
+            return;
+        }
+        let Some(done) = self.awaiting.take() else {
+            return;
+        };
+        let text = tool_answer(&done.asked, &done.calls, &done.responses);
+        let results: u64 = done
+            .responses
+            .iter()
+            .map(|r| text_tokens(&r.response.to_string()))
+            .sum();
+        let prompt = PromptTokens {
+            text: done.prompt.text + results,
+            audio: done.prompt.audio,
+        };
+        self.speak(&text, None, prompt);
+    }
+
     /// Schedules the answer to a turn after the reply delay (and after answers still queued).
     fn answer(&mut self, heard: &Heard<'_>, echo: Option<Voice>, turn: PromptTokens) {
-        let reply = plan_reply(heard, &self.config);
+        let text = match plan_reply(heard, &self.config) {
+            Reply::Say(text) => text,
+            Reply::Call(calls) => {
+                tracing::debug!(tools = calls.len(), "sim calls tools");
+                let asked = match heard {
+                    Heard::Text(text) => (*text).to_owned(),
+                    Heard::Speech { seconds } => speech_transcript(*seconds),
+                };
+                self.immediate.push_back((
+                    Instant::now() + self.sim.reply_delay(),
+                    LlmResponse {
+                        tool_calls: calls.clone(),
+                        ..sim_message()
+                    },
+                ));
+                self.awaiting = Some(AwaitingTools {
+                    asked,
+                    calls,
+                    responses: Vec::new(),
+                    prompt: turn,
+                });
+                return;
+            }
+        };
+        self.speak(&text, echo, turn);
+    }
+
+    /// Schedules `text` as an answer after the reply delay (and after answers still queued).
+    fn speak(&mut self, text: &str, echo: Option<Voice>, turn: PromptTokens) {
         let modality = self.config.modality();
         let style = AnswerStyle {
             modality,
@@ -412,7 +487,7 @@ impl Session {
         if let Some(last) = self.answers.back() {
             base = base.max(last.ends_at());
         }
-        let answer = Answer::new(&reply, echo, prompt, style, base);
+        let answer = Answer::new(text, echo, prompt, style, base);
         // The conversation grows by this turn and the answer, re-read by the next prompt.
         self.context.text += turn.text;
         self.context.audio += turn.audio;

@@ -1,0 +1,163 @@
+//! ADK API-server routes for turn-based runs: `POST /run` (the events as a JSON array) and
+//! `POST /run_sse` (the events as server-sent events), plus creating the session they run in.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{Gateway, PathId};
+use crate::event::Content;
+use crate::live::RunConfig;
+use crate::runner::{LiveRun, RunError};
+use crate::session::SessionError;
+
+/// ADK's `RunAgentRequest` (camelCase, snake_case accepted).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunAgentRequest {
+    #[serde(alias = "app_name")]
+    app_name: String,
+    #[serde(alias = "user_id")]
+    user_id: String,
+    #[serde(alias = "session_id")]
+    session_id: String,
+    #[serde(alias = "new_message")]
+    new_message: Content,
+    #[serde(default)]
+    streaming: bool,
+    #[serde(default, alias = "state_delta")]
+    state_delta: Option<Map<String, Value>>,
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+fn run_error(e: RunError) -> Response {
+    let status = match &e {
+        RunError::SessionNotFound(_) => StatusCode::NOT_FOUND,
+        RunError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+        RunError::Session(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
+/// Parses and starts a run; errors are finished responses.
+async fn start(gateway: &Gateway, body: &[u8]) -> Result<(LiveRun, bool), Response> {
+    let request: RunAgentRequest = serde_json::from_slice(body)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid run request: {e}")))?;
+    if request.app_name != gateway.runner.app_name {
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("app {:?} not found", request.app_name),
+        ));
+    }
+    let user_id = PathId::parse("user id", &request.user_id)
+        .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    let session_id = PathId::parse("session id", &request.session_id)
+        .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    let run = gateway
+        .runner
+        .run_async(
+            user_id.as_str(),
+            session_id.as_str(),
+            request.new_message,
+            request.state_delta.unwrap_or_default(),
+            RunConfig::default(),
+            request.streaming,
+        )
+        .await
+        .map_err(run_error)?;
+    tracing::info!(
+        user_id = %user_id,
+        session_id = %session_id,
+        invocation_id = run.invocation_id,
+        streaming = request.streaming,
+        "turn-based run"
+    );
+    Ok((run, request.streaming))
+}
+
+/// `POST /run`: runs a turn and answers with every event, once it is over.
+pub(super) async fn run(State(gateway): State<Arc<Gateway>>, body: Bytes) -> Response {
+    match start(&gateway, &body).await {
+        Ok((run, _)) => Json(run.events.collect::<Vec<_>>().await).into_response(),
+        Err(response) => response,
+    }
+}
+
+/// `POST /run_sse`: runs a turn and streams each event as it is committed.
+pub(super) async fn run_sse(State(gateway): State<Arc<Gateway>>, body: Bytes) -> Response {
+    match start(&gateway, &body).await {
+        Ok((run, _)) => {
+            let events = run.events.map(|event| {
+                let data = serde_json::to_string(&event)
+                    .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
+                Ok::<_, Infallible>(SseEvent::default().data(data))
+            });
+            Sse::new(events)
+                .keep_alive(KeepAlive::default())
+                .into_response()
+        }
+        Err(response) => response,
+    }
+}
+
+/// `POST /apps/{app}/users/{user}/sessions[/{session}]` with an optional `{"state": {...}}` body:
+/// creates a session (ADK's API server route), 409 if it exists.
+pub(super) async fn create_session(
+    State(gateway): State<Arc<Gateway>>,
+    Path(path): Path<Vec<(String, String)>>,
+    body: Bytes,
+) -> Response {
+    let get = |key: &str| path.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    if get("app_name") != Some(gateway.runner.app_name.as_str()) {
+        return error(StatusCode::NOT_FOUND, "app not found");
+    }
+    let user_id = match PathId::parse("user id", get("user_id").unwrap_or_default()) {
+        Ok(id) => id,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let session_id = match get("session_id").map(|s| PathId::parse("session id", s)) {
+        Some(Ok(id)) => Some(id),
+        Some(Err(m)) => return error(StatusCode::BAD_REQUEST, m),
+        None => None,
+    };
+    let state = if body.iter().all(u8::is_ascii_whitespace) {
+        Map::new()
+    } else {
+        #[derive(Deserialize)]
+        struct CreateSession {
+            #[serde(default)]
+            state: Map<String, Value>,
+        }
+        match serde_json::from_slice::<CreateSession>(&body) {
+            Ok(request) => request.state,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
+        }
+    };
+    let created = gateway
+        .runner
+        .sessions
+        .create_session(
+            &gateway.runner.app_name,
+            user_id.as_str(),
+            session_id.as_ref().map(PathId::as_str),
+            state,
+        )
+        .await;
+    match created {
+        Ok(session) => Json(session).into_response(),
+        Err(e @ SessionError::AlreadyExists(_)) => error(StatusCode::CONFLICT, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}

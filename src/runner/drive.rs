@@ -1,0 +1,273 @@
+//! Driving an agent tree through one run: before/after-agent callbacks, one live flow per
+//! model-backed agent, transfers between agents, the steps of sequences, and the commit of every
+//! event before it is yielded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde_json::Map;
+
+use super::history::history_contents;
+use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
+use crate::event::{Content, Event, UsageMetadata};
+use crate::live::flow::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, RecordingTarget};
+use crate::live::{LiveRequestReceiver, RunConfig};
+use crate::session::{Session, SessionService};
+
+/// How events reach the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A live run: every event ADK's live runtime yields.
+    Live,
+    /// A turn-based run: content events (usage attached), partial text only when `streaming`, no
+    /// live control events.
+    Turn {
+        /// Yield partial text as it streams.
+        streaming: bool,
+    },
+}
+
+/// One run's fixed inputs.
+pub(super) struct Drive {
+    pub root: Agent,
+    pub sessions: Arc<dyn SessionService>,
+    pub invocation: Arc<Invocation>,
+    pub run_config: RunConfig,
+    pub mode: Mode,
+    /// The user message a turn-based agent answers.
+    pub prompt: Option<Content>,
+    pub handoff_delay: Duration,
+}
+
+/// What happens after an agent's part of the run.
+enum Then {
+    Run(Agent),
+    Stop,
+}
+
+impl Drive {
+    /// Runs `start` (and whoever it hands over to) and yields the committed events.
+    pub fn run(
+        self,
+        mut session: Session,
+        start: Agent,
+        requests: LiveRequestReceiver,
+    ) -> impl Stream<Item = Event> + Send + 'static {
+        async_stream::stream! {
+            let inv = self.invocation.invocation_id.clone();
+            let mut requests = Some(requests);
+            let mut next = Some(start);
+            // Turn-based runs carry usage on the content event it belongs to.
+            let mut usage: Option<UsageMetadata> = None;
+            while let Some(agent) = next.take() {
+                let llm = match &agent {
+                    Agent::Sequential(sequence) => {
+                        let ctx = Context::new(self.invocation.clone(), &sequence.name, None);
+                        if let Some(content) = sequence.callbacks.run_before_agent(&ctx).await {
+                            for event in self.commit(&mut session, callback_event(&ctx, Some(content))).await {
+                                yield event;
+                            }
+                            break;
+                        }
+                        next = sequence.sub_agents.first().cloned();
+                        continue;
+                    }
+                    Agent::Llm(llm) => llm.clone(),
+                };
+                let ctx = Context::new(self.invocation.clone(), &llm.name, None);
+                match llm.callbacks.run_before_agent(&ctx).await {
+                    Some(content) => {
+                        // The callback answered for the agent: the agent is skipped and the run ends.
+                        for event in self.commit(&mut session, callback_event(&ctx, Some(content))).await {
+                            yield event;
+                        }
+                        break;
+                    }
+                    None if ctx.has_changes() => {
+                        for event in self.commit(&mut session, callback_event(&ctx, None)).await {
+                            yield event;
+                        }
+                    }
+                    None => {}
+                }
+                let Some(agent_requests) = requests.take() else { break };
+                let flow = self.flow_for(&llm, &session);
+                let (items, end) = flow.run(agent_requests);
+                futures::pin_mut!(items);
+                while let Some(item) = items.next().await {
+                    let Some(FlowItem { event, emit }) = self.shape(item, &mut usage) else { continue };
+                    for (i, event) in self.commit(&mut session, event).await.into_iter().enumerate() {
+                        // The first is the event itself; any later one reports a failed commit.
+                        if emit || i > 0 {
+                            yield event;
+                        }
+                    }
+                }
+                let FlowEnd { reason, requests: returned } = match end.await {
+                    Ok(end) => end,
+                    Err(_) => FlowEnd { reason: FlowEndReason::Failed, requests: None },
+                };
+                requests = returned;
+                tracing::debug!(invocation_id = inv, agent = llm.name, ?reason, "agent's flow ended");
+
+                if reason != FlowEndReason::Failed {
+                    let ctx = Context::new(self.invocation.clone(), &llm.name, None);
+                    let content = llm.callbacks.run_after_agent(&ctx).await;
+                    if content.is_some() || ctx.has_changes() {
+                        for event in self.commit(&mut session, callback_event(&ctx, content)).await {
+                            yield event;
+                        }
+                    }
+                }
+                if self.invocation.is_ended() {
+                    break;
+                }
+                match self.then(&llm, &reason) {
+                    Then::Run(agent) => next = Some(agent),
+                    Then::Stop => {}
+                }
+                if let (Some(agent), FlowEndReason::Transfer(_)) = (&next, &reason) {
+                    tracing::info!(invocation_id = inv, from = llm.name, to = agent.name(), "transfer");
+                }
+                if next.is_none() {
+                    if let FlowEndReason::Transfer(target) = &reason {
+                        let message = format!("agent {:?} cannot transfer to {target:?}", llm.name);
+                        for event in self.commit(&mut session, Event::error(&inv, &llm.name, "INVALID_ARGUMENT", message)).await {
+                            yield event;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Who runs after `llm`'s flow ended for `reason`.
+    fn then(&self, llm: &LlmAgent, reason: &FlowEndReason) -> Then {
+        match reason {
+            FlowEndReason::Transfer(target) => {
+                let allowed = self
+                    .root
+                    .transfer_targets(&llm.name)
+                    .into_iter()
+                    .any(|a| a.name() == target);
+                match self.root.find(target) {
+                    Some(agent) if allowed || target == &llm.name => Then::Run(agent.clone()),
+                    _ => Then::Stop,
+                }
+            }
+            FlowEndReason::TaskCompleted | FlowEndReason::TurnDone => {
+                match self.root.parent_of(&llm.name) {
+                    Some(Agent::Sequential(sequence)) => sequence
+                        .step_after(&llm.name)
+                        .cloned()
+                        .map_or(Then::Stop, Then::Run),
+                    _ => Then::Stop,
+                }
+            }
+            FlowEndReason::Closed | FlowEndReason::Failed | FlowEndReason::InvocationEnded => {
+                Then::Stop
+            }
+        }
+    }
+
+    /// The live flow of one model-backed agent, with history as the session has it now.
+    fn flow_for(&self, llm: &Arc<LlmAgent>, session: &Session) -> LiveFlow {
+        let turn = matches!(self.mode, Mode::Turn { .. });
+        let mut events = session.events.as_slice();
+        // A turn's user message is the prompt, not history.
+        if turn && events.last().is_some_and(|e| e.author == "user") {
+            events = &events[..events.len() - 1];
+        }
+        let history = history_contents(events, &llm.name);
+        let tools = llm.tools_in(&self.root);
+        LiveFlow {
+            model: llm.model.clone(),
+            connect_config: llm.connect_config(&self.root, &self.run_config, history),
+            run_config: self.run_config.clone(),
+            target: RecordingTarget {
+                artifacts: Some(self.invocation.artifacts.clone()),
+                app_name: self.invocation.app_name.clone(),
+                user_id: self.invocation.user_id.clone(),
+                session_id: self.invocation.session_id.clone(),
+                invocation_id: self.invocation.invocation_id.clone(),
+                agent_name: llm.name.clone(),
+            },
+            hooks: Arc::new(AgentHooks::new(self.invocation.clone(), llm.clone(), tools)),
+            prompt: if turn { self.prompt.clone() } else { None },
+            single_turn: turn,
+            handoff_delay: self.handoff_delay,
+        }
+    }
+
+    /// Reshapes a flow item for the mode: a turn-based run drops live control events, yields
+    /// partial text only when streaming, and moves usage onto the next content event.
+    fn shape(&self, mut item: FlowItem, usage: &mut Option<UsageMetadata>) -> Option<FlowItem> {
+        let Mode::Turn { streaming } = self.mode else {
+            return Some(item);
+        };
+        let event = &mut item.event;
+        if event.content.is_none() && event.error_code.is_none() && !event.actions_changed() {
+            if let Some(u) = event.usage_metadata.take() {
+                *usage = Some(u);
+            }
+            return None;
+        }
+        if event.is_partial() {
+            return streaming.then_some(item);
+        }
+        event.turn_complete = None;
+        event.interrupted = None;
+        if event.content.is_some() && event.usage_metadata.is_none() {
+            event.usage_metadata = usage.take();
+        }
+        Some(item)
+    }
+
+    /// Commits an event (when ADK's live rule says so) and records its state for the run. Returns
+    /// the event, then an error event if the commit failed.
+    async fn commit(&self, session: &mut Session, mut event: Event) -> Vec<Event> {
+        if let Some(extra) = &self.run_config.custom_metadata {
+            let merged = event.custom_metadata.get_or_insert_with(Map::new);
+            for (k, v) in extra {
+                merged.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        if !event.is_persisted_in_live() {
+            return vec![event];
+        }
+        // `temp:` keys are stripped from what is stored but the rest of the run still sees them.
+        let delta = event.actions.state_delta.clone();
+        match self.sessions.append_event(session, event.clone()).await {
+            Ok(stored) => {
+                self.invocation.commit_state(&delta);
+                vec![stored]
+            }
+            Err(error) => {
+                let inv = &self.invocation.invocation_id;
+                tracing::error!(%error, invocation_id = inv, "committing an event failed");
+                let author = event.author.clone();
+                vec![
+                    event,
+                    Event::error(
+                        inv,
+                        &author,
+                        error.code(),
+                        format!("could not save event: {error}"),
+                    ),
+                ]
+            }
+        }
+    }
+}
+
+/// The event of an agent callback: its content (as the agent's answer) and its state changes.
+fn callback_event(ctx: &Context, content: Option<Content>) -> Event {
+    let mut event = Event::new(ctx.invocation_id(), ctx.agent_name());
+    event.content = content.map(|mut c| {
+        c.role.get_or_insert_with(|| "model".into());
+        c
+    });
+    event.actions = ctx.take_actions();
+    event
+}
