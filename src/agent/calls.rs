@@ -235,3 +235,193 @@ impl BackgroundTools {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::{ArtifactScope, InMemoryArtifactService};
+    use std::time::Duration;
+    use tokio::time::timeout;
+
+    fn invocation() -> Arc<Invocation> {
+        Arc::new(Invocation::new(
+            "e-1".into(),
+            ArtifactScope {
+                app_name: "app",
+                user_id: "u",
+                session_id: "s",
+            },
+            Arc::new(InMemoryArtifactService::default()),
+            serde_json::Map::new(),
+        ))
+    }
+
+    fn call(id: &str, name: &str, args: Value) -> FunctionCall {
+        FunctionCall {
+            id: Some(id.into()),
+            args: Some(args),
+            name: name.into(),
+        }
+    }
+
+    async fn to_model(model: &mut mpsc::Receiver<LiveInput>) -> FunctionResponse {
+        match timeout(Duration::from_secs(5), model.recv()).await {
+            Ok(Some(LiveInput::ToolResponse(mut responses))) if responses.len() == 1 => {
+                responses.remove(0)
+            }
+            other => panic!("expected one tool response, got {other:?}"),
+        }
+    }
+
+    /// A streaming tool that says it started, then reports every text the client sends.
+    fn listener() -> FunctionTool {
+        FunctionTool::streaming("listen", "", json!({}), true, |_, _, input| {
+            let Some(mut input) = input else {
+                return futures::stream::once(async { json!("no input") }).boxed();
+            };
+            async_stream::stream! {
+                yield json!("started");
+                loop {
+                    let request = input.recv().await;
+                    if request.close {
+                        break;
+                    }
+                    if let Some(content) = request.content {
+                        yield json!({ "heard": content.joined_text() });
+                    }
+                }
+            }
+            .boxed()
+        })
+    }
+
+    #[tokio::test]
+    async fn streaming_tools_answer_pending_then_stream_to_the_model_until_stopped() {
+        let inv = invocation();
+        let tools = [listener()];
+        let background = BackgroundTools::default();
+        let (tx, mut model) = mpsc::channel(8);
+        let callbacks = Callbacks::default();
+        let started = call_tools(
+            &inv,
+            "agent",
+            &tools,
+            &callbacks,
+            &[call("c1", "listen", json!({}))],
+            Some((&background, &tx)),
+        )
+        .await
+        .unwrap();
+        let response = &started.function_responses()[0].response;
+        assert!(response["status"].as_str().unwrap().contains("pending"));
+        assert_eq!(background.len(), 1);
+
+        let first = to_model(&mut model).await;
+        assert_eq!(
+            (first.id.as_deref(), first.response),
+            (Some("c1"), json!({"result": "started"}))
+        );
+        background.fan_out(&LiveRequest {
+            content: Some(Content::text("user", "hello")),
+            ..LiveRequest::default()
+        });
+        assert_eq!(
+            to_model(&mut model).await.response,
+            json!({"heard": "hello"})
+        );
+
+        let stop = |name: &str| call("c2", STOP_STREAMING, json!({ "function_name": name }));
+        let stopped = call_tools(
+            &inv,
+            "agent",
+            &tools,
+            &callbacks,
+            &[stop("listen")],
+            Some((&background, &tx)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            stopped.function_responses()[0].response["status"],
+            "Successfully stopped streaming function listen"
+        );
+        assert!(background.is_empty());
+        let again = call_tools(
+            &inv,
+            "agent",
+            &tools,
+            &callbacks,
+            &[stop("listen")],
+            Some((&background, &tx)),
+        )
+        .await
+        .unwrap();
+        assert!(again.function_responses()[0].response["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("No active streaming function"));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_flow_closes_every_tool_input() {
+        let inv = invocation();
+        let background = BackgroundTools::default();
+        let (tx, mut model) = mpsc::channel(8);
+        let calls = [
+            call("a", "listen", json!({})),
+            call("b", "listen", json!({})),
+        ];
+        call_tools(
+            &inv,
+            "agent",
+            &[listener()],
+            &Callbacks::default(),
+            &calls,
+            Some((&background, &tx)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(background.len(), 2, "parallel calls get their own streams");
+        to_model(&mut model).await;
+        to_model(&mut model).await;
+        assert_eq!(background.stop_all(), 2);
+        assert!(background.is_empty());
+        drop(tx);
+        // Both tasks are gone: nothing else reaches the model and the channel ends.
+        assert!(timeout(Duration::from_secs(5), model.recv())
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn unknown_tools_and_streaming_tools_outside_a_live_run_are_error_responses() {
+        let inv = invocation();
+        let event = call_tools(
+            &inv,
+            "agent",
+            &[listener()],
+            &Callbacks::default(),
+            &[
+                call("x", "missing", json!({})),
+                call("y", "listen", json!({})),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+        let responses = event.function_responses();
+        assert_eq!(
+            responses[0].response,
+            json!({"error": "tool `missing` is not available"})
+        );
+        assert!(responses[1].response["error"]
+            .as_str()
+            .unwrap()
+            .contains("only runs in a live run"));
+        assert_eq!(
+            event.content.as_ref().unwrap().role.as_deref(),
+            Some("user")
+        );
+    }
+}
