@@ -239,21 +239,11 @@ impl BackgroundTools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifact::{ArtifactScope, InMemoryArtifactService};
     use std::time::Duration;
     use tokio::time::timeout;
 
     fn invocation() -> Arc<Invocation> {
-        Arc::new(Invocation::new(
-            "e-1".into(),
-            ArtifactScope {
-                app_name: "app",
-                user_id: "u",
-                session_id: "s",
-            },
-            Arc::new(InMemoryArtifactService::default()),
-            serde_json::Map::new(),
-        ))
+        crate::agent::context::test_invocation(serde_json::Map::new())
     }
 
     fn call(id: &str, name: &str, args: Value) -> FunctionCall {

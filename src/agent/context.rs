@@ -232,25 +232,30 @@ pub fn merge_actions(into: &mut EventActions, next: EventActions) {
     }
 }
 
+/// An invocation of app `app`, user `u`, session `s` over in-memory artifacts, for unit tests.
+#[cfg(test)]
+pub(crate) fn test_invocation(state: Map<String, Value>) -> Arc<Invocation> {
+    Arc::new(Invocation::new(
+        "e-1".into(),
+        ArtifactScope {
+            app_name: "app",
+            user_id: "u",
+            session_id: "s",
+        },
+        Arc::new(crate::artifact::InMemoryArtifactService::default()),
+        state,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifact::InMemoryArtifactService;
     use serde_json::json;
 
     fn invocation() -> Arc<Invocation> {
         let mut state = Map::new();
         state.insert("count".into(), json!(1));
-        Arc::new(Invocation::new(
-            "e-1".into(),
-            ArtifactScope {
-                app_name: "app",
-                user_id: "u",
-                session_id: "s",
-            },
-            Arc::new(InMemoryArtifactService::default()),
-            state,
-        ))
+        test_invocation(state)
     }
 
     #[test]

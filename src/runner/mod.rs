@@ -109,7 +109,15 @@ impl Runner {
         if start.name() != self.agent.name() {
             tracing::info!(agent = start.name(), "resuming the agent that last spoke");
         }
-        Ok(self.drive(session, start, requests, run_config, Mode::Live, None))
+        Ok(self.drive(
+            new_invocation_id(),
+            session,
+            start,
+            requests,
+            run_config,
+            Mode::Live,
+            None,
+        ))
     }
 
     /// Runs one turn-based turn (ADK's `run_async`): commits `new_message` (with `state_delta`)
@@ -157,7 +165,7 @@ impl Runner {
 
         // The queue stays open (its sender lives in the drive) until the turn is over.
         let (queue, requests) = live_request_queue(4);
-        let mut run = self.drive_with_id(
+        let mut run = self.drive(
             invocation_id,
             session,
             start,
@@ -178,28 +186,8 @@ impl Runner {
         Ok(run)
     }
 
-    fn drive(
-        &self,
-        session: Session,
-        start: Agent,
-        requests: LiveRequestReceiver,
-        run_config: RunConfig,
-        mode: Mode,
-        prompt: Option<Content>,
-    ) -> LiveRun {
-        self.drive_with_id(
-            new_invocation_id(),
-            session,
-            start,
-            requests,
-            run_config,
-            mode,
-            prompt,
-        )
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn drive_with_id(
+    fn drive(
         &self,
         invocation_id: String,
         session: Session,
