@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 import wave
 from pathlib import Path
 
@@ -45,6 +46,10 @@ def check(raw, stats):
     for key in ("partial", "turnComplete", "interrupted", "inputTranscription", "outputTranscription", "usageMetadata"):
         if key in sent:
             stats[key] = stats.get(key, 0) + 1
+    for part in (sent.get("content") or {}).get("parts", []):
+        for key in ("functionCall", "functionResponse"):
+            if key in part:
+                stats[key] = stats.get(key, 0) + 1
     return sent
 
 
@@ -70,6 +75,26 @@ def speech_frames():
     return [pcm[i:i + 640] for i in range(0, len(pcm), 640)]
 
 
+def post(addr, path, body):
+    request = urllib.request.Request(f"http://{addr}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as reply:
+        return reply.read().decode()
+
+
+def turn_based(addr, stats):
+    """POST /run: the ADK API server's request shape in, a list of ADK events out."""
+    post(addr, "/apps/livegate/users/interop/sessions/run", {})
+    events = json.loads(post(addr, "/run", {
+        "appName": "livegate", "userId": "interop", "sessionId": "run",
+        "newMessage": {"role": "user", "parts": [{"text": "what is 6 * 7"}]},
+    }))
+    for event in events:
+        check(json.dumps(event), stats)
+        stats["events"] = stats.get("events", 0) + 1
+    stats["run"] = len(events)
+
+
 async def main(binary):
     proc, addr = start_gateway(binary)
     stats = {}
@@ -80,10 +105,14 @@ async def main(binary):
         await turn(f"{base}/b64?modality=AUDIO&audio=base64", [text], stats)
         await turn(f"{base}/bin?modality=AUDIO&audio=binary", [text], stats)
         await turn(f"{base}/speech?audio=base64", speech_frames(), stats)
+        tool = json.dumps({"type": "text", "text": "what time is it in Tokyo"})
+        await turn(f"{base}/tool?modality=TEXT", [tool], stats)
+        turn_based(addr, stats)
     finally:
         proc.terminate()
         proc.wait(timeout=TIMEOUT)
-    for needed in ("partial", "turnComplete", "inputTranscription", "outputTranscription", "usageMetadata", "binary"):
+    for needed in ("partial", "turnComplete", "inputTranscription", "outputTranscription", "usageMetadata", "binary",
+                   "functionCall", "functionResponse", "run"):
         assert stats.get(needed), f"no {needed} event was exercised: {stats}"
     print(f"adk interop: {stats['events']} events parsed and round-tripped as google.adk Event ({stats})")
 
