@@ -49,9 +49,22 @@ pub struct ServeArgs {
     /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
-    /// Model: `sim` (embedded, offline).
+    /// Model: `sim` (embedded, offline), or a Gemini live model id (needs `GOOGLE_API_KEY` or
+    /// `GEMINI_API_KEY`, or Vertex settings).
     #[arg(long, env = "LIVEGATE_MODEL", default_value = "sim")]
     pub model: String,
+    /// Gemini Live base URL, e.g. `ws://127.0.0.1:9300` for `livegate mock-gemini`.
+    #[arg(long, env = "LIVEGATE_GEMINI_BASE_URL", default_value = crate::model::gemini::DEFAULT_BASE_URL)]
+    pub gemini_base_url: String,
+    /// Gemini API version (`v1beta`, `v1alpha`; Vertex: `v1beta1`, `v1`).
+    #[arg(long, env = "LIVEGATE_GEMINI_API_VERSION", default_value = crate::model::gemini::DEFAULT_API_VERSION)]
+    pub gemini_api_version: String,
+    /// Vertex AI project: use Vertex instead of the Developer API (token from `GOOGLE_CLOUD_ACCESS_TOKEN`).
+    #[arg(long, env = "GOOGLE_CLOUD_PROJECT")]
+    pub vertex_project: Option<String>,
+    /// Vertex AI location.
+    #[arg(long, env = "GOOGLE_CLOUD_LOCATION", default_value = "us-central1")]
+    pub vertex_location: String,
     /// Agent definition (TOML) [default: one assistant with get_current_time and calculate].
     #[arg(long, env = "LIVEGATE_AGENT")]
     pub agent: Option<PathBuf>,
@@ -97,6 +110,10 @@ impl ServeArgs {
             session_store: None,
             artifact_store: None,
             model: "sim".into(),
+            gemini_base_url: crate::model::gemini::DEFAULT_BASE_URL.into(),
+            gemini_api_version: crate::model::gemini::DEFAULT_API_VERSION.into(),
+            vertex_project: None,
+            vertex_location: "us-central1".into(),
             agent: None,
             modality: Modality::Audio,
             audio_frames: AudioFrames::Binary,
@@ -124,6 +141,30 @@ impl ServeArgs {
             sim.reply_delay = std::time::Duration::from_millis(ms);
         }
         sim
+    }
+
+    /// How to reach Gemini: these options plus the credentials from the environment, which are
+    /// read here (never stored in the args, which get logged).
+    pub fn gemini_options(&self) -> crate::model::gemini::GeminiOptions {
+        use crate::model::gemini::{GeminiOptions, Secret, VertexOptions};
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let vertex = self.vertex_project.as_ref().map(|project| VertexOptions {
+            project: project.clone(),
+            location: self.vertex_location.clone(),
+            access_token: Secret::new(env("GOOGLE_CLOUD_ACCESS_TOKEN").unwrap_or_default()),
+        });
+        let api_version = match (&vertex, self.gemini_api_version.as_str()) {
+            (Some(_), crate::model::gemini::DEFAULT_API_VERSION) => "v1beta1".to_owned(),
+            (_, version) => version.to_owned(),
+        };
+        GeminiOptions {
+            api_key: env("GOOGLE_API_KEY")
+                .or_else(|| env("GEMINI_API_KEY"))
+                .map(Secret::new),
+            base_url: self.gemini_base_url.clone(),
+            api_version,
+            vertex,
+        }
     }
 
     /// The session store URL, with the data-dir default filled in.
@@ -171,6 +212,10 @@ struct FileConfig {
     session_store: Option<String>,
     artifact_store: Option<String>,
     model: Option<String>,
+    gemini_base_url: Option<String>,
+    gemini_api_version: Option<String>,
+    vertex_project: Option<String>,
+    vertex_location: Option<String>,
     agent: Option<PathBuf>,
     modality: Option<String>,
     audio_frames: Option<String>,
@@ -236,6 +281,14 @@ impl ServeArgs {
         fill!(session_store);
         fill!(artifact_store);
         fill!(model);
+        fill!(gemini_base_url);
+        fill!(gemini_api_version);
+        fill!(vertex_location);
+        if let Some(project) = file.vertex_project {
+            if unset("vertex_project") {
+                self.vertex_project = Some(project);
+            }
+        }
         if let Some(agent) = file.agent {
             if unset("agent") {
                 self.agent = Some(agent);

@@ -124,6 +124,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
     let options = ModelOptions {
         sim: args.sim_config(),
+        gemini: args.gemini_options(),
     };
     let agent_config = match &args.agent {
         Some(path) => AgentConfig::load(path)?,

@@ -6,6 +6,7 @@
 
 mod config;
 mod error;
+pub mod gemini;
 mod response;
 pub mod sim;
 
@@ -50,15 +51,21 @@ pub trait LiveModel: Send + Sync + std::fmt::Debug {
 pub struct ModelOptions {
     /// Settings of the `sim` backend.
     pub sim: sim::SimConfig,
+    /// How to reach Gemini.
+    pub gemini: gemini::GeminiOptions,
 }
 
-/// Resolves a model name (`sim`, or a backend's model id) to a backend.
+/// Resolves a model name (`sim`, or a Gemini live model id) to a backend.
 pub fn model_for_name(
     name: &str,
     options: &ModelOptions,
 ) -> Result<Arc<dyn LiveModel>, ModelError> {
     match name {
         "sim" | "" => Ok(Arc::new(sim::SimModel::new(options.sim))),
+        id if gemini::is_gemini_model(id) => Ok(Arc::new(gemini::GeminiModel::new(
+            id,
+            options.gemini.clone(),
+        ))),
         other => Err(ModelError::UnknownModel(other.to_owned())),
     }
 }

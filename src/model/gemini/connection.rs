@@ -1,0 +1,228 @@
+//! One Gemini Live session: the WebSocket, the setup handshake, and two tasks: the writer (inputs
+//! and keep-alive pings out) and the reader (server messages in, as `LlmResponse`s).
+
+use std::time::Duration;
+
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+use super::wire::{history_message, input_message, parse_server_message, ServerEvent};
+use crate::model::{
+    LiveConnectConfig, LiveConnection, LiveInput, LlmResponse, ModelError,
+    CONNECTION_CHANNEL_CAPACITY,
+};
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// How long the TCP/TLS/WebSocket handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the server may take to answer `setup`.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// Keep-alive ping interval (python-genai's websockets default; tungstenite sends none itself).
+const PING_INTERVAL: Duration = Duration::from_secs(20);
+/// How long a closing session waits for the server's close frame.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest server message accepted (the SDKs' limit is 1 MiB; leave room).
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Where and how to connect; `headers` carry credentials and are never logged.
+pub(super) struct Endpoint {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    /// Model id for `modelVersion`.
+    pub model: String,
+}
+
+/// Opens a session: connects, sends `setup` (and the history), waits for `setupComplete`, then
+/// hands the socket to the reader and writer tasks.
+pub(super) async fn open(
+    endpoint: Endpoint,
+    setup: Value,
+    config: &LiveConnectConfig,
+) -> Result<LiveConnection, ModelError> {
+    let mut request = endpoint
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| ModelError::Connect(format!("invalid Gemini URL: {e}")))?;
+    for (name, value) in &endpoint.headers {
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| ModelError::Connect(format!("invalid value for header {name}")))?;
+        request.headers_mut().insert(*name, value);
+    }
+    let ws_config = tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true);
+    let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
+        .await
+        .map_err(|_| ModelError::Connect("timed out connecting to Gemini".into()))?
+        .map_err(handshake_error)?;
+
+    send_json(&mut socket, &setup).await?;
+    timeout(SETUP_TIMEOUT, wait_for_setup(&mut socket, &endpoint.model))
+        .await
+        .map_err(|_| ModelError::Connect("Gemini did not answer the setup in time".into()))??;
+    if let Some(history) = history_message(config) {
+        send_json(&mut socket, &history).await?;
+    }
+
+    let (sink, stream) = socket.split();
+    let (input_tx, input_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+    let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+    let done = CancellationToken::new();
+    tokio::spawn(write_loop(sink, input_rx, done.clone()));
+    tokio::spawn(read_loop(stream, output_tx, endpoint.model, done));
+    Ok(LiveConnection {
+        sender: input_tx,
+        receiver: output_rx,
+    })
+}
+
+/// A failed upgrade: an HTTP status (401, 403, 404, 429) or a network error.
+fn handshake_error(error: tungstenite::Error) -> ModelError {
+    match error {
+        tungstenite::Error::Http(response) => ModelError::Connect(format!(
+            "Gemini refused the connection: HTTP {}",
+            response.status()
+        )),
+        other => ModelError::Connect(format!("could not reach Gemini: {other}")),
+    }
+}
+
+async fn send_json(socket: &mut Socket, value: &Value) -> Result<(), ModelError> {
+    socket
+        .send(Message::Text(value.to_string().into()))
+        .await
+        .map_err(|e| ModelError::Connect(format!("sending to Gemini failed: {e}")))
+}
+
+async fn wait_for_setup(socket: &mut Socket, model: &str) -> Result<(), ModelError> {
+    while let Some(message) = socket.next().await {
+        let message = message.map_err(|e| ModelError::Connect(format!("Gemini dropped: {e}")))?;
+        let payload = match &message {
+            Message::Text(text) => text.as_bytes(),
+            Message::Binary(data) => data,
+            Message::Close(frame) => return Err(closed(frame.as_ref())),
+            _ => continue,
+        };
+        match parse_server_message(payload, model)? {
+            ServerEvent::SetupComplete => return Ok(()),
+            other => tracing::debug!(?other, "server message before setupComplete ignored"),
+        }
+    }
+    Err(ModelError::Closed {
+        code: 1006,
+        reason: "Gemini closed the connection during setup".into(),
+    })
+}
+
+/// A close frame as an error (a missing frame reads as 1006, as the SDKs do).
+fn closed(frame: Option<&CloseFrame>) -> ModelError {
+    match frame {
+        Some(frame) => ModelError::Closed {
+            code: u16::from(frame.code),
+            reason: frame.reason.to_string(),
+        },
+        None => ModelError::Closed {
+            code: 1006,
+            reason: "closed without a close frame".into(),
+        },
+    }
+}
+
+/// Sends inputs and pings until the flow drops its sender (then closes politely) or the reader ends.
+async fn write_loop(
+    mut sink: SplitSink<Socket, Message>,
+    mut inputs: mpsc::Receiver<LiveInput>,
+    done: CancellationToken,
+) {
+    let mut ping = tokio::time::interval(PING_INTERVAL);
+    ping.tick().await;
+    loop {
+        let message = tokio::select! {
+            _ = done.cancelled() => break,
+            input = inputs.recv() => match input {
+                Some(input) => Message::Text(input_message(&input).to_string().into()),
+                None => {
+                    let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
+                    let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
+                    // The reader sees the server's close and ends; don't wait on it forever.
+                    let _ = timeout(CLOSE_TIMEOUT, done.cancelled()).await;
+                    break;
+                }
+            },
+            _ = ping.tick() => Message::Ping(Vec::new().into()),
+        };
+        if let Err(error) = sink.send(message).await {
+            tracing::debug!(%error, "sending to Gemini failed");
+            break;
+        }
+    }
+    done.cancel();
+}
+
+/// Turns server messages into responses until the socket closes or the flow goes away.
+async fn read_loop(
+    mut stream: SplitStream<Socket>,
+    output: mpsc::Sender<Result<LlmResponse, ModelError>>,
+    model: String,
+    done: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            _ = done.cancelled() => break,
+            _ = output.closed() => break,
+            message = stream.next() => message,
+        };
+        let result = match message {
+            Some(Ok(Message::Text(text))) => parse_server_message(text.as_bytes(), &model),
+            Some(Ok(Message::Binary(data))) => parse_server_message(&data, &model),
+            Some(Ok(Message::Close(frame))) => {
+                let error = closed(frame.as_ref());
+                tracing::info!(%error, "Gemini closed the session");
+                // A normal close just ends the stream (the flow reconnects if it has a handle).
+                if !matches!(error, ModelError::Closed { code: 1000, .. }) {
+                    let _ = output.send(Err(error)).await;
+                }
+                break;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "Gemini connection failed");
+                let _ = output
+                    .send(Err(ModelError::Closed {
+                        code: 1006,
+                        reason: error.to_string(),
+                    }))
+                    .await;
+                break;
+            }
+            None => break,
+        };
+        let response = match result {
+            Ok(ServerEvent::Response(response)) => *response,
+            Ok(ServerEvent::SetupComplete | ServerEvent::Nothing) => continue,
+            Err(error) => {
+                tracing::warn!(%error, "bad message from Gemini");
+                let _ = output.send(Err(error)).await;
+                break;
+            }
+        };
+        if output.send(Ok(response)).await.is_err() {
+            break;
+        }
+    }
+    done.cancel();
+}

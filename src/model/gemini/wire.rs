@@ -1,0 +1,334 @@
+//! The Gemini Live wire format, client side: the `setup` message built from a connect config,
+//! client messages from `LiveInput`s, and server messages parsed into `LlmResponse`s.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::event::{
+    Content, FunctionCall, ModalityTokenCount, SessionResumptionUpdate, Transcription,
+    UsageMetadata,
+};
+use crate::model::{GoAway, LiveConnectConfig, LiveInput, LlmResponse, ModelError};
+
+/// The `setup` message: the first thing a client sends.
+pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
+    let mut setup = Map::new();
+    setup.insert("model".into(), json!(model_path));
+    let mut generation = Map::new();
+    let modalities: Vec<Value> = config
+        .response_modalities
+        .iter()
+        .map(|m| json!(m))
+        .collect();
+    if !modalities.is_empty() {
+        generation.insert("responseModalities".into(), Value::Array(modalities));
+    }
+    if let Some(speech) = &config.speech_config {
+        generation.insert("speechConfig".into(), speech.clone());
+    }
+    if let Some(affective) = config.enable_affective_dialog {
+        generation.insert("enableAffectiveDialog".into(), json!(affective));
+    }
+    if !generation.is_empty() {
+        setup.insert("generationConfig".into(), Value::Object(generation));
+    }
+    if let Some(instruction) = config
+        .system_instruction
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
+        setup.insert(
+            "systemInstruction".into(),
+            json!({ "parts": [{ "text": instruction }], "role": "user" }),
+        );
+    }
+    if !config.tools.is_empty() {
+        let declarations: Vec<Value> = config
+            .tools
+            .iter()
+            .map(|t| {
+                let mut d = json!({ "name": t.name, "description": t.description });
+                if let Some(schema) = &t.parameters_json_schema {
+                    d["parametersJsonSchema"] = schema.clone();
+                }
+                d
+            })
+            .collect();
+        setup.insert(
+            "tools".into(),
+            json!([{ "functionDeclarations": declarations }]),
+        );
+    }
+    if let Some(realtime) = &config.realtime_input_config {
+        setup.insert("realtimeInputConfig".into(), json!(realtime));
+    }
+    if let Some(resumption) = &config.session_resumption {
+        setup.insert("sessionResumption".into(), json!(resumption));
+    }
+    if let Some(compression) = &config.context_window_compression {
+        setup.insert("contextWindowCompression".into(), compression.clone());
+    }
+    if config.input_audio_transcription {
+        setup.insert("inputAudioTranscription".into(), json!({}));
+    }
+    if config.output_audio_transcription {
+        setup.insert("outputAudioTranscription".into(), json!({}));
+    }
+    if let Some(proactivity) = &config.proactivity {
+        setup.insert("proactivity".into(), proactivity.clone());
+    }
+    if history_message(config).is_some() {
+        setup.insert(
+            "historyConfig".into(),
+            json!({ "initialHistoryInClientContent": true }),
+        );
+    }
+    json!({ "setup": setup })
+}
+
+/// The history to seed a new (not resumed) session with, as one `clientContent` message; the
+/// model answers at once only when the last turn is the user's (as ADK does).
+pub fn history_message(config: &LiveConnectConfig) -> Option<Value> {
+    let resuming = config
+        .session_resumption
+        .as_ref()
+        .is_some_and(|r| r.handle.is_some());
+    if resuming || config.history.is_empty() {
+        return None;
+    }
+    let last_is_user = config
+        .history
+        .last()
+        .is_some_and(|c| c.role.as_deref() == Some("user"));
+    Some(json!({
+        "clientContent": { "turns": config.history, "turnComplete": last_is_user }
+    }))
+}
+
+/// One client message for an input.
+pub fn input_message(input: &LiveInput) -> Value {
+    match input {
+        LiveInput::Realtime(blob) => {
+            let key = if blob.mime_type.starts_with("audio/") {
+                "audio"
+            } else {
+                "video"
+            };
+            json!({ "realtimeInput": { key: {
+                "data": STANDARD.encode(&blob.data),
+                "mimeType": blob.mime_type,
+            }}})
+        }
+        LiveInput::Content {
+            content,
+            turn_complete,
+        } => json!({ "clientContent": { "turns": [content], "turnComplete": turn_complete } }),
+        LiveInput::ToolResponse(responses) => {
+            let responses: Vec<Value> = responses
+                .iter()
+                .map(|r| json!({ "id": r.id, "name": r.name, "response": r.response }))
+                .collect();
+            json!({ "toolResponse": { "functionResponses": responses } })
+        }
+        LiveInput::ActivityStart => json!({ "realtimeInput": { "activityStart": {} } }),
+        LiveInput::ActivityEnd => json!({ "realtimeInput": { "activityEnd": {} } }),
+        LiveInput::AudioStreamEnd => json!({ "realtimeInput": { "audioStreamEnd": true } }),
+    }
+}
+
+/// What one server message means to the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerEvent {
+    /// The session is set up.
+    SetupComplete,
+    /// Model output for the flow.
+    Response(Box<LlmResponse>),
+    /// Nothing the flow needs (an empty message, voice activity, unknown new fields).
+    Nothing,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServerMessage {
+    setup_complete: Option<Value>,
+    server_content: Option<ServerContent>,
+    tool_call: Option<ToolCall>,
+    tool_call_cancellation: Option<ToolCallCancellation>,
+    usage_metadata: Option<Value>,
+    go_away: Option<GoAwayMessage>,
+    session_resumption_update: Option<ResumptionUpdate>,
+    error: Option<Value>,
+    code: Option<Value>,
+    message: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServerContent {
+    model_turn: Option<Content>,
+    #[serde(default)]
+    turn_complete: bool,
+    #[serde(default)]
+    interrupted: bool,
+    #[serde(default)]
+    generation_complete: bool,
+    input_transcription: Option<Transcription>,
+    output_transcription: Option<Transcription>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolCall {
+    #[serde(default)]
+    function_calls: Vec<FunctionCall>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolCallCancellation {
+    #[serde(default)]
+    ids: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GoAwayMessage {
+    time_left: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumptionUpdate {
+    new_handle: Option<String>,
+    resumable: Option<Value>,
+}
+
+/// Parses one server frame's JSON into what it means; `model` fills `modelVersion`.
+pub fn parse_server_message(json: &[u8], model: &str) -> Result<ServerEvent, ModelError> {
+    let message: ServerMessage = serde_json::from_slice(json)
+        .map_err(|e| ModelError::Protocol(format!("unreadable server message: {e}")))?;
+    if let Some(error) = in_band_error(&message) {
+        return Err(error);
+    }
+    if message.setup_complete.is_some() {
+        return Ok(ServerEvent::SetupComplete);
+    }
+    let mut response = LlmResponse {
+        model_version: Some(model.to_owned()),
+        ..LlmResponse::default()
+    };
+    let mut any = false;
+    if let Some(usage) = &message.usage_metadata {
+        response.usage_metadata = Some(usage_metadata(usage));
+        any = true;
+    }
+    if let Some(content) = message.server_content {
+        let turn = content.model_turn.filter(|c| !c.parts.is_empty());
+        any |= turn.is_some()
+            || content.turn_complete
+            || content.interrupted
+            || content.generation_complete;
+        response.content = turn.map(|mut c| {
+            c.role.get_or_insert_with(|| "model".into());
+            c
+        });
+        response.turn_complete = content.turn_complete;
+        response.interrupted = content.interrupted;
+        response.generation_complete = content.generation_complete;
+        // An empty `{}` transcription carries nothing; drop it.
+        let has_text = |t: &Transcription| {
+            t.text.as_deref().is_some_and(|s| !s.is_empty()) || t.finished == Some(true)
+        };
+        response.input_transcription = content.input_transcription.filter(has_text);
+        response.output_transcription = content.output_transcription.filter(has_text);
+        any |= response.input_transcription.is_some() || response.output_transcription.is_some();
+    }
+    if let Some(call) = message.tool_call {
+        any |= !call.function_calls.is_empty();
+        response.tool_calls = call.function_calls;
+    }
+    if let Some(cancellation) = message.tool_call_cancellation {
+        any |= !cancellation.ids.is_empty();
+        response.tool_call_cancellations = cancellation.ids;
+    }
+    if let Some(update) = message.session_resumption_update {
+        let resumable = match update.resumable {
+            Some(Value::Bool(b)) => Some(b),
+            Some(Value::String(s)) => Some(s.eq_ignore_ascii_case("true")),
+            _ => None,
+        };
+        response.session_resumption_update = Some(SessionResumptionUpdate {
+            new_handle: update.new_handle.filter(|h| !h.is_empty()),
+            resumable,
+        });
+        any = true;
+    }
+    if let Some(go_away) = message.go_away {
+        response.go_away = Some(GoAway {
+            time_left: go_away.time_left,
+        });
+        any = true;
+    }
+    Ok(if any {
+        ServerEvent::Response(Box::new(response))
+    } else {
+        ServerEvent::Nothing
+    })
+}
+
+/// An error sent in-band (`{"error": {...}}`, or `{"code":…, "message":…}` with no known key).
+fn in_band_error(message: &ServerMessage) -> Option<ModelError> {
+    let detail = message.error.as_ref().map(|e| {
+        e.get("message")
+            .and_then(Value::as_str)
+            .map_or_else(|| e.to_string(), str::to_owned)
+    });
+    let coded = message.code.as_ref().map(|code| {
+        format!(
+            "code {code}: {}",
+            message.message.as_deref().unwrap_or("no message")
+        )
+    });
+    detail
+        .or(coded)
+        .map(|detail| ModelError::Protocol(format!("the model reported an error: {detail}")))
+}
+
+/// Usage with ADK's names: the Developer API's `response*` counts become `candidates*`.
+fn usage_metadata(usage: &Value) -> UsageMetadata {
+    let count = |keys: &[&str]| {
+        keys.iter().find_map(|k| match usage.get(*k)? {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.parse().ok(),
+            _ => None,
+        })
+    };
+    let details = |keys: &[&str]| {
+        keys.iter().find_map(|k| {
+            let list = usage.get(*k)?.as_array()?;
+            Some(
+                list.iter()
+                    .filter_map(|d| {
+                        Some(ModalityTokenCount {
+                            modality: d.get("modality")?.as_str()?.to_owned(),
+                            token_count: match d.get("tokenCount") {
+                                Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+                                Some(Value::String(s)) => s.parse().unwrap_or(0),
+                                _ => 0,
+                            },
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })
+    };
+    UsageMetadata {
+        candidates_token_count: count(&["responseTokenCount", "candidatesTokenCount"]),
+        candidates_tokens_details: details(&["responseTokensDetails", "candidatesTokensDetails"]),
+        prompt_token_count: count(&["promptTokenCount"]),
+        prompt_tokens_details: details(&["promptTokensDetails"]),
+        total_token_count: count(&["totalTokenCount"]),
+    }
+}
