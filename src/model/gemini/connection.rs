@@ -17,7 +17,9 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
-use super::wire::{history_message, input_message, parse_server_message, ServerEvent};
+use super::wire::{
+    history_message, input_message, parse_server_message, text_as_realtime, ServerEvent,
+};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, LlmResponse, ModelError,
     CONNECTION_CHANNEL_CAPACITY,
@@ -82,7 +84,8 @@ pub(super) async fn open(
     let (input_tx, input_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let done = CancellationToken::new();
-    tokio::spawn(write_loop(sink, input_rx, done.clone()));
+    let realtime_text = text_as_realtime(&endpoint.model);
+    tokio::spawn(write_loop(sink, input_rx, realtime_text, done.clone()));
     tokio::spawn(read_loop(stream, output_tx, endpoint.model, done));
     Ok(LiveConnection {
         sender: input_tx,
@@ -146,6 +149,7 @@ fn closed(frame: Option<&CloseFrame>) -> ModelError {
 async fn write_loop(
     mut sink: SplitSink<Socket, Message>,
     mut inputs: mpsc::Receiver<LiveInput>,
+    realtime_text: bool,
     done: CancellationToken,
 ) {
     let mut ping = tokio::time::interval(PING_INTERVAL);
@@ -154,7 +158,7 @@ async fn write_loop(
         let message = tokio::select! {
             _ = done.cancelled() => break,
             input = inputs.recv() => match input {
-                Some(input) => Message::Text(input_message(&input).to_string().into()),
+                Some(input) => Message::Text(input_message(&input, realtime_text).to_string().into()),
                 None => {
                     let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
                     let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;

@@ -4,7 +4,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::wire::{
-    history_message, input_message, parse_server_message, setup_message, ServerEvent,
+    history_message, input_message, parse_server_message, setup_message, text_as_realtime,
+    ServerEvent,
 };
 use super::*;
 use crate::event::{Blob, Content, FunctionResponse, Transcription};
@@ -243,32 +244,40 @@ fn history_is_sent_unless_resuming_and_answered_only_after_a_user_turn() {
 
 #[test]
 fn client_messages_for_every_input() {
-    let audio = input_message(&LiveInput::audio(
-        Bytes::from_static(&[0xfb, 0xff, 0xfe, 0x00]),
-        16_000,
-    ));
+    let audio = input_message(
+        &LiveInput::audio(Bytes::from_static(&[0xfb, 0xff, 0xfe, 0x00]), 16_000),
+        false,
+    );
     assert_eq!(
         audio,
         json!({"realtimeInput": {"audio": {"data": "+//+AA==", "mimeType": "audio/pcm;rate=16000"}}})
     );
-    let image = input_message(&LiveInput::Realtime(Blob::new(
-        Bytes::from_static(b"jpg"),
-        "image/jpeg",
-    )));
+    let image = input_message(
+        &LiveInput::Realtime(Blob::new(Bytes::from_static(b"jpg"), "image/jpeg")),
+        false,
+    );
     assert_eq!(image["realtimeInput"]["video"]["mimeType"], "image/jpeg");
-    let text = input_message(&LiveInput::Content {
+    let hi = LiveInput::Content {
         content: Content::text("user", "hi"),
         turn_complete: true,
-    });
+    };
     assert_eq!(
-        text,
+        input_message(&hi, false),
         json!({"clientContent": {"turns": [{"parts": [{"text": "hi"}], "role": "user"}], "turnComplete": true}})
     );
-    let tool = input_message(&LiveInput::ToolResponse(vec![FunctionResponse {
-        id: Some("function-call-1".into()),
-        name: "f".into(),
-        response: json!({"output": 1}),
-    }]));
+    assert!(text_as_realtime("gemini-3.8-live") && !text_as_realtime(MODEL));
+    assert_eq!(
+        input_message(&hi, true),
+        json!({"realtimeInput": {"text": "hi"}})
+    );
+    let tool = input_message(
+        &LiveInput::ToolResponse(vec![FunctionResponse {
+            id: Some("function-call-1".into()),
+            name: "f".into(),
+            response: json!({"output": 1}),
+        }]),
+        true,
+    );
     assert_eq!(
         tool,
         json!({"toolResponse": {"functionResponses": [{"id": "function-call-1", "name": "f", "response": {"output": 1}}]}})
@@ -279,7 +288,7 @@ fn client_messages_for_every_input() {
         LiveInput::AudioStreamEnd,
     ]
     .iter()
-    .map(input_message)
+    .map(|i| input_message(i, false))
     .collect();
     assert_eq!(
         signals,

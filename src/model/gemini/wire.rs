@@ -107,9 +107,25 @@ pub fn history_message(config: &LiveConnectConfig) -> Option<Value> {
     }))
 }
 
-/// One client message for an input.
-pub fn input_message(input: &LiveInput) -> Value {
+/// True for model families that take typed user turns as realtime text (Gemini 3.x: early 3.1
+/// closed the session on any `clientContent`; ADK routes 3.x text the same way).
+pub fn text_as_realtime(model: &str) -> bool {
+    model
+        .strip_prefix("models/")
+        .unwrap_or(model)
+        .starts_with("gemini-3")
+}
+
+/// One client message for an input; `realtime_text` sends complete text turns as
+/// `realtimeInput.text` (see [`text_as_realtime`]).
+pub fn input_message(input: &LiveInput, realtime_text: bool) -> Value {
     match input {
+        LiveInput::Content {
+            content,
+            turn_complete: true,
+        } if realtime_text && content.parts.iter().all(|p| p.text.is_some()) => {
+            json!({ "realtimeInput": { "text": content.joined_text() } })
+        }
         LiveInput::Realtime(blob) => {
             let key = if blob.mime_type.starts_with("audio/") {
                 "audio"
