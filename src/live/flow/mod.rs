@@ -11,12 +11,13 @@ mod send;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -169,6 +170,8 @@ impl LiveFlow {
             let (internal_tx, internal_rx) = mpsc::channel::<LiveInput>(64);
             let mut inputs = Some(SendInputs { requests, internal: internal_rx });
             let mut tools: JoinSet<Option<Event>> = JoinSet::new();
+            // Which tool task runs which call, so a `toolCallCancellation` can stop it.
+            let mut running: HashMap<String, AbortHandle> = HashMap::new();
             let mut handle = connect_config.session_resumption.as_ref().and_then(|r| r.handle.clone());
             let mut failures = 0u32;
             let mut first_connect = true;
@@ -246,6 +249,7 @@ impl LiveFlow {
                         Some(request) = persist_rx.recv() => Next::Persist(request),
                         Some(done) = tools.join_next(), if !tools.is_empty() => match done {
                             Ok(event) => Next::ToolsDone(event),
+                            Err(error) if error.is_cancelled() => continue,
                             Err(error) => {
                                 tracing::error!(%error, invocation_id, "a tool task failed");
                                 continue;
@@ -262,6 +266,9 @@ impl LiveFlow {
                         }
                         Next::ToolsDone(None) => continue,
                         Next::ToolsDone(Some(event)) => {
+                            for response in event.function_responses() {
+                                running.remove(response.id.as_deref().unwrap_or_default());
+                            }
                             let responses: Vec<_> = event.function_responses().into_iter().cloned().collect();
                             let next_reason = handoff_of(&event);
                             yield FlowItem::emit(event);
@@ -295,6 +302,12 @@ impl LiveFlow {
                     };
                     if let Some(new_handle) = response.session_resumption_update.as_ref().and_then(|u| u.new_handle.clone()) {
                         handle = Some(new_handle);
+                    }
+                    for id in &response.tool_call_cancellations {
+                        if let Some(task) = running.remove(id) {
+                            tracing::info!(invocation_id, call_id = id, "the model cancelled a tool call");
+                            task.abort();
+                        }
                     }
                     let go_away = response.go_away.is_some();
                     let turn_over = response.turn_complete;
@@ -338,7 +351,11 @@ impl LiveFlow {
                             // Off the receive loop: audio keeps flowing while tools run.
                             let hooks = hooks.clone();
                             let to_model = internal_tx.clone();
-                            tools.spawn(async move { hooks.call_tools(call_event, to_model).await });
+                            let ids: Vec<String> = call_event.function_calls().iter().filter_map(|c| c.id.clone()).collect();
+                            let task = tools.spawn(async move { hooks.call_tools(call_event, to_model).await });
+                            for id in ids {
+                                running.insert(id, task.clone());
+                            }
                             continue;
                         }
                         yield FlowItem::emit(event);

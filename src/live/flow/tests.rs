@@ -286,3 +286,104 @@ async fn a_model_that_keeps_hanging_up_ends_the_run_with_an_error() {
         Some("UNAVAILABLE")
     );
 }
+
+/// Hooks whose tools never finish; dropping a call's future (an abort) is reported.
+#[derive(Debug)]
+struct StuckTools {
+    started: mpsc::Sender<()>,
+    dropped: mpsc::Sender<()>,
+}
+
+struct ReportDrop(mpsc::Sender<()>);
+
+impl Drop for ReportDrop {
+    fn drop(&mut self) {
+        let _ = self.0.try_send(());
+    }
+}
+
+#[async_trait]
+impl FlowHooks for StuckTools {
+    fn long_running_ids(&self, _calls: &[&crate::event::FunctionCall]) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn call_tools(&self, _event: Event, _to_model: mpsc::Sender<LiveInput>) -> Option<Event> {
+        let _guard = ReportDrop(self.dropped.clone());
+        let _ = self.started.send(()).await;
+        std::future::pending().await
+    }
+
+    fn screens_user(&self) -> bool {
+        false
+    }
+
+    async fn screen_user(&self, _content: &Content) -> Screened {
+        Screened::Proceed(None)
+    }
+
+    fn screens_model(&self) -> bool {
+        false
+    }
+
+    async fn screen_model(&self, _response: &LlmResponse) -> Screened {
+        Screened::Proceed(None)
+    }
+
+    fn fan_out(&self, _request: &crate::live::LiveRequest) {}
+
+    async fn stop_tools(&self) {}
+
+    fn invocation_ended(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_cancellation_stops_the_running_tool() {
+    let (mut flow, mut upstreams, _) = flow(false);
+    let (dropped, mut was_dropped) = mpsc::channel(1);
+    let (started, mut was_started) = mpsc::channel(1);
+    flow.hooks = Arc::new(StuckTools { started, dropped });
+    let (queue, requests) = live_request_queue(8);
+    let (items, _end) = flow.run(requests);
+    let mut items = Box::pin(items);
+    let up = tokio::spawn(async move {
+        let up = upstreams.recv().await.unwrap();
+        let call = crate::event::FunctionCall {
+            id: Some("function-call-7".into()),
+            args: None,
+            name: "slow".into(),
+        };
+        up.responses
+            .send(Ok(LlmResponse {
+                tool_calls: vec![call],
+                ..LlmResponse::default()
+            }))
+            .await
+            .unwrap();
+        up
+    });
+    let call = next(&mut items).await;
+    assert_eq!(call.event.function_calls().len(), 1);
+    let up = up.await.unwrap();
+    // Poll the flow from here on: it starts the tool and then reads the cancellation.
+    let polled = tokio::spawn(async move { while items.next().await.is_some() {} });
+    timeout(WAIT, was_started.recv())
+        .await
+        .expect("the tool starts");
+    up.responses
+        .send(Ok(LlmResponse {
+            tool_call_cancellations: vec!["function-call-7".into()],
+            ..LlmResponse::default()
+        }))
+        .await
+        .unwrap();
+    timeout(WAIT, was_dropped.recv())
+        .await
+        .expect("the tool is stopped")
+        .unwrap();
+    queue.close();
+    drop(up);
+    timeout(WAIT, polled).await.unwrap().unwrap();
+}
