@@ -242,6 +242,9 @@ impl LiveFlow {
                 let mut processor = ResponseProcessor::new(&invocation_id, &agent_name, record_audio);
                 // The model's spoken answer so far, for after-model screening.
                 let mut spoken = String::new();
+                // Tool results went up and the model has not answered them yet: the turn that
+                // ends now (Gemini 2.5 ends the tool-call turn before the results) is not the answer.
+                let mut awaiting_answer = false;
 
                 let outcome = 'connection: loop {
                     let deadline = handoff.as_ref().map(|(_, at)| *at);
@@ -276,6 +279,7 @@ impl LiveFlow {
                             if internal_tx.send(LiveInput::ToolResponse(responses)).await.is_err() {
                                 tracing::debug!(invocation_id, "tool response after the send loop ended");
                             }
+                            awaiting_answer = true;
                             if hooks.invocation_ended() {
                                 break Outcome::Done(FlowEndReason::InvocationEnded);
                             }
@@ -311,6 +315,8 @@ impl LiveFlow {
                     }
                     let go_away = response.go_away.is_some();
                     let turn_over = response.turn_complete;
+                    let answered = awaiting_answer
+                        && (response.content.is_some() || response.output_transcription.is_some());
                     if record_audio {
                         for blob in response.content.iter().flat_map(|c| &c.parts).filter_map(|p| p.inline_data.as_ref()) {
                             cache.push(AudioSide::Output, blob);
@@ -363,11 +369,14 @@ impl LiveFlow {
                     if go_away {
                         break Outcome::GoAway;
                     }
-                    if turn_over {
+                    if answered {
+                        awaiting_answer = false;
+                    }
+                    if turn_over && !awaiting_answer && tools.is_empty() {
                         if let Some((next_reason, _)) = handoff.take() {
                             break Outcome::Done(next_reason);
                         }
-                        if single_turn && tools.is_empty() {
+                        if single_turn {
                             break Outcome::Done(FlowEndReason::TurnDone);
                         }
                     }

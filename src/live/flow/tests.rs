@@ -387,3 +387,110 @@ async fn a_tool_call_cancellation_stops_the_running_tool() {
     drop(up);
     timeout(WAIT, polled).await.unwrap().unwrap();
 }
+
+/// Hooks whose tools answer at once with `{"ok": true}`.
+#[derive(Debug)]
+struct InstantTools;
+
+#[async_trait]
+impl FlowHooks for InstantTools {
+    fn long_running_ids(&self, _calls: &[&crate::event::FunctionCall]) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn call_tools(&self, event: Event, _to_model: mpsc::Sender<LiveInput>) -> Option<Event> {
+        let parts = event
+            .function_calls()
+            .into_iter()
+            .map(|c| crate::event::Part {
+                function_response: Some(crate::event::FunctionResponse {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    response: serde_json::json!({"ok": true}),
+                }),
+                ..crate::event::Part::default()
+            })
+            .collect();
+        let mut response = Event::new("e-1", "agent");
+        response.content = Some(Content {
+            parts,
+            role: Some("user".into()),
+        });
+        Some(response)
+    }
+
+    fn screens_user(&self) -> bool {
+        false
+    }
+
+    async fn screen_user(&self, _content: &Content) -> Screened {
+        Screened::Proceed(None)
+    }
+
+    fn screens_model(&self) -> bool {
+        false
+    }
+
+    async fn screen_model(&self, _response: &LlmResponse) -> Screened {
+        Screened::Proceed(None)
+    }
+
+    fn fan_out(&self, _request: &crate::live::LiveRequest) {}
+
+    async fn stop_tools(&self) {}
+
+    fn invocation_ended(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn a_single_turn_waits_for_the_answer_to_its_tool_results() {
+    // Gemini 2.5 ends the tool-call turn before it has the results; the answer comes in a new turn.
+    let (mut flow, mut upstreams, _) = flow(false);
+    flow.hooks = Arc::new(InstantTools);
+    flow.single_turn = true;
+    flow.prompt = Some(Content::text("user", "use the tool"));
+    let (_queue, requests) = live_request_queue(8);
+    let run = drain(flow, requests);
+    let mut up = upstreams.recv().await.unwrap();
+    assert!(matches!(
+        up.inputs.recv().await,
+        Some(LiveInput::Content { .. })
+    ));
+    let call = crate::event::FunctionCall {
+        id: Some("function-call-1".into()),
+        args: None,
+        name: "tool".into(),
+    };
+    for response in [
+        LlmResponse {
+            tool_calls: vec![call],
+            ..LlmResponse::default()
+        },
+        LlmResponse {
+            turn_complete: true,
+            ..LlmResponse::default()
+        },
+    ] {
+        up.responses.send(Ok(response)).await.unwrap();
+    }
+    let sent = timeout(WAIT, up.inputs.recv()).await.unwrap();
+    assert!(matches!(sent, Some(LiveInput::ToolResponse(_))), "{sent:?}");
+    for response in [
+        LlmResponse::text("It worked."),
+        LlmResponse {
+            turn_complete: true,
+            ..LlmResponse::default()
+        },
+    ] {
+        up.responses.send(Ok(response)).await.unwrap();
+    }
+    let items = timeout(WAIT, run).await.expect("the turn ends").unwrap();
+    let texts: Vec<String> = items
+        .iter()
+        .filter_map(|i| i.event.content.as_ref())
+        .map(Content::joined_text)
+        .collect();
+    assert!(texts.iter().any(|t| t == "It worked."), "{texts:?}");
+}
