@@ -463,21 +463,21 @@ async fn a_single_turn_waits_for_the_answer_to_its_tool_results() {
         args: None,
         name: "tool".into(),
     };
-    for response in [
-        LlmResponse {
+    up.responses
+        .send(Ok(LlmResponse {
             tool_calls: vec![call],
             ..LlmResponse::default()
-        },
+        }))
+        .await
+        .unwrap();
+    let sent = timeout(WAIT, up.inputs.recv()).await.unwrap();
+    assert!(matches!(sent, Some(LiveInput::ToolResponse(_))), "{sent:?}");
+    // The tool-call turn ends after the results went up, then the answer follows.
+    for response in [
         LlmResponse {
             turn_complete: true,
             ..LlmResponse::default()
         },
-    ] {
-        up.responses.send(Ok(response)).await.unwrap();
-    }
-    let sent = timeout(WAIT, up.inputs.recv()).await.unwrap();
-    assert!(matches!(sent, Some(LiveInput::ToolResponse(_))), "{sent:?}");
-    for response in [
         LlmResponse::text("It worked."),
         LlmResponse {
             turn_complete: true,
