@@ -28,6 +28,8 @@ use tokio_tungstenite::WebSocketStream;
 const PATH: &str = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
 const MODEL: &str = "models/gemini-2.5-flash-native-audio-preview-12-2025";
 
+/// Starts a server. Tests hang up before shutting it down: a client that has stopped reading never
+/// answers the server's close frame, so the server would wait out its close grace for each one.
 async fn start(config: MockGeminiConfig) -> MockGemini {
     mockgemini::start("127.0.0.1:0".parse().expect("address"), config)
         .await
@@ -219,6 +221,7 @@ async fn setup_complete_is_a_binary_frame_of_pretty_json() {
         }
         other => panic!("expected a binary setupComplete, got {other:?}"),
     }
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -235,6 +238,7 @@ async fn text_frames_switch_sends_text_frames() {
         Frame::Json(value, false) => assert_eq!(value, json!({"setupComplete": {}})),
         other => panic!("expected a text setupComplete, got {other:?}"),
     }
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -265,6 +269,7 @@ async fn text_turn_streams_model_turn_then_turn_complete_with_usage() {
         generation.is_some_and(|g| g < turn.len() - 1),
         "generationComplete first"
     );
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -308,6 +313,7 @@ async fn audio_turn_is_transcribed_and_answered_with_speech() {
         "{answer} bytes for {clip}"
     );
     assert!(turn.last().expect("last")["usageMetadata"].is_object());
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -350,6 +356,7 @@ async fn python_genai_snake_case_url_safe_base64_and_double_slash() {
     let turn = gemini.turn().await;
     assert!(!transcript(&turn, "inputTranscription").is_empty());
     assert!(audio_bytes(&turn) > 0);
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -384,6 +391,7 @@ async fn media_chunks_and_the_vertex_path_work() {
         usage["candidatesTokenCount"].as_u64() > Some(0),
         "Vertex names: {usage}"
     );
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -420,6 +428,51 @@ async fn tool_call_round_trip_with_gemini_ids() {
         ]}}))
         .await;
     assert_eq!(gemini.closed().await.0, 1007);
+    drop(gemini);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn barge_in_interrupts_then_completes_the_turn() {
+    // Real-time pacing, so the answer is still being spoken when the next turn arrives.
+    let server = start(MockGeminiConfig {
+        sim: SimConfig {
+            reply_delay: std::time::Duration::ZERO,
+            ..SimConfig::default()
+        },
+        ..MockGeminiConfig::default()
+    })
+    .await;
+    let setup = json!({"model": MODEL, "outputAudioTranscription": {}});
+    let mut gemini = Gemini::set_up(server.addr, setup).await;
+    gemini.say("hello").await;
+    loop {
+        let message = gemini.next_json().await;
+        if message["serverContent"].get("modelTurn").is_some() {
+            break;
+        }
+    }
+    gemini.say("stop, I meant something else").await;
+    let cut = gemini.turn().await;
+    let [.., interrupted, complete] = &cut[..] else {
+        panic!("too few messages: {cut:?}");
+    };
+    assert_eq!(
+        interrupted,
+        &json!({"serverContent": {"interrupted": true}})
+    );
+    assert_eq!(complete["serverContent"], json!({"turnComplete": true}));
+    assert!(cut
+        .iter()
+        .all(|m| m["serverContent"].get("generationComplete").is_none()));
+    // The answer to the new turn follows.
+    let next = gemini.next_json().await;
+    assert!(
+        next["serverContent"].get("modelTurn").is_some()
+            || next["serverContent"].get("outputTranscription").is_some(),
+        "{next}"
+    );
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -449,6 +502,8 @@ async fn leading_client_content_becomes_history() {
         prompt(&seeded_turn),
         prompt(&fresh_turn)
     );
+    drop(fresh);
+    drop(seeded);
     server.shutdown().await;
 }
 
@@ -530,6 +585,7 @@ async fn protocol_errors_close_with_gemini_codes() {
         .expect("in time")
         .expect("sent");
     assert_eq!(gemini.closed().await.0, 1007);
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -568,6 +624,7 @@ async fn fail_after_closes_with_1011() {
         Frame::Closed(Some((code, _))) => assert_eq!(code, 1011),
         other => panic!("expected a 1011 close after two messages, got {other:?}"),
     }
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -589,6 +646,7 @@ async fn go_away_after_sends_go_away_then_closes_normally() {
     );
     // The session goes on until the connection closes, a second later.
     assert_eq!(gemini.closed().await.0, 1000);
+    drop(gemini);
     server.shutdown().await;
 }
 
@@ -629,6 +687,7 @@ async fn resumption_handles_resume_the_session() {
         .expect("a handle");
     // The same session, continued: its handle numbering goes on.
     assert_eq!(next, format!("{}-2", handle.trim_end_matches("-1")));
+    drop(second);
     server.shutdown().await;
 }
 
@@ -689,5 +748,6 @@ async fn tls_serves_wss() {
         .await
         .expect("in time")
         .is_err());
+    drop(gemini);
     server.shutdown().await;
 }

@@ -327,12 +327,12 @@ impl<'a> Connection<'a> {
                 )
             }
         };
-        let Some(message) = self.outbound.message(&response) else {
-            return Ok(());
-        };
-        self.send(socket, &message).await?;
-        self.sent += 1;
-        self.check_limits(socket).await
+        for message in self.outbound.messages(&response) {
+            self.send(socket, &message).await?;
+            self.sent += 1;
+            self.check_limits(socket).await?;
+        }
+        Ok(())
     }
 
     /// Applies the fault switches after a server message.

@@ -464,10 +464,11 @@ fn server_json_is_pretty_with_a_trailing_newline() {
     assert_eq!(go_away("1s"), json!({"goAway": {"timeLeft": "1s"}}));
 }
 
+/// The one server message for a response.
 fn message(response: LlmResponse) -> Value {
-    Outbound::new(Api::Developer)
-        .message(&response)
-        .expect("a server message")
+    let mut messages = Outbound::new(Api::Developer).messages(&response);
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    messages.remove(0)
 }
 
 #[test]
@@ -556,14 +557,14 @@ fn usage_waits_for_turn_complete_and_uses_each_apis_names() {
         ..LlmResponse::default()
     };
     let mut developer = Outbound::new(Api::Developer);
-    assert_eq!(developer.message(&usage_only), None);
+    assert_eq!(developer.messages(&usage_only), Vec::<Value>::new());
     assert_eq!(
-        developer.message(&generation_complete),
-        Some(json!({"serverContent": {"generationComplete": true}}))
+        developer.messages(&generation_complete),
+        [json!({"serverContent": {"generationComplete": true}})]
     );
     assert_eq!(
-        developer.message(&turn_complete),
-        Some(json!({
+        developer.messages(&turn_complete),
+        [json!({
             "serverContent": {"turnComplete": true},
             "usageMetadata": {
                 "promptTokenCount": 373,
@@ -572,17 +573,17 @@ fn usage_waits_for_turn_complete_and_uses_each_apis_names() {
                 "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 373}],
                 "responseTokensDetails": [{"modality": "AUDIO", "tokenCount": 23}],
             },
-        }))
+        })]
     );
     // Used once: the next turn's turnComplete has no stale usage.
     assert_eq!(
-        developer.message(&turn_complete),
-        Some(json!({"serverContent": {"turnComplete": true}}))
+        developer.messages(&turn_complete),
+        [json!({"serverContent": {"turnComplete": true}})]
     );
 
     let mut vertex = Outbound::new(Api::Vertex);
-    assert_eq!(vertex.message(&usage_only), None);
-    let sent = vertex.message(&turn_complete).expect("turnComplete");
+    assert!(vertex.messages(&usage_only).is_empty());
+    let sent = vertex.messages(&turn_complete).remove(0);
     assert_eq!(sent["usageMetadata"]["candidatesTokenCount"], 23);
     assert_eq!(
         sent["usageMetadata"]["candidatesTokensDetails"][0]["modality"],
@@ -609,7 +610,7 @@ fn tool_call_ids_are_gemini_style_and_translate_back() {
         ],
         ..LlmResponse::default()
     };
-    let sent = outbound.message(&calls).expect("toolCall");
+    let sent = outbound.messages(&calls).remove(0);
     let wire = sent["toolCall"]["functionCalls"]
         .as_array()
         .expect("calls")
@@ -656,15 +657,13 @@ fn tool_call_ids_are_gemini_style_and_translate_back() {
         .expect_err("unknown id");
     assert_eq!(unknown.code, CLOSE_INVALID);
 
-    let cancelled = outbound
-        .message(&LlmResponse {
-            tool_call_cancellations: vec!["sim-call-2".into()],
-            ..LlmResponse::default()
-        })
-        .expect("toolCallCancellation");
+    let cancelled = outbound.messages(&LlmResponse {
+        tool_call_cancellations: vec!["sim-call-2".into()],
+        ..LlmResponse::default()
+    });
     assert_eq!(
         cancelled,
-        json!({"toolCallCancellation": {"ids": [ids[1]]}})
+        [json!({"toolCallCancellation": {"ids": [ids[1]]}})]
     );
 }
 
@@ -692,5 +691,33 @@ fn resumption_updates_go_away_and_empty_responses() {
         model_version: Some("sim".into()),
         ..LlmResponse::default()
     };
-    assert_eq!(Outbound::new(Api::Developer).message(&nothing), None);
+    assert!(Outbound::new(Api::Developer).messages(&nothing).is_empty());
+}
+
+#[test]
+fn an_interrupted_answer_ends_with_its_own_turn_complete() {
+    let mut outbound = Outbound::new(Api::Developer);
+    let usage_only = LlmResponse {
+        usage_metadata: Some(usage()),
+        ..LlmResponse::default()
+    };
+    assert!(outbound.messages(&usage_only).is_empty());
+    let interrupted = LlmResponse {
+        interrupted: true,
+        ..LlmResponse::default()
+    };
+    let sent = outbound.messages(&interrupted);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0], json!({"serverContent": {"interrupted": true}}));
+    assert_eq!(sent[1]["serverContent"], json!({"turnComplete": true}));
+    assert_eq!(sent[1]["usageMetadata"]["responseTokenCount"], 23);
+    // Already complete: nothing added.
+    let both = LlmResponse {
+        turn_complete: true,
+        ..interrupted
+    };
+    assert_eq!(
+        outbound.messages(&both),
+        [json!({"serverContent": {"turnComplete": true, "interrupted": true}})]
+    );
 }

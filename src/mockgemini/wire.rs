@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -176,11 +177,7 @@ fn unknown_field(name: &str, at: &str) -> Close {
 }
 
 /// Checks a message body's field names (Gemini rejects unknown ones), then deserializes it.
-fn typed<T: for<'de> Deserialize<'de>>(
-    kind: &str,
-    body: Value,
-    known: &[&str],
-) -> Result<T, Close> {
+fn typed<T: DeserializeOwned>(kind: &str, body: Value, known: &[&str]) -> Result<T, Close> {
     if let Some(fields) = body.as_object() {
         if let Some(name) = fields.keys().find(|k| !known.contains(&k.as_str())) {
             return Err(unknown_field(name, kind));
@@ -578,23 +575,30 @@ impl Outbound {
         }
     }
 
-    /// The server message for a response, if it has one to send now. The sim reports usage in a
-    /// message of its own just before `turnComplete`; Gemini puts it in the `turnComplete` message.
-    pub fn message(&mut self, response: &LlmResponse) -> Option<Value> {
+    /// The server messages for a response (none, one, or two). Where the sim's message boundaries
+    /// differ from Gemini's, Gemini's win: the sim reports usage in a message of its own just
+    /// before `turnComplete`, Gemini in the `turnComplete` message; the sim ends an interrupted
+    /// answer with `interrupted` alone, Gemini follows it with `turnComplete`.
+    pub fn messages(&mut self, response: &LlmResponse) -> Vec<Value> {
         if response.usage_metadata.is_some() && is_usage_only(response) {
             self.usage = response.usage_metadata.clone();
-            return None;
+            return Vec::new();
         }
-        if response.turn_complete && response.usage_metadata.is_none() {
-            if let Some(usage) = self.usage.take() {
-                let with_usage = LlmResponse {
-                    usage_metadata: Some(usage),
-                    ..response.clone()
-                };
-                return server_message(&with_usage, &mut self.ids, self.api);
+        let mut responses = vec![Cow::Borrowed(response)];
+        if response.interrupted && !response.turn_complete {
+            responses.push(Cow::Owned(LlmResponse {
+                turn_complete: true,
+                ..LlmResponse::default()
+            }));
+        }
+        let mut messages = Vec::new();
+        for mut response in responses {
+            if response.turn_complete && response.usage_metadata.is_none() && self.usage.is_some() {
+                response.to_mut().usage_metadata = self.usage.take();
             }
+            messages.extend(server_message(&response, &mut self.ids, self.api));
         }
-        server_message(response, &mut self.ids, self.api)
+        messages
     }
 
     /// Rewrites tool responses to the model's call ids (1007 for an id never handed out).
