@@ -20,6 +20,7 @@ use super::wire::{
     self, ClientMessage, Close, Endpoint, CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_NORMAL,
 };
 use super::{MockGeminiConfig, Shared};
+use crate::event::Content;
 use crate::model::sim::SimModel;
 use crate::model::{LiveConnectConfig, LiveInput, LiveModel, LlmResponse, ModelError};
 
@@ -118,8 +119,12 @@ async fn serve(mut socket: WebSocket, shared: Arc<Shared>, endpoint: Endpoint, a
     };
     match end {
         End::ClientGone => tracing::info!("mock-gemini client closed the connection"),
-        End::Close(close) => {
+        End::Close(close) if matches!(close.code, CLOSE_NORMAL | CLOSE_GOING_AWAY) => {
             tracing::info!(code = close.code, reason = %close.reason, "mock-gemini closing the connection");
+            close_socket(&mut socket, close).await;
+        }
+        End::Close(close) => {
+            tracing::warn!(code = close.code, reason = %close.reason, "mock-gemini closing the connection on an error");
             close_socket(&mut socket, close).await;
         }
     }
@@ -211,11 +216,8 @@ impl<'a> Connection<'a> {
             Message::Close(_) => return Err(End::ClientGone),
             Message::Ping(_) | Message::Pong(_) => return Ok(()),
         };
-        let parsed = wire::parse_client_message(text, &self.endpoint);
-        if let Err(close) = &parsed {
-            tracing::warn!(code = close.code, reason = %close.reason, "mock-gemini rejects a client message");
-        }
-        self.client_message(parsed?, socket).await
+        let message = wire::parse_client_message(text, &self.endpoint)?;
+        self.client_message(message, socket).await
     }
 
     async fn client_message(
@@ -256,7 +258,7 @@ impl<'a> Connection<'a> {
                 _,
             ) => {
                 if turns.is_empty() && turn_complete {
-                    turns.push(crate::event::Content {
+                    turns.push(Content {
                         parts: Vec::new(),
                         role: Some("user".into()),
                     });
