@@ -3,6 +3,8 @@
 //! Layers, lowest first (SPEC §1): [`event`] (ADK events and their JSON), [`model`] (live model
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
+//! [`mockgemini`] serves the `sim` model over the Gemini Live wire protocol; it sits beside the
+//! gateway and uses only [`event`] and [`model`].
 //! Lower layers never import upper ones.
 
 pub mod agent;
@@ -10,6 +12,7 @@ pub mod artifact;
 pub mod event;
 pub mod gateway;
 pub mod live;
+pub mod mockgemini;
 pub mod model;
 pub mod runner;
 pub mod session;

@@ -1,10 +1,15 @@
-//! The `livegate` command: `serve` (the default) runs the gateway.
+//! The `livegate` command: `serve` (the default) runs the gateway; `mock-gemini` runs an offline
+//! Gemini Live server backed by the `sim` model.
 
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use livegate::gateway::config::LogFormat;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use livegate::gateway::config::{LogFormat, SimPacingArg};
 use livegate::gateway::{self, ServeArgs};
+use livegate::mockgemini::{self, MockGeminiConfig, TlsFiles};
+use livegate::model::sim::{Pacing, SimConfig};
 use tracing_subscriber::EnvFilter;
 
 /// A bidirectional live-streaming gateway: browser voice and chat to live models, ADK-compatible.
@@ -21,6 +26,76 @@ struct Cli {
 enum Command {
     /// Run the gateway (the default when no command is given).
     Serve(ServeArgs),
+    /// Run an offline Gemini Live (BidiGenerateContent) server backed by the `sim` model.
+    MockGemini(MockGeminiArgs),
+}
+
+/// Options of `livegate mock-gemini`.
+#[derive(Debug, Args)]
+struct MockGeminiArgs {
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 9300)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// API key connections must present (`?key=`, `x-goog-api-key`, `Authorization`); any if unset.
+    #[arg(long, env = "MOCK_GEMINI_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Close connections with 1011 after this many server messages (fault injection).
+    #[arg(long)]
+    fail_after: Option<u64>,
+    /// Send `goAway` after this many server messages, then close with 1000 a second later.
+    #[arg(long)]
+    go_away_after: Option<u64>,
+    /// Send server JSON in text frames (Gemini sends binary ones).
+    #[arg(long)]
+    text_frames: bool,
+    /// Serve wss:// with this PEM certificate chain (python-genai always dials wss:// with a key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
+    #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
+    sim_pacing: SimPacingArg,
+    /// Delay before each answer starts, in milliseconds.
+    #[arg(long)]
+    sim_reply_delay_ms: Option<u64>,
+    /// Log output.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+impl MockGeminiArgs {
+    fn config(&self) -> MockGeminiConfig {
+        let mut sim = SimConfig {
+            pacing: match self.sim_pacing {
+                SimPacingArg::Realtime => Pacing::RealTime,
+                SimPacingArg::Burst => Pacing::Burst,
+            },
+            ..SimConfig::default()
+        };
+        if let Some(ms) = self.sim_reply_delay_ms {
+            sim.reply_delay = Duration::from_millis(ms);
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        MockGeminiConfig {
+            sim,
+            api_key: self.api_key.clone(),
+            fail_after: self.fail_after,
+            go_away_after: self.go_away_after,
+            text_frames: self.text_frames,
+            tls,
+        }
+    }
 }
 
 /// How long shutdown waits for live runs to close and flush.
@@ -31,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches)?;
     let (mut args, arg_matches) = match cli.command {
+        Some(Command::MockGemini(args)) => return mock_gemini(args).await,
         Some(Command::Serve(args)) => (
             args,
             matches.subcommand_matches("serve").unwrap_or(&matches),
@@ -44,6 +120,21 @@ async fn main() -> anyhow::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     server.shutdown(SHUTDOWN_GRACE).await;
+    Ok(())
+}
+
+async fn mock_gemini(args: MockGeminiArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let config = args.config();
+    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
+    let bind = SocketAddr::new(args.bind, args.port);
+    let server = mockgemini::start(bind, config)
+        .await
+        .map_err(|error| anyhow::anyhow!("mock-gemini could not start on {bind}: {error}"))?;
+    println!("mock-gemini listening on {scheme}://{}", server.addr);
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
     Ok(())
 }
 

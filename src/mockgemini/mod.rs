@@ -1,0 +1,143 @@
+//! `livegate mock-gemini`: an offline Gemini Live (`BidiGenerateContent`) server backed by the
+//! `sim` model (SPEC §3.3), for developing and testing Gemini Live clients with no key and no network.
+//!
+//! It speaks the wire protocol as Google's servers do (upstream-protocols A.10): the Developer API
+//! and Vertex paths (a doubled leading slash too), the key in any of the accepted places, `setup`
+//! first and once, camelCase or snake_case keys, either base64 alphabet, pretty-printed JSON in
+//! binary frames, `function-call-<digits>` ids, and close codes 1007 / 1008 / 1011. Fault switches
+//! close connections after N messages (1011) or send `goAway` and close them (1000). Optional TLS,
+//! because python-genai always connects with `wss://` when it has an API key.
+
+mod server;
+mod tls;
+mod wire;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::Listener;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::model::sim::SimConfig;
+
+/// How long `shutdown` waits for open connections to close.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Settings of a mock Gemini Live server.
+#[derive(Clone, Default)]
+pub struct MockGeminiConfig {
+    /// The model behind every connection.
+    pub sim: SimConfig,
+    /// When set, connections must present this key, else they are accepted and closed with 1007.
+    pub api_key: Option<String>,
+    /// Close with 1011 after this many server messages (`setupComplete` not counted).
+    pub fail_after: Option<u64>,
+    /// After this many server messages send `goAway {"timeLeft":"1s"}`, then close with 1000.
+    pub go_away_after: Option<u64>,
+    /// Send server JSON in text frames instead of binary ones.
+    pub text_frames: bool,
+    /// Serve `wss://` with this certificate and key instead of plain `ws://`.
+    pub tls: Option<TlsFiles>,
+}
+
+impl fmt::Debug for MockGeminiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the key itself: configs end up in logs.
+        f.debug_struct("MockGeminiConfig")
+            .field("sim", &self.sim)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("fail_after", &self.fail_after)
+            .field("go_away_after", &self.go_away_after)
+            .field("text_frames", &self.text_frames)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// PEM files of a TLS certificate chain and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// State shared by the server's connections.
+#[derive(Debug)]
+struct Shared {
+    config: MockGeminiConfig,
+    shutdown: CancellationToken,
+    connections: TaskTracker,
+    next_connection: AtomicU64,
+}
+
+/// A running mock Gemini Live server.
+#[derive(Debug)]
+pub struct MockGemini {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl MockGemini {
+    /// Stops accepting, closes every connection with 1001 and waits (a bounded time) for them.
+    pub async fn shutdown(self) {
+        self.shared.shutdown.cancel();
+        self.shared.connections.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.shared.connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("mock-gemini connections did not close in time");
+        }
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.task).await;
+    }
+}
+
+/// Binds `bind` and serves the Gemini Live endpoints until `shutdown`.
+pub async fn start(bind: SocketAddr, config: MockGeminiConfig) -> std::io::Result<MockGemini> {
+    let acceptor = config.tls.as_ref().map(tls::acceptor).transpose()?;
+    let listener = TcpListener::bind(bind).await?;
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        config,
+        shutdown: CancellationToken::new(),
+        connections: TaskTracker::new(),
+        next_connection: AtomicU64::new(1),
+    });
+    let app = server::router(shared.clone());
+    let token = shared.shutdown.clone();
+    let task = match acceptor {
+        Some(acceptor) => serve(tls::TlsListener::new(listener, acceptor)?, app, token),
+        None => serve(listener, app, token),
+    };
+    Ok(MockGemini { addr, shared, task })
+}
+
+fn serve<L>(listener: L, app: Router, shutdown: CancellationToken) -> JoinHandle<()>
+where
+    L: Listener,
+    L::Addr: fmt::Debug,
+{
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "mock-gemini server failed");
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
