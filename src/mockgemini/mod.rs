@@ -15,7 +15,7 @@ mod wire;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,6 +90,11 @@ pub struct MockGemini {
 }
 
 impl MockGemini {
+    /// How many WebSocket sessions clients have opened so far.
+    pub fn connections(&self) -> u64 {
+        self.shared.next_connection.load(Ordering::Relaxed) - 1
+    }
+
     /// Stops accepting, closes every connection with 1001 and waits (a bounded time) for them.
     pub async fn shutdown(self) {
         self.shared.shutdown.cancel();

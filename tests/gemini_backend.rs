@@ -1,0 +1,408 @@
+//! The gateway on the `gemini` backend against `livegate mock-gemini` over a real socket: the same
+//! scenarios as on the in-process `sim`, plus tool calls, goAway, upstream failures, and the key.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use livegate::artifact::ArtifactScope;
+use livegate::gateway::ServeArgs;
+use livegate::mockgemini::{self, MockGemini, MockGeminiConfig};
+use livegate::model::sim::{Pacing, SimConfig};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::time::timeout;
+
+const MODEL: &str = "gemini-2.5-flash-native-audio-preview-12-2025";
+
+async fn mock(config: MockGeminiConfig) -> MockGemini {
+    mockgemini::start("127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .expect("mock-gemini starts")
+}
+
+fn instant() -> MockGeminiConfig {
+    MockGeminiConfig {
+        sim: SimConfig::instant(),
+        ..MockGeminiConfig::default()
+    }
+}
+
+fn gateway_args(mock: &MockGemini) -> ServeArgs {
+    let mut args = test_args();
+    args.model = MODEL.into();
+    args.gemini_base_url = format!("ws://{}", mock.addr);
+    args
+}
+
+fn has_part(e: &Value, kind: &str) -> bool {
+    e["content"]["parts"]
+        .as_array()
+        .is_some_and(|parts| parts.iter().any(|p| p.get(kind).is_some()))
+}
+
+#[tokio::test]
+async fn a_text_turn_streams_then_merges_then_completes() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello over the wire").await;
+    let events = client.events_until_turn_complete().await;
+    let partials: String = events
+        .iter()
+        .filter(|e| e["partial"] == true)
+        .map(text_of)
+        .collect();
+    let merged: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["partial"] == false && !text_of(e).is_empty())
+        .collect();
+    assert_eq!(merged.len(), 1, "{events:#?}");
+    assert_eq!(text_of(merged[0]), partials);
+    assert!(partials.contains("hello over the wire"));
+    assert!(events
+        .iter()
+        .any(|e| e["usageMetadata"]["candidatesTokenCount"].is_u64()));
+    assert!(events.iter().all(|e| e.get("errorCode").is_none()));
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_audio_turn_is_transcribed_answered_and_recorded() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let frames = client.frames_until(is_turn_complete).await;
+    let heard = frames.iter().position(
+        |f| matches!(f, Frame::Event(e) if e.get("inputTranscription").is_some() && e["author"] == "user"),
+    );
+    let finished = frames
+        .iter()
+        .any(|f| matches!(f, Frame::Event(e) if e["inputTranscription"]["finished"] == true));
+    let audio = frames.iter().position(|f| matches!(f, Frame::Audio(_)));
+    let said = frames
+        .iter()
+        .any(|f| matches!(f, Frame::Event(e) if e["outputTranscription"]["finished"] == true));
+    assert!(heard.expect("an input transcription") < audio.expect("audio"));
+    assert!(finished, "a finished input transcription");
+    assert!(said, "a finished output transcription");
+    let clip_samples = fixture_pcm("hello.wav").len() / 2;
+    assert!(
+        client.audio_bytes / 2 >= clip_samples,
+        "the echo came through"
+    );
+    let received = client.audio_bytes;
+    client.close().await;
+
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let artifacts = &server.gateway().runner.artifacts;
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "s1",
+    };
+    let mut recorded = (0, 0);
+    for name in artifacts.list_names(scope).await.unwrap() {
+        let bytes = artifacts
+            .load(scope, &name, None)
+            .await
+            .unwrap()
+            .unwrap()
+            .data
+            .len();
+        if name.contains("_input_audio_") {
+            recorded.0 += bytes;
+        } else if name.contains("_output_audio_") {
+            recorded.1 += bytes;
+        }
+    }
+    assert_eq!(recorded, (pcm.len(), received));
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn speaking_over_the_answer_interrupts_it() {
+    let upstream = mock(MockGeminiConfig {
+        sim: SimConfig {
+            pacing: Pacing::RealTime,
+            reply_delay: Duration::ZERO,
+            ..SimConfig::default()
+        },
+        ..MockGeminiConfig::default()
+    })
+    .await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    client
+        .send_text("tell me a long story about a lighthouse keeper please")
+        .await;
+    while !matches!(client.next_frame().await, Frame::Audio(_)) {}
+    let mut pcm = fixture_pcm("interrupt.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.frames_until(|e| e["interrupted"] == true).await;
+    // Gemini ends the interrupted turn; nothing of that answer plays before the user is heard.
+    let before = client
+        .frames_until(|e| e.get("inputTranscription").is_some())
+        .await;
+    assert!(
+        !before.iter().any(|f| matches!(f, Frame::Audio(_))),
+        "no audio of the interrupted answer after `interrupted`"
+    );
+    let answer = client.frames_until(is_turn_complete).await;
+    assert!(
+        answer.iter().any(|f| matches!(f, Frame::Audio(_))),
+        "the barge-in is answered"
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tool_call_makes_the_round_trip() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("what time is it in Tokyo").await;
+    let events = client.events_until_turn_complete().await;
+    let call = events
+        .iter()
+        .position(|e| has_part(e, "functionCall"))
+        .expect("a function call");
+    let response = events
+        .iter()
+        .position(|e| has_part(e, "functionResponse"))
+        .expect("a function response");
+    let function_call = &events[call]["content"]["parts"][0]["functionCall"];
+    assert_eq!(function_call["name"], "get_current_time");
+    assert!(
+        function_call["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("function-call-"),
+        "Gemini's call id is kept"
+    );
+    let result = &events[response]["content"]["parts"][0]["functionResponse"]["response"];
+    let answer = events
+        .iter()
+        .rposition(|e| e["partial"] == false && !text_of(e).is_empty())
+        .expect("an answer");
+    assert!(call < response && response < answer);
+    assert!(text_of(&events[answer]).contains(result["time"].as_str().unwrap()));
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn go_away_reconnects_with_the_handle_and_the_conversation_goes_on() {
+    let upstream = mock(MockGeminiConfig {
+        go_away_after: Some(12),
+        ..instant()
+    })
+    .await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    let mut handles = Vec::new();
+    for text in ["first question", "second question", "third question"] {
+        client.send_text(text).await;
+        let events = client.events_until_turn_complete().await;
+        assert!(
+            events.iter().any(|e| text_of(e).contains(text)),
+            "{events:#?}"
+        );
+        // The resumption update follows the turn.
+        let update = client
+            .frames_until(|e| e.get("liveSessionResumptionUpdate").is_some())
+            .await;
+        if let Some(Frame::Event(e)) = update.last() {
+            handles.push(
+                e["liveSessionResumptionUpdate"]["newHandle"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+    }
+    assert!(
+        upstream.connections() >= 2,
+        "goAway made the gateway reconnect ({} connections)",
+        upstream.connections()
+    );
+    assert!(
+        client.events.iter().all(|e| e.get("errorCode").is_none()),
+        "the reconnects are transparent"
+    );
+    // Handles keep counting across connections: the resumed session is the same one.
+    let counts: Vec<u64> = handles
+        .iter()
+        .map(|h| h.rsplit('-').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(counts, vec![1, 2, 3], "{handles:?}");
+    assert_eq!(
+        handles
+            .iter()
+            .map(|h| h.rsplit_once('-').unwrap().0)
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        1
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_upstream_1011_is_an_error_event_then_the_end() {
+    let upstream = mock(MockGeminiConfig {
+        fail_after: Some(2),
+        ..instant()
+    })
+    .await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello there, this will break").await;
+    let error = client.frames_until(|e| e.get("errorCode").is_some()).await;
+    let Some(Frame::Event(error)) = error.last() else {
+        unreachable!()
+    };
+    assert_eq!(error["errorCode"], "INTERNAL");
+    assert!(error["errorMessage"].as_str().unwrap().contains("1011"));
+    // The run is over: the gateway closes the socket, without reconnecting (there is no handle).
+    loop {
+        if let Frame::Closed(_) = client.next_frame().await {
+            break;
+        }
+    }
+    assert_eq!(upstream.connections(), 1);
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+/// A running `livegate` process and everything it printed so far.
+struct Process {
+    child: tokio::process::Child,
+    stdout: tokio::task::JoinHandle<String>,
+}
+
+/// Runs the real binary with `args`; returns it and the first stdout line containing `marker`.
+async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Process, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("livegate runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (found_tx, found_rx) = tokio::sync::oneshot::channel();
+    let marker = marker.to_owned();
+    // One task reads stdout to the end, so the child never blocks on a full pipe.
+    let stdout = tokio::spawn(async move {
+        let mut all = String::new();
+        let mut found = Some(found_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(&marker) {
+                if let Some(tx) = found.take() {
+                    let _ = tx.send(line.clone());
+                }
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let line = timeout(WAIT, found_rx)
+        .await
+        .expect("starts in time")
+        .expect("prints its address");
+    (Process { child, stdout }, line)
+}
+
+/// Stops a process and returns all it printed.
+async fn output_of(mut process: Process) -> String {
+    let _ = process.child.start_kill();
+    let mut stderr = String::new();
+    if let Some(mut pipe) = process.child.stderr.take() {
+        let _ = timeout(WAIT, pipe.read_to_string(&mut stderr)).await;
+    }
+    let _ = timeout(WAIT, process.child.wait()).await;
+    let stdout = timeout(WAIT, process.stdout)
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    stdout + &stderr
+}
+
+#[tokio::test]
+async fn the_api_key_reaches_the_model_and_never_the_logs() {
+    const KEY: &str = "AIzaTEST-do-not-log-4242";
+    let (mock_process, line) = spawn(
+        &[
+            "mock-gemini",
+            "--port",
+            "0",
+            "--api-key",
+            KEY,
+            "--sim-pacing",
+            "burst",
+            "--sim-reply-delay-ms",
+            "0",
+        ],
+        &[],
+        "listening on ws://",
+    )
+    .await;
+    let mock_addr = line.rsplit("ws://").next().unwrap().trim().to_owned();
+    let base = format!("ws://{mock_addr}");
+    let (gateway_process, line) = spawn(
+        &[
+            "--bind",
+            "127.0.0.1:0",
+            "--session-store",
+            "memory:",
+            "--artifact-store",
+            "memory:",
+            "--model",
+            MODEL,
+            "--gemini-base-url",
+            &base,
+        ],
+        &[("GEMINI_API_KEY", KEY)],
+        "listening on http://",
+    )
+    .await;
+    let addr = line
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut client = Client::connect(addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("is my key good").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().any(|e| text_of(e).contains("is my key good")),
+        "the key was accepted"
+    );
+    let sent: String = client.events.iter().map(Value::to_string).collect();
+    client.close().await;
+    let logs = output_of(gateway_process).await + &output_of(mock_process).await;
+    assert!(logs.contains("Gemini"), "debug logs were captured: {logs}");
+    assert!(!logs.contains(KEY), "the key is in the logs");
+    assert!(!sent.contains(KEY), "the key was sent to the client");
+}
