@@ -12,7 +12,9 @@ use crate::model::{LiveInput, LlmResponse};
 #[async_trait]
 pub trait FlowHooks: Send + Sync + std::fmt::Debug {
     /// Ids of the calls that are long-running (listed in the call event's `longRunningToolIds`).
-    fn long_running_ids(&self, calls: &[&FunctionCall]) -> Vec<String>;
+    fn long_running_ids(&self, _calls: &[&FunctionCall]) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Runs the calls of a function-call event. Returns the merged function-response event, or
     /// `None` when no call answers now. Streaming tools send later results through `to_model`.
@@ -23,25 +25,35 @@ pub trait FlowHooks: Send + Sync + std::fmt::Debug {
     ) -> Option<Event>;
 
     /// True when user content must be screened (there are before-model callbacks).
-    fn screens_user(&self) -> bool;
+    fn screens_user(&self) -> bool {
+        false
+    }
 
     /// Screens user content before the model answers it.
-    async fn screen_user(&self, content: &Content) -> Screened;
+    async fn screen_user(&self, _content: &Content) -> Screened {
+        Screened::Proceed(None)
+    }
 
     /// True when the model's answers must be screened (there are after-model callbacks).
-    fn screens_model(&self) -> bool;
+    fn screens_model(&self) -> bool {
+        false
+    }
 
     /// Screens the model's answer so far.
-    async fn screen_model(&self, response: &LlmResponse) -> Screened;
+    async fn screen_model(&self, _response: &LlmResponse) -> Screened {
+        Screened::Proceed(None)
+    }
 
     /// Copies a client request to the input streams of running streaming tools.
-    fn fan_out(&self, request: &LiveRequest);
+    fn fan_out(&self, _request: &LiveRequest) {}
 
     /// Stops the background tools of this flow (it is ending or handing off).
-    async fn stop_tools(&self);
+    async fn stop_tools(&self) {}
 
     /// True once a tool or callback asked to end the run.
-    fn invocation_ended(&self) -> bool;
+    fn invocation_ended(&self) -> bool {
+        false
+    }
 }
 
 /// A callback's verdict on user content or a model answer.
@@ -59,10 +71,6 @@ pub struct NoHooks;
 
 #[async_trait]
 impl FlowHooks for NoHooks {
-    fn long_running_ids(&self, _calls: &[&FunctionCall]) -> Vec<String> {
-        Vec::new()
-    }
-
     async fn call_tools(
         &self,
         call_event: Event,
@@ -73,29 +81,5 @@ impl FlowHooks for NoHooks {
             "the model called tools, but the agent has none"
         );
         None
-    }
-
-    fn screens_user(&self) -> bool {
-        false
-    }
-
-    async fn screen_user(&self, _content: &Content) -> Screened {
-        Screened::Proceed(None)
-    }
-
-    fn screens_model(&self) -> bool {
-        false
-    }
-
-    async fn screen_model(&self, _response: &LlmResponse) -> Screened {
-        Screened::Proceed(None)
-    }
-
-    fn fan_out(&self, _request: &LiveRequest) {}
-
-    async fn stop_tools(&self) {}
-
-    fn invocation_ended(&self) -> bool {
-        false
     }
 }

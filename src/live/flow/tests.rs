@@ -304,38 +304,10 @@ impl Drop for ReportDrop {
 
 #[async_trait]
 impl FlowHooks for StuckTools {
-    fn long_running_ids(&self, _calls: &[&crate::event::FunctionCall]) -> Vec<String> {
-        Vec::new()
-    }
-
     async fn call_tools(&self, _event: Event, _to_model: mpsc::Sender<LiveInput>) -> Option<Event> {
         let _guard = ReportDrop(self.dropped.clone());
         let _ = self.started.send(()).await;
         std::future::pending().await
-    }
-
-    fn screens_user(&self) -> bool {
-        false
-    }
-
-    async fn screen_user(&self, _content: &Content) -> Screened {
-        Screened::Proceed(None)
-    }
-
-    fn screens_model(&self) -> bool {
-        false
-    }
-
-    async fn screen_model(&self, _response: &LlmResponse) -> Screened {
-        Screened::Proceed(None)
-    }
-
-    fn fan_out(&self, _request: &crate::live::LiveRequest) {}
-
-    async fn stop_tools(&self) {}
-
-    fn invocation_ended(&self) -> bool {
-        false
     }
 }
 
@@ -394,10 +366,6 @@ struct InstantTools;
 
 #[async_trait]
 impl FlowHooks for InstantTools {
-    fn long_running_ids(&self, _calls: &[&crate::event::FunctionCall]) -> Vec<String> {
-        Vec::new()
-    }
-
     async fn call_tools(&self, event: Event, _to_model: mpsc::Sender<LiveInput>) -> Option<Event> {
         let parts = event
             .function_calls()
@@ -417,30 +385,6 @@ impl FlowHooks for InstantTools {
             role: Some("user".into()),
         });
         Some(response)
-    }
-
-    fn screens_user(&self) -> bool {
-        false
-    }
-
-    async fn screen_user(&self, _content: &Content) -> Screened {
-        Screened::Proceed(None)
-    }
-
-    fn screens_model(&self) -> bool {
-        false
-    }
-
-    async fn screen_model(&self, _response: &LlmResponse) -> Screened {
-        Screened::Proceed(None)
-    }
-
-    fn fan_out(&self, _request: &crate::live::LiveRequest) {}
-
-    async fn stop_tools(&self) {}
-
-    fn invocation_ended(&self) -> bool {
-        false
     }
 }
 
