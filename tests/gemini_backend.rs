@@ -406,3 +406,26 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
     assert!(!logs.contains(KEY), "the key is in the logs");
     assert!(!sent.contains(KEY), "the key was sent to the client");
 }
+
+#[tokio::test]
+async fn vertex_ai_settings_use_the_vertex_path_and_model_resource() {
+    let upstream = mock(instant()).await;
+    let mut args = gateway_args(&upstream);
+    args.vertex_project = Some("demo-project".into());
+    args.vertex_location = "europe-west4".into();
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello vertex").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().any(|e| text_of(e).contains("hello vertex")),
+        "{events:#?}"
+    );
+    // Vertex reports usage as candidates*; it arrives under ADK's names all the same.
+    assert!(events
+        .iter()
+        .any(|e| e["usageMetadata"]["candidatesTokenCount"].is_u64()));
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
