@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the gateway (the default when no command is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run an offline Gemini Live (BidiGenerateContent) server backed by the `sim` model.
     MockGemini(MockGeminiArgs),
 }
@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
     let (mut args, arg_matches) = match cli.command {
         Some(Command::MockGemini(args)) => return mock_gemini(args).await,
         Some(Command::Serve(args)) => (
-            args,
+            *args,
             matches.subcommand_matches("serve").unwrap_or(&matches),
         ),
         None => (cli.serve, &matches),

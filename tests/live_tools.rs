@@ -204,7 +204,7 @@ async fn run_returns_the_turns_events_and_persists_them() {
         json!({"state": {"k": 1}}),
     )
     .await;
-    assert_eq!(created.status(), 200);
+    assert_eq!(created.status(), 200, "ADK's route answers 200");
     let again = post_json(server.addr, "/apps/livegate/users/u/sessions/t1", json!({})).await;
     assert_eq!(again.status(), 409);
 

@@ -95,6 +95,10 @@ pub struct ServeArgs {
     /// `sim` model: delay before each answer starts, in milliseconds.
     #[arg(long, env = "LIVEGATE_SIM_REPLY_DELAY_MS")]
     pub sim_reply_delay_ms: Option<u64>,
+    /// Serve the web client from this folder instead of the embedded one (e.g. ADK's bidi-demo
+    /// `app/static`, with `--audio-frames base64`).
+    #[arg(long, env = "LIVEGATE_WEB_ROOT")]
+    pub web_root: Option<PathBuf>,
     /// Application name (first part of session and artifact keys).
     #[arg(long, env = "LIVEGATE_APP_NAME", default_value = "livegate")]
     pub app_name: String,
@@ -124,6 +128,7 @@ impl ServeArgs {
             queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
             sim_pacing: SimPacingArg::Realtime,
             sim_reply_delay_ms: None,
+            web_root: None,
             app_name: "livegate".into(),
         }
     }
@@ -226,6 +231,7 @@ struct FileConfig {
     queue_capacity: Option<usize>,
     sim_pacing: Option<String>,
     sim_reply_delay_ms: Option<u64>,
+    web_root: Option<PathBuf>,
     app_name: Option<String>,
 }
 
@@ -304,6 +310,11 @@ impl ServeArgs {
         fill!(sim_pacing, |v: &str| SimPacingArg::from_str(v, true));
         fill!(sim_reply_delay_ms);
         fill!(app_name);
+        if let Some(root) = file.web_root {
+            if unset("web_root") {
+                self.web_root = Some(root);
+            }
+        }
         Ok(())
     }
 }

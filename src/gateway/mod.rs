@@ -2,11 +2,13 @@
 //! and runs until shut down.
 
 mod assets;
+mod auth;
 mod codec;
 pub mod config;
 mod connection;
 mod ids;
 mod registry;
+mod rest;
 mod run_api;
 mod writer;
 
@@ -64,6 +66,8 @@ pub struct Gateway {
     pub audio_frames: AudioFrames,
     /// Largest client message.
     pub max_message_bytes: usize,
+    /// Serve the web client from this folder instead of the embedded one.
+    pub web_root: Option<std::path::PathBuf>,
     connections: TaskTracker,
 }
 
@@ -146,6 +150,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         modality: args.modality,
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
+        web_root: args.web_root.clone(),
         connections: TaskTracker::new(),
     });
     let listener = TcpListener::bind(args.bind)
@@ -178,11 +183,22 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
 
 /// The gateway's routes.
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route("/", get(assets::index))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let sessions = "/api/sessions/{user_id}/{session_id}";
+    let protected = Router::new()
         .route("/ws/{user_id}/{session_id}", get(ws_upgrade))
+        .route(
+            "/api/sessions",
+            get(rest::list_sessions).post(rest::create_session),
+        )
+        .route(
+            sessions,
+            get(rest::get_session).delete(rest::delete_session),
+        )
+        .route(&format!("{sessions}/artifacts"), get(rest::list_artifacts))
+        .route(
+            &format!("{sessions}/artifacts/{{name}}"),
+            get(rest::download_artifact),
+        )
         .route("/run", post(run_api::run))
         .route("/run_sse", post(run_api::run_sse))
         .route(
@@ -193,6 +209,16 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             "/apps/{app_name}/users/{user_id}/sessions/{session_id}",
             post(run_api::create_session),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            auth::authorize,
+        ));
+    Router::new()
+        .route("/", get(assets::index))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(protected)
+        .route("/static/{*path}", get(assets::file))
         .route("/{file}", get(assets::file))
         .with_state(gateway)
 }

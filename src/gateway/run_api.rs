@@ -18,7 +18,6 @@ use super::{Gateway, PathId};
 use crate::event::Content;
 use crate::live::RunConfig;
 use crate::runner::{LiveRun, RunError};
-use crate::session::SessionError;
 
 /// ADK's `RunAgentRequest` (camelCase, snake_case accepted).
 #[derive(Debug, Deserialize)]
@@ -38,9 +37,7 @@ struct RunAgentRequest {
     state_delta: Option<Map<String, Value>>,
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({ "error": message.into() }))).into_response()
-}
+use super::rest::error;
 
 fn run_error(e: RunError) -> Response {
     let status = match &e {
@@ -123,15 +120,6 @@ pub(super) async fn create_session(
     if get("app_name") != Some(gateway.runner.app_name.as_str()) {
         return error(StatusCode::NOT_FOUND, "app not found");
     }
-    let user_id = match PathId::parse("user id", get("user_id").unwrap_or_default()) {
-        Ok(id) => id,
-        Err(m) => return error(StatusCode::BAD_REQUEST, m),
-    };
-    let session_id = match get("session_id").map(|s| PathId::parse("session id", s)) {
-        Some(Ok(id)) => Some(id),
-        Some(Err(m)) => return error(StatusCode::BAD_REQUEST, m),
-        None => None,
-    };
     let state = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
@@ -145,19 +133,11 @@ pub(super) async fn create_session(
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
         }
     };
-    let created = gateway
-        .runner
-        .sessions
-        .create_session(
-            &gateway.runner.app_name,
-            user_id.as_str(),
-            session_id.as_ref().map(PathId::as_str),
-            state,
-        )
-        .await;
-    match created {
-        Ok(session) => Json(session).into_response(),
-        Err(e @ SessionError::AlreadyExists(_)) => error(StatusCode::CONFLICT, e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let user_id = get("user_id").unwrap_or_default();
+    let mut response = super::rest::create(&gateway, user_id, get("session_id"), state).await;
+    // ADK's API server answers a created session with 200.
+    if response.status() == StatusCode::CREATED {
+        *response.status_mut() = StatusCode::OK;
     }
+    response
 }
