@@ -145,6 +145,8 @@ pub fn load_clip(name: &str, wav: &[u8]) -> Result<Bytes, LoadtestError> {
     if pcm.is_empty() {
         return Err(bad("no samples".into()));
     }
+    // Whole 20 ms frames only, so every frame the model sees lines up with the generator's.
+    pcm.resize(pcm.len().next_multiple_of(session::FRAME_BYTES), 0);
     Ok(Bytes::from(pcm))
 }
 

@@ -120,7 +120,9 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         }
     );
     let started = Instant::now();
-    let socket = match timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(&url)).await {
+    // No Nagle: each 20 ms frame must leave when it is due.
+    let connecting = tokio_tungstenite::connect_async_with_config(&url, None, true);
+    let socket = match timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(Ok((socket, _))) => socket,
         Ok(Err(error)) => {
             outcome.errors.push(format!("connect failed: {error}"));
