@@ -42,6 +42,11 @@ use crate::model::{model_for_name, Modality, ModelOptions};
 use crate::runner::Runner;
 use crate::session::open_session_service;
 
+/// Bytes read from a client socket at a time (larger messages still arrive whole).
+const SOCKET_READ_BUFFER: usize = 4096;
+/// Bytes of outgoing frames gathered before a write to the socket.
+const SOCKET_WRITE_BUFFER: usize = 8192;
+
 /// Instruction of the built-in default agent.
 pub const DEFAULT_INSTRUCTION: &str = "You are a helpful, concise voice assistant.";
 
@@ -303,6 +308,10 @@ async fn ws_upgrade(
     upgrade
         .max_message_size(gateway.max_message_bytes)
         .max_frame_size(gateway.max_message_bytes)
+        // tungstenite's default 128 KiB read buffer is zeroed as it is refilled and held per
+        // connection; client messages are 640-byte audio frames and small JSON.
+        .read_buffer_size(SOCKET_READ_BUFFER)
+        .write_buffer_size(SOCKET_WRITE_BUFFER)
         .on_upgrade(move |socket| {
             let (sink, stream) = socket.split();
             tracker.track_future(connection::serve_connection(
