@@ -375,6 +375,17 @@ async fn a_text_turn_streams_into_one_final_answer() {
             caption.contains("ms from sending to first text") && caption.contains("tokens"),
             "{caption}"
         );
+
+        // The event console: an entry expands to its JSON, and kinds can be filtered out.
+        click(&page, "#log .k-turnComplete .entry-head").await;
+        let json = eval(&page, "document.querySelector('#log .k-turnComplete pre').textContent").await;
+        assert!(json.as_str().unwrap_or_default().contains("\"turnComplete\": true"), "{json}");
+        let visible_text = "[...document.querySelectorAll('#log .g-text')].filter((e) => e.getClientRects().length).length";
+        assert!(eval(&page, visible_text).await.as_u64() > Some(0));
+        click(&page, "#log-filters input[value=text]").await;
+        assert_eq!(eval(&page, visible_text).await, json!(0), "text events filtered out");
+        let count = eval(&page, "document.querySelector('#log-count').textContent").await;
+        assert!(count.as_str().unwrap_or_default().contains(" of "), "{count}");
     })
     .await;
     server.shutdown(WAIT).await;
@@ -416,6 +427,11 @@ async fn speech_from_the_microphone_is_transcribed_answered_and_played() {
         wait_until(&page, "the turn's caption", "livegate.turns.length >= 1", WAIT).await;
         let turn = eval(&page, "livegate.turns[0]").await;
         assert_eq!((turn["from"].as_str(), turn["first"].as_str()), (Some("speech"), Some("audio")), "{turn}");
+
+        // Audio chunks are counted but not listed in the console by default.
+        assert_eq!(eval(&page, "document.querySelectorAll('#log .g-audio').length").await, json!(0));
+        let stats = eval(&page, "document.querySelector('#audio-stats').textContent").await;
+        assert!(stats.as_str().unwrap_or_default().contains("audio"), "{stats}");
 
         // The same button stops the microphone.
         click(&page, "#mic").await;
@@ -580,7 +596,53 @@ async fn a_reload_shows_the_history_and_playable_recordings() {
         // And the browser plays one.
         click(&page, "#recordings .rec.input .rec-play").await;
         wait_until(&page, "a recording to play", "document.querySelector('#recordings .rec.input .rec-play').getAttribute('aria-pressed') === 'true'", WAIT).await;
+
+        // A new session starts empty; picking the old one again brings its history back.
+        click(&page, "#new-session").await;
+        wait_connected(&page).await;
+        let fresh = eval(&page, "livegate.sessionId").await;
+        assert_ne!(fresh, json!("reload-1"));
+        assert_eq!(eval(&page, "document.querySelectorAll('#messages > *').length").await, json!(0));
+        assert_eq!(eval(&page, "document.querySelector('#session-select').value").await, fresh);
+        let old = page
+            .find(Locator::Css("#session-select"))
+            .await
+            .expect("the session picker");
+        wait_until(&page, "the old session in the picker", "document.querySelector('#session-select option[value=\"reload-1\"]')", WAIT).await;
+        old.select_by_value("reload-1").await.expect("the old session can be picked");
+        wait_until(&page, "the old session", "livegate.sessionId === 'reload-1' && livegate.historyLoaded && livegate.status === 'connected'", WAIT).await;
+        assert_eq!(eval(&page, "document.querySelectorAll('#messages .msg.history').length").await, json!(live.as_array().unwrap().len()));
     })
     .await;
     server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    let restarted = std::sync::Arc::new(tokio::sync::Mutex::new(Some(server)));
+    let handle = restarted.clone();
+    with_browser(|page| async move {
+        open(&page, addr, "user=b5&session=again-1").await;
+        let server = handle.lock().await.take().expect("the first gateway");
+        server.shutdown(WAIT).await;
+        wait_until(&page, "the drop to show", "livegate.status === 'disconnected' && document.querySelector('#retry-info').textContent.includes('retrying')", WAIT).await;
+
+        let mut args = test_args();
+        args.bind = addr;
+        *handle.lock().await = Some(start(args).await);
+        wait_until(&page, "the automatic reconnect", "livegate.status === 'connected'", WAIT).await;
+        assert_eq!(eval(&page, "livegate.sessionId").await, json!("again-1"));
+        let notice = eval(&page, "[...document.querySelectorAll('#messages .msg.system')].map((m) => m.textContent).join(' | ')").await;
+        assert!(notice.as_str().unwrap_or_default().contains("Reconnected to session again-1"), "{notice}");
+        send_text(&page, "still there?").await;
+        wait_until(&page, "an answer on the new connection", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+    })
+    .await;
+    let last = restarted.lock().await.take();
+    if let Some(server) = last {
+        server.shutdown(WAIT).await;
+    }
 }
