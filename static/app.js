@@ -47,8 +47,20 @@ const livegate = {
   historyLoaded: false, // the current session's stored history is on screen (or there was none)
   historyEvents: 0,
   recordings: [], // rows of the recordings panel: {name, version, mimeType, side, url}
+  errors: [], // uncaught script errors, also listed in the event console
 };
 window.livegate = livegate;
+
+function noteError(message) {
+  livegate.errors.push(message);
+  try {
+    log.info("error", message);
+  } catch {
+    /* the console is not built yet (or building it failed) */
+  }
+}
+window.addEventListener("error", (e) => noteError(`${e.message} (${e.filename}:${e.lineno})`));
+window.addEventListener("unhandledrejection", (e) => noteError(`unhandled: ${(e.reason && e.reason.message) || e.reason}`));
 
 const conversation = new Conversation($("messages"), {
   onTurn: (turn) => livegate.turns.push(turn),
