@@ -118,9 +118,14 @@ where
 {
     let _one = ONE_BROWSER.lock().await;
     let browser = Browser::launch().await;
-    let outcome = AssertUnwindSafe(body(browser.client.clone()))
-        .catch_unwind()
-        .await;
+    let page = browser.client.clone();
+    let outcome = AssertUnwindSafe(async move {
+        body(page.clone()).await;
+        let errors = eval(&page, "window.livegate ? livegate.errors : []").await;
+        assert_eq!(errors, json!([]), "no script errors in the page");
+    })
+    .catch_unwind()
+    .await;
     let _ = browser.client.clone().close().await;
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
@@ -625,7 +630,8 @@ async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
     let restarted = std::sync::Arc::new(tokio::sync::Mutex::new(Some(server)));
     let handle = restarted.clone();
     with_browser(|page| async move {
-        open(&page, addr, "user=b5&session=again-1").await;
+        // This page gets its audio inside the JSON (ADK's base64 mode) instead of binary frames.
+        open(&page, addr, "user=b5&session=again-1&audio=base64").await;
         let server = handle.lock().await.take().expect("the first gateway");
         server.shutdown(WAIT).await;
         wait_until(&page, "the drop to show", "livegate.status === 'disconnected' && document.querySelector('#retry-info').textContent.includes('retrying')", WAIT).await;
@@ -639,10 +645,46 @@ async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
         assert!(notice.as_str().unwrap_or_default().contains("Reconnected to session again-1"), "{notice}");
         send_text(&page, "still there?").await;
         wait_until(&page, "an answer on the new connection", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        wait_until(&page, "its base64 audio to play", "livegate.playedSamples > 0 && livegate.bufferedSamples === 0", WAIT).await;
+        let base64_audio = eval(&page, "livegate.events.filter((e) => e.content && e.content.parts.some((p) => p.inlineData && p.inlineData.data)).length").await;
+        assert!(base64_audio.as_u64() > Some(0), "audio came as base64: {base64_audio}");
     })
     .await;
     let last = restarted.lock().await.take();
     if let Some(server) = last {
         server.shutdown(WAIT).await;
     }
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_second_tab_takes_the_session_over_and_reconnect_takes_it_back() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b6&session=tabs-1").await;
+        let first = page.window().await.expect("the first tab");
+        let second = page.new_window(true).await.expect("a second tab").handle;
+        page.switch_to_window(second.clone()).await.expect("to the second tab");
+        open(&page, addr, "user=b6&session=tabs-1").await;
+        send_text(&page, "hello from the second tab").await;
+        wait_until(&page, "the second tab's answer", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+
+        page.switch_to_window(first.clone()).await.expect("back to the first tab");
+        wait_until(&page, "the takeover notice", "livegate.status === 'disconnected' && !document.querySelector('#reconnect').hidden", WAIT).await;
+        let notice = eval(&page, "document.querySelector('#messages').textContent").await;
+        assert!(notice.as_str().unwrap_or_default().contains("4000"), "{notice}");
+        // No automatic retry: the two tabs would take the session from each other forever.
+        assert_eq!(eval(&page, "document.querySelector('#retry-info').textContent").await, json!("not reconnecting"));
+
+        click(&page, "#reconnect").await;
+        wait_connected(&page).await;
+        let shown = wait_until(&page, "the other tab's turn", "[...document.querySelectorAll('#messages .msg.user.history')].map((b) => b.textContent).join('')", WAIT).await;
+        assert_eq!(shown, json!("hello from the second tab"));
+        page.switch_to_window(second).await.expect("to the second tab");
+        page.close_window().await.expect("the second tab closes");
+        page.switch_to_window(first).await.expect("back to the first tab");
+    })
+    .await;
+    server.shutdown(WAIT).await;
 }
