@@ -4,7 +4,8 @@
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
 //! [`mockgemini`] serves the `sim` model over the Gemini Live wire protocol; it sits beside the
-//! gateway and uses only [`event`] and [`model`].
+//! gateway and uses only [`event`] and [`model`]. [`loadtest`] is the load generator; it knows the
+//! gateway only by its WebSocket protocol.
 //! Lower layers never import upper ones.
 
 pub mod agent;
@@ -12,6 +13,7 @@ pub mod artifact;
 pub mod event;
 pub mod gateway;
 pub mod live;
+pub mod loadtest;
 pub mod mockgemini;
 pub mod model;
 pub mod runner;

@@ -28,6 +28,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Run an offline Gemini Live (BidiGenerateContent) server backed by the `sim` model.
     MockGemini(MockGeminiArgs),
+    /// Load-test a gateway: many sessions streaming real speech, with latency, errors, CPU and memory.
+    Loadtest(livegate::loadtest::LoadtestArgs),
 }
 
 /// Options of `livegate mock-gemini`.
@@ -107,6 +109,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::from_arg_matches(&matches)?;
     let (mut args, arg_matches) = match cli.command {
         Some(Command::MockGemini(args)) => return mock_gemini(args).await,
+        Some(Command::Loadtest(args)) => return loadtest(args).await,
         Some(Command::Serve(args)) => (
             *args,
             matches.subcommand_matches("serve").unwrap_or(&matches),
@@ -135,6 +138,21 @@ async fn mock_gemini(args: MockGeminiArgs) -> anyhow::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     server.shutdown().await;
+    Ok(())
+}
+
+/// Runs `livegate loadtest`: prints the table, fails when any session saw an error.
+async fn loadtest(args: livegate::loadtest::LoadtestArgs) -> anyhow::Result<()> {
+    init_logging(LogFormat::Text);
+    let report = livegate::loadtest::run(&args).await?;
+    println!("{}", report.table());
+    if report.errors > 0 || report.unexpected_closes > 0 {
+        anyhow::bail!(
+            "{} errors, {} unexpected closes",
+            report.errors,
+            report.unexpected_closes
+        );
+    }
     Ok(())
 }
 

@@ -166,6 +166,13 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     tracing::info!(%addr, model = %args.model, "listening on {addr}");
     let app = router(gateway.clone());
     let shutdown = gateway.shutdown.clone();
+    // Audio frames are small and latency-critical: Nagle's algorithm would hold each one behind
+    // the previous one's (delayed) ACK.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::warn!(%error, "could not set TCP_NODELAY");
+        }
+    });
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -1,0 +1,369 @@
+//! `livegate loadtest`: many simulated users streaming real speech to a gateway at once, and what
+//! it cost: latency to the first answer audio, audio gaps, errors, traffic, and (given its pid) the
+//! server's CPU and memory. Knows the gateway only by its WebSocket protocol.
+
+mod procfs;
+pub mod report;
+mod session;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+pub use report::{Percentiles, Report, ServerStats, Traffic};
+use session::{Live, Outcome, Plan};
+
+/// The clips used when no `--audio` is given (from `tests/fixtures`), cycled across turns.
+const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
+    (
+        "hello.wav",
+        include_bytes!("../../tests/fixtures/hello.wav"),
+    ),
+    (
+        "weather.wav",
+        include_bytes!("../../tests/fixtures/weather.wav"),
+    ),
+    (
+        "count.wav",
+        include_bytes!("../../tests/fixtures/count.wav"),
+    ),
+];
+
+/// Options of `livegate loadtest`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadtestArgs {
+    /// The gateway's WebSocket base URL (sessions connect to `{url}/{user}/{session}`).
+    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
+    pub url: String,
+    /// Concurrent sessions.
+    #[arg(long, default_value_t = 10)]
+    pub sessions: usize,
+    /// How long the run lasts (`60`, `60s`, `2m`, `500ms`).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Sessions opened per second while ramping up.
+    #[arg(long, default_value_t = 100.0)]
+    pub ramp: f64,
+    /// 16 kHz mono PCM16 WAV files to speak, cycled (default: the built-in speech clips).
+    #[arg(long)]
+    pub audio: Vec<PathBuf>,
+    /// Turns per session (0: as many as fit in the duration).
+    #[arg(long, default_value_t = 0)]
+    pub turns: u32,
+    /// Sessions connect and stay silent (to measure idle memory).
+    #[arg(long)]
+    pub idle: bool,
+    /// Extra query string for each connection, e.g. `audio=base64`.
+    #[arg(long, default_value = "")]
+    pub query: String,
+    /// The model's own delay from the end of speech to its answer (the sim's end-of-speech
+    /// silence plus its reply delay), subtracted to show what the gateway adds.
+    #[arg(long, default_value_t = 500.0)]
+    pub model_delay_ms: f64,
+    /// The gateway's process id: sample its CPU time and memory from /proc.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write an SVG plot (latency distribution, sessions over time) here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// No progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Why a load test could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadtestError {
+    /// An audio file is unusable.
+    #[error("audio {name}: {reason}")]
+    Audio {
+        /// The file.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Bad options.
+    #[error("{0}")]
+    Invalid(String),
+    /// Writing the report or plot failed.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Parses `60`, `60s`, `2m` or `500ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((text, "s"), |i| text.split_at(i));
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (e.g. 60s, 2m, 500ms)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("invalid duration unit in {text:?} (ms, s or m)")),
+    };
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// Reads a 16 kHz mono PCM16 WAV into raw PCM.
+pub fn load_clip(name: &str, wav: &[u8]) -> Result<Bytes, LoadtestError> {
+    let bad = |reason: String| LoadtestError::Audio {
+        name: name.to_owned(),
+        reason,
+    };
+    let mut reader =
+        hound::WavReader::new(std::io::Cursor::new(wav)).map_err(|e| bad(e.to_string()))?;
+    let spec = reader.spec();
+    if (spec.sample_rate, spec.channels, spec.bits_per_sample) != (16_000, 1, 16)
+        || spec.sample_format != hound::SampleFormat::Int
+    {
+        return Err(bad(format!(
+            "need 16 kHz mono 16-bit PCM, got {} Hz, {} channel(s), {} bits",
+            spec.sample_rate, spec.channels, spec.bits_per_sample
+        )));
+    }
+    let mut pcm = Vec::with_capacity(reader.len() as usize * 2);
+    for sample in reader.samples::<i16>() {
+        pcm.extend_from_slice(&sample.map_err(|e| bad(e.to_string()))?.to_le_bytes());
+    }
+    if pcm.is_empty() {
+        return Err(bad("no samples".into()));
+    }
+    // Whole 20 ms frames only, so every frame the model sees lines up with the generator's.
+    pcm.resize(pcm.len().next_multiple_of(session::FRAME_BYTES), 0);
+    Ok(Bytes::from(pcm))
+}
+
+/// Frames at or above this level (RMS, dBFS) are speech: the `sim`'s default VAD threshold.
+const SPEECH_DBFS: f64 = -40.0;
+
+/// The byte offset just past the last 20 ms frame of `pcm` that holds speech.
+pub fn speech_end(pcm: &[u8]) -> usize {
+    let threshold = 32768.0 * 10f64.powf(SPEECH_DBFS / 20.0);
+    let mut end = 0;
+    for (i, frame) in pcm.chunks(session::FRAME_BYTES).enumerate() {
+        let samples = frame
+            .chunks_exact(2)
+            .map(|b| f64::from(i16::from_le_bytes([b[0], b[1]])));
+        let (sum, n) = samples.fold((0.0, 0usize), |(s, n), x| (s + x * x, n + 1));
+        if n > 0 && (sum / n as f64).sqrt() >= threshold {
+            end = i * session::FRAME_BYTES + frame.len();
+        }
+    }
+    end.max(session::FRAME_BYTES.min(pcm.len()))
+}
+
+fn clips(args: &LoadtestArgs) -> Result<Vec<(Bytes, usize)>, LoadtestError> {
+    let with_end = |pcm: Bytes| {
+        let end = speech_end(&pcm);
+        (pcm, end)
+    };
+    if args.audio.is_empty() {
+        return DEFAULT_CLIPS
+            .iter()
+            .map(|(name, wav)| load_clip(name, wav).map(with_end))
+            .collect();
+    }
+    args.audio
+        .iter()
+        .map(|path| {
+            let name = path.display().to_string();
+            let wav = std::fs::read(path).map_err(|e| LoadtestError::Audio {
+                name: name.clone(),
+                reason: e.to_string(),
+            })?;
+            load_clip(&name, &wav).map(with_end)
+        })
+        .collect()
+}
+
+/// Runs a load test and returns its report (also written to `--report` / `--plot`).
+pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
+    if args.sessions == 0 || args.ramp <= 0.0 {
+        return Err(LoadtestError::Invalid(
+            "--sessions and --ramp must be positive".into(),
+        ));
+    }
+    let base_url = args.url.trim_end_matches('/').to_owned();
+    if !base_url.starts_with("ws://") && !base_url.starts_with("wss://") {
+        return Err(LoadtestError::Invalid(format!(
+            "--url must be ws:// or wss://, not {base_url:?}"
+        )));
+    }
+    let start = Instant::now();
+    let plan = Arc::new(Plan {
+        base_url,
+        query: args.query.trim_start_matches('?').to_owned(),
+        clips: clips(args)?,
+        deadline: start + args.duration,
+        turns: args.turns,
+        idle: args.idle,
+        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
+    });
+    let live = Arc::new(Live::default());
+    let sampler = procfs::Sampler::start(args.server_pid, live.clone(), start, !args.quiet);
+
+    let mut sessions = JoinSet::new();
+    let gap = Duration::from_secs_f64(1.0 / args.ramp);
+    for index in 0..args.sessions {
+        tokio::time::sleep_until(start + gap * index as u32).await;
+        sessions.spawn(session::run(index, plan.clone(), live.clone()));
+    }
+    let mut outcomes = Vec::with_capacity(args.sessions);
+    while let Some(done) = sessions.join_next().await {
+        match done {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(error) => outcomes.push(Outcome {
+                errors: vec![format!("session task failed: {error}")],
+                ..Outcome::default()
+            }),
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let sampled = sampler.finish().await;
+    let mut report = summarize(args, &outcomes, elapsed, sampled);
+    report.run_id = plan.run_id.clone();
+    let latencies: Vec<f64> = outcomes
+        .iter()
+        .flat_map(|o| o.latencies_ms.iter().copied())
+        .collect();
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+        write(path, json.as_bytes())?;
+    }
+    if let Some(path) = &args.plot {
+        write(path, report.svg(&latencies).as_bytes())?;
+    }
+    Ok(report)
+}
+
+fn write(path: &PathBuf, data: &[u8]) -> Result<(), LoadtestError> {
+    std::fs::write(path, data).map_err(|source| LoadtestError::Write {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn traffic(frames: u64, bytes: u64, elapsed: f64) -> Traffic {
+    Traffic {
+        frames,
+        bytes,
+        frames_per_second: frames as f64 / elapsed.max(1e-9),
+        bytes_per_second: bytes as f64 / elapsed.max(1e-9),
+    }
+}
+
+fn summarize(
+    args: &LoadtestArgs,
+    outcomes: &[Outcome],
+    elapsed: f64,
+    sampled: procfs::Sampled,
+) -> Report {
+    let all = |f: fn(&Outcome) -> &Vec<f64>| -> Vec<f64> {
+        outcomes.iter().flat_map(|o| f(o).iter().copied()).collect()
+    };
+    let sum = |f: fn(&Outcome) -> u64| -> u64 { outcomes.iter().map(f).sum() };
+    let latencies = all(|o| &o.latencies_ms);
+    let gateway: Vec<f64> = latencies
+        .iter()
+        .map(|l| (l - args.model_delay_ms).max(0.0))
+        .collect();
+    let connects: Vec<f64> = outcomes.iter().filter_map(|o| o.connect_ms).collect();
+    let errors: u64 = outcomes.iter().map(|o| o.errors.len() as u64).sum();
+    Report {
+        url: args.url.clone(),
+        run_id: String::new(),
+        sessions: args.sessions,
+        duration_seconds: args.duration.as_secs_f64(),
+        ramp_per_second: args.ramp,
+        idle: args.idle,
+        elapsed_seconds: elapsed,
+        connect_ms: Percentiles::of(&connects),
+        latency_ms: Percentiles::of(&latencies),
+        gateway_latency_ms: Percentiles::of(&gateway),
+        model_delay_ms: args.model_delay_ms,
+        audio_gaps_ms: Percentiles::of(&all(|o| &o.gaps_ms)),
+        turns_completed: sum(|o| o.turns),
+        interrupted: sum(|o| o.interrupted),
+        sent: traffic(sum(|o| o.frames_sent), sum(|o| o.bytes_sent), elapsed),
+        received: traffic(
+            sum(|o| o.frames_received),
+            sum(|o| o.bytes_received),
+            elapsed,
+        ),
+        audio_bytes_sent: sum(|o| o.audio_bytes_sent),
+        audio_bytes_received: sum(|o| o.audio_bytes_received),
+        errors,
+        error_samples: outcomes
+            .iter()
+            .flat_map(|o| o.errors.iter().cloned())
+            .take(5)
+            .collect(),
+        unexpected_closes: outcomes.iter().filter(|o| o.unexpected_close).count() as u64,
+        schedule_lag_ms: Percentiles::of(&all(|o| &o.lags_ms)),
+        sessions_over_time: sampled.sessions,
+        server: sampled.server,
+    }
+}
+
+/// Prints the live counters (for the progress line).
+fn progress(live: &Live, t: f64) -> String {
+    format!(
+        "{t:6.1} s  connected {:5}  turns {:7}  frames sent {:9}  errors {}",
+        live.connected.load(Ordering::Relaxed),
+        live.turns.load(Ordering::Relaxed),
+        live.frames_sent.load(Ordering::Relaxed),
+        live.errors.load(Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_clips_parse() {
+        assert_eq!(parse_duration("60").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("soon").is_err() && parse_duration("5h").is_err());
+        for (name, wav) in DEFAULT_CLIPS {
+            let pcm = load_clip(name, wav).unwrap();
+            assert!(pcm.len() > 32_000, "{name}");
+            let end = speech_end(&pcm);
+            assert!(
+                end > pcm.len() / 2 && end <= pcm.len(),
+                "{name}: speech ends at {end} of {}",
+                pcm.len()
+            );
+        }
+        let mut pcm = vec![0u8; 6400];
+        pcm[1001..1640]
+            .iter_mut()
+            .step_by(2)
+            .for_each(|b| *b = 0x7f);
+        assert_eq!(
+            speech_end(&pcm),
+            1920,
+            "the end of the last frame holding loud samples"
+        );
+        let error = load_clip("x.wav", b"RIFF....").unwrap_err().to_string();
+        assert!(error.contains("x.wav"), "{error}");
+    }
+}

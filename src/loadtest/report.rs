@@ -1,0 +1,323 @@
+//! What a load test measured: percentiles, counts and rates, the server's CPU and memory, the
+//! table printed at the end, the JSON report and the SVG plot.
+
+use serde::Serialize;
+
+/// Percentiles of a set of samples, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// How many samples.
+    pub count: usize,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Percentiles {
+    /// Percentiles of `samples` (nearest rank); all zero when there are none.
+    pub fn of(samples: &[f64]) -> Self {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            let index = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+            sorted[index.clamp(1, sorted.len()) - 1]
+        };
+        Percentiles {
+            count: sorted.len(),
+            p50: rank(50.0),
+            p95: rank(95.0),
+            p99: rank(99.0),
+            max: sorted[sorted.len() - 1],
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+        }
+    }
+}
+
+/// Traffic in one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Traffic {
+    /// WebSocket messages.
+    pub frames: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Messages per second over the run.
+    pub frames_per_second: f64,
+    /// Bytes per second over the run.
+    pub bytes_per_second: f64,
+}
+
+/// One sample of the server process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ServerSample {
+    /// Seconds since the test started.
+    pub t: f64,
+    /// Sessions connected at that moment.
+    pub sessions: usize,
+    /// Resident memory, KiB.
+    pub rss_kib: u64,
+    /// CPU seconds used since the test started.
+    pub cpu_seconds: f64,
+}
+
+/// The server process over the run (with `--server-pid`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ServerStats {
+    /// The process.
+    pub pid: u32,
+    /// CPU seconds (user + system) used during the run.
+    pub cpu_seconds: f64,
+    /// Average cores busy during the run.
+    pub cpu_cores: f64,
+    /// Largest resident memory seen, KiB.
+    pub peak_rss_kib: u64,
+    /// Resident memory before the first session connected, KiB.
+    pub baseline_rss_kib: u64,
+    /// Least-squares slope of RSS over connected sessions, KiB per session.
+    pub rss_kib_per_session: f64,
+    /// Samples over time (every 500 ms).
+    pub samples: Vec<ServerSample>,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// The gateway WebSocket URL.
+    pub url: String,
+    /// This run's id: its sessions are user `load-{run_id}`, sessions `s0`, `s1`, ….
+    pub run_id: String,
+    /// Sessions asked for.
+    pub sessions: usize,
+    /// Planned duration, seconds.
+    pub duration_seconds: f64,
+    /// Sessions opened per second.
+    pub ramp_per_second: f64,
+    /// Sessions only connect and wait (no audio).
+    pub idle: bool,
+    /// Seconds the run really took.
+    pub elapsed_seconds: f64,
+    /// Time to open each WebSocket.
+    pub connect_ms: Percentiles,
+    /// End of an utterance (last speech frame sent) to the first byte of answer audio.
+    pub latency_ms: Percentiles,
+    /// `latency_ms` minus the model's own delay (`--model-delay-ms`): what the gateway adds.
+    pub gateway_latency_ms: Percentiles,
+    /// The model delay subtracted for `gateway_latency_ms`.
+    pub model_delay_ms: f64,
+    /// Playback underruns inside an answer: audio that arrived after the previous audio finished.
+    pub audio_gaps_ms: Percentiles,
+    /// Answers that completed (`turnComplete`).
+    pub turns_completed: u64,
+    /// `interrupted` events (none expected: sessions wait for each answer).
+    pub interrupted: u64,
+    /// Client to gateway.
+    pub sent: Traffic,
+    /// Gateway to client.
+    pub received: Traffic,
+    /// Bytes of speech and silence PCM sent.
+    pub audio_bytes_sent: u64,
+    /// Bytes of answer audio received.
+    pub audio_bytes_received: u64,
+    /// Errors: failed connects, error events, protocol surprises.
+    pub errors: u64,
+    /// The first few error messages.
+    pub error_samples: Vec<String>,
+    /// Sockets the server closed before the session was done.
+    pub unexpected_closes: u64,
+    /// How late the generator sent its frames against each session's fixed clock.
+    pub schedule_lag_ms: Percentiles,
+    /// Connected sessions over time: `(seconds, sessions)`.
+    pub sessions_over_time: Vec<(f64, usize)>,
+    /// The server process, with `--server-pid`.
+    pub server: Option<ServerStats>,
+}
+
+fn row(name: &str, p: &Percentiles) -> String {
+    format!(
+        "{name:<24} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+        p.count, p.p50, p.p95, p.p99, p.max
+    )
+}
+
+impl Report {
+    /// The summary table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "livegate loadtest: {} sessions{} against {} for {:.1} s\n\n",
+            self.sessions,
+            if self.idle { " (idle)" } else { "" },
+            self.url,
+            self.elapsed_seconds
+        );
+        out.push_str(&format!(
+            "{:<24} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+            "ms", "n", "p50", "p95", "p99", "max"
+        ));
+        out.push_str(&row("connect", &self.connect_ms));
+        out.push_str(&row("first audio", &self.latency_ms));
+        out.push_str(&row(
+            &format!("gateway-added (-{:.0})", self.model_delay_ms),
+            &self.gateway_latency_ms,
+        ));
+        out.push_str(&row("audio gaps", &self.audio_gaps_ms));
+        out.push_str(&row("generator lag", &self.schedule_lag_ms));
+        out.push_str(&format!(
+            "\nturns {}  interrupted {}  errors {}  unexpected closes {}\n",
+            self.turns_completed, self.interrupted, self.errors, self.unexpected_closes
+        ));
+        out.push_str(&format!(
+            "sent {} frames ({:.0}/s, {:.1} MB/s)  received {} frames ({:.0}/s, {:.1} MB/s)\n",
+            self.sent.frames,
+            self.sent.frames_per_second,
+            self.sent.bytes_per_second / 1e6,
+            self.received.frames,
+            self.received.frames_per_second,
+            self.received.bytes_per_second / 1e6
+        ));
+        if let Some(server) = &self.server {
+            out.push_str(&format!(
+                "server pid {}: CPU {:.1} s ({:.2} cores), RSS {:.1} MiB at start, peak {:.1} MiB, {:.1} KiB per session\n",
+                server.pid,
+                server.cpu_seconds,
+                server.cpu_cores,
+                server.baseline_rss_kib as f64 / 1024.0,
+                server.peak_rss_kib as f64 / 1024.0,
+                server.rss_kib_per_session
+            ));
+        }
+        for error in &self.error_samples {
+            out.push_str(&format!("error: {error}\n"));
+        }
+        out
+    }
+
+    /// An SVG with the latency distribution (left) and connected sessions over time (right).
+    pub fn svg(&self, latencies: &[f64]) -> String {
+        let (w, h, pad) = (900.0, 360.0, 40.0);
+        let half = w / 2.0;
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        );
+        // Histogram of first-audio latency.
+        let max = latencies.iter().copied().fold(0.0, f64::max).max(1.0);
+        let buckets = 40usize;
+        let mut counts = vec![0usize; buckets];
+        for &l in latencies {
+            counts[((l / max) * (buckets as f64 - 1.0)).round() as usize] += 1;
+        }
+        let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+        let bar = (half - 2.0 * pad) / buckets as f64;
+        for (i, &c) in counts.iter().enumerate() {
+            let bh = (h - 2.0 * pad) * c as f64 / top;
+            svg.push_str(&format!(
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#3b6ea8\"/>\n",
+                pad + i as f64 * bar,
+                h - pad - bh,
+                (bar - 1.0).max(1.0),
+                bh
+            ));
+        }
+        svg.push_str(&format!(
+            "<text x=\"{pad}\" y=\"20\">first-audio latency (ms), n={} p50={:.1} p99={:.1}</text>\n<text x=\"{pad}\" y=\"{}\">0</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.0}</text>\n",
+            self.latency_ms.count,
+            self.latency_ms.p50,
+            self.latency_ms.p99,
+            h - pad + 15.0,
+            half - pad,
+            h - pad + 15.0
+        ));
+        // Sessions over time.
+        let t_max = self
+            .sessions_over_time
+            .last()
+            .map_or(1.0, |(t, _)| t.max(1.0));
+        let s_max = self.sessions.max(1) as f64;
+        let points: Vec<String> = self
+            .sessions_over_time
+            .iter()
+            .map(|(t, s)| {
+                format!(
+                    "{:.1},{:.1}",
+                    half + pad + (t / t_max) * (half - 2.0 * pad),
+                    h - pad - (*s as f64 / s_max) * (h - 2.0 * pad)
+                )
+            })
+            .collect();
+        svg.push_str(&format!(
+            "<polyline fill=\"none\" stroke=\"#c0392b\" stroke-width=\"2\" points=\"{}\"/>\n<text x=\"{}\" y=\"20\">connected sessions over {t_max:.0} s (max {})</text>\n",
+            points.join(" "),
+            half + pad,
+            self.sessions
+        ));
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
+/// Least-squares slope of `y` over `x`.
+pub fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (x, y)| {
+        (num + (x - mx) * (y - my), den + (x - mx) * (x - mx))
+    });
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = Percentiles::of(&samples);
+        assert_eq!(
+            (p.count, p.p50, p.p95, p.p99, p.max),
+            (100, 50.0, 95.0, 99.0, 100.0)
+        );
+        assert_eq!(Percentiles::of(&[]), Percentiles::default());
+        assert_eq!(Percentiles::of(&[7.0]).p99, 7.0);
+    }
+
+    #[test]
+    fn slope_fits_a_line() {
+        let points: Vec<(f64, f64)> = (0..10)
+            .map(|x| (f64::from(x), 3.0 * f64::from(x) + 5.0))
+            .collect();
+        assert!((slope(&points) - 3.0).abs() < 1e-9);
+        assert_eq!(slope(&[(1.0, 1.0)]), 0.0);
+    }
+
+    #[test]
+    fn the_table_and_plot_render() {
+        let report = Report {
+            sessions: 2,
+            latency_ms: Percentiles::of(&[1.0, 2.0]),
+            sessions_over_time: vec![(0.0, 0), (1.0, 2)],
+            ..Report::default()
+        };
+        assert!(report.table().contains("first audio"));
+        let svg = report.svg(&[1.0, 2.0]);
+        assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    }
+}

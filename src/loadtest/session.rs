@@ -1,0 +1,350 @@
+//! One simulated user: connects, speaks an utterance in real time (20 ms binary frames on a fixed
+//! clock), keeps the microphone open with silence until the answer's `turnComplete`, and repeats.
+//! The reader side times the first answer audio and playback underruns.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::SplitStream;
+use futures::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// 20 ms of 16 kHz PCM16.
+pub const FRAME_BYTES: usize = 640;
+/// The frame period.
+pub const FRAME: Duration = Duration::from_millis(20);
+/// Answer audio rate assumed when an event names none.
+const OUTPUT_RATE: f64 = 24_000.0;
+/// Longest wait for an answer before the turn counts as an error.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest wait for a WebSocket to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// What every session shares.
+#[derive(Debug)]
+pub struct Plan {
+    /// `ws://host:port/ws` (the user and session ids are appended).
+    pub base_url: String,
+    /// Query string for each connection (may be empty).
+    pub query: String,
+    /// Utterances (PCM16 16 kHz mono), cycled, each with the byte offset where its speech ends.
+    pub clips: Vec<(Bytes, usize)>,
+    /// Stop starting turns after this instant.
+    pub deadline: Instant,
+    /// Most turns per session (0: as many as fit).
+    pub turns: u32,
+    /// Connect and wait only.
+    pub idle: bool,
+    /// Run id, so repeated runs never reuse sessions.
+    pub run_id: String,
+}
+
+/// Counters the progress line reads while the run goes on.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Sessions connected now.
+    pub connected: AtomicUsize,
+    /// Answers completed.
+    pub turns: AtomicU64,
+    /// Errors so far.
+    pub errors: AtomicU64,
+    /// Frames sent so far.
+    pub frames_sent: AtomicU64,
+}
+
+/// What one session measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub connect_ms: Option<f64>,
+    pub latencies_ms: Vec<f64>,
+    pub gaps_ms: Vec<f64>,
+    pub lags_ms: Vec<f64>,
+    pub turns: u64,
+    pub interrupted: u64,
+    pub frames_sent: u64,
+    pub bytes_sent: u64,
+    pub audio_bytes_sent: u64,
+    pub frames_received: u64,
+    pub bytes_received: u64,
+    pub audio_bytes_received: u64,
+    pub errors: Vec<String>,
+    pub unexpected_close: bool,
+}
+
+/// The turn in progress, shared by the writer and the reader.
+#[derive(Debug, Default)]
+struct Turn {
+    /// When the last speech frame went out (None while speaking).
+    speech_end: Option<Instant>,
+    /// The first answer audio of this turn was seen.
+    answered: bool,
+    /// When the audio received so far would finish playing.
+    playback_end: Option<Instant>,
+    latencies_ms: Vec<f64>,
+    gaps_ms: Vec<f64>,
+}
+
+struct Shared {
+    turn: Mutex<Turn>,
+    turn_done: Notify,
+    /// The writer is closing: a close from now on is expected.
+    closing: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn turn(&self) -> MutexGuard<'_, Turn> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs session `index` of the plan to its end.
+pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
+    let mut outcome = Outcome::default();
+    let url = format!(
+        "{}/load-{}/s{index}{}",
+        plan.base_url,
+        plan.run_id,
+        if plan.query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", plan.query)
+        }
+    );
+    let started = Instant::now();
+    // No Nagle: each 20 ms frame must leave when it is due.
+    let connecting = tokio_tungstenite::connect_async_with_config(&url, None, true);
+    let socket = match timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(Ok((socket, _))) => socket,
+        Ok(Err(error)) => {
+            outcome.errors.push(format!("connect failed: {error}"));
+            live.errors.fetch_add(1, Ordering::Relaxed);
+            return outcome;
+        }
+        Err(_) => {
+            outcome.errors.push("connect timed out".into());
+            live.errors.fetch_add(1, Ordering::Relaxed);
+            return outcome;
+        }
+    };
+    outcome.connect_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+    live.connected.fetch_add(1, Ordering::Relaxed);
+    let (mut sink, stream) = socket.split();
+    let shared = Arc::new(Shared {
+        turn: Mutex::new(Turn::default()),
+        turn_done: Notify::new(),
+        closing: false.into(),
+    });
+    let reader = tokio::spawn(read(stream, shared.clone(), live.clone()));
+
+    if plan.idle {
+        sleep_until(plan.deadline).await;
+    } else if let Err(error) = speak(index, &plan, &shared, &live, &mut sink, &mut outcome).await {
+        outcome.errors.push(error);
+        live.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    shared.closing.store(true, Ordering::Relaxed);
+    let _ = timeout(Duration::from_secs(5), sink.close()).await;
+    match timeout(Duration::from_secs(10), reader).await {
+        Ok(Ok(read)) => {
+            outcome.frames_received = read.frames;
+            outcome.bytes_received = read.bytes;
+            outcome.audio_bytes_received = read.audio_bytes;
+            outcome.turns = read.turns;
+            outcome.interrupted = read.interrupted;
+            outcome.unexpected_close = read.unexpected_close;
+            outcome.errors.extend(read.errors);
+        }
+        _ => outcome.errors.push("the reader did not finish".into()),
+    }
+    let turn = std::mem::take(&mut *shared.turn());
+    outcome.latencies_ms = turn.latencies_ms;
+    outcome.gaps_ms = turn.gaps_ms;
+    live.connected.fetch_sub(1, Ordering::Relaxed);
+    outcome
+}
+
+/// The writer: utterance, then silence until the answer is complete, until the deadline.
+async fn speak(
+    index: usize,
+    plan: &Plan,
+    shared: &Shared,
+    live: &Live,
+    sink: &mut futures::stream::SplitSink<Socket, Message>,
+    outcome: &mut Outcome,
+) -> Result<(), String> {
+    let silence = Bytes::from(vec![0u8; FRAME_BYTES]);
+    let start = Instant::now();
+    let mut n: u32 = 0;
+    let mut turn: u32 = 0;
+    while Instant::now() < plan.deadline && (plan.turns == 0 || turn < plan.turns) {
+        let (clip, speech_end) = &plan.clips[(index + turn as usize) % plan.clips.len()];
+        {
+            let mut t = shared.turn();
+            t.speech_end = None;
+            t.answered = false;
+            t.playback_end = None;
+        }
+        let done = shared.turn_done.notified();
+        tokio::pin!(done);
+        for chunk in (0..clip.len()).step_by(FRAME_BYTES) {
+            let frame = clip.slice(chunk..(chunk + FRAME_BYTES).min(clip.len()));
+            send_frame(start, &mut n, frame, sink, outcome, live).await?;
+            // Latency counts from the last frame with speech in it, not from trailing silence.
+            if chunk + FRAME_BYTES >= *speech_end && shared.turn().speech_end.is_none() {
+                shared.turn().speech_end = Some(Instant::now());
+            }
+        }
+        // The microphone stays open: silence until the answer is complete.
+        let give_up = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            let next = start + FRAME * n;
+            tokio::select! {
+                () = &mut done => break,
+                () = sleep_until(next) => {
+                    if Instant::now() > give_up {
+                        return Err(format!("no turnComplete within {ANSWER_TIMEOUT:?}"));
+                    }
+                    send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
+                }
+            }
+        }
+        turn += 1;
+    }
+    Ok(())
+}
+
+/// Sends frame `n` at its slot on the session's clock, recording how late it went out.
+async fn send_frame(
+    start: Instant,
+    n: &mut u32,
+    frame: Bytes,
+    sink: &mut futures::stream::SplitSink<Socket, Message>,
+    outcome: &mut Outcome,
+    live: &Live,
+) -> Result<(), String> {
+    let slot = start + FRAME * *n;
+    sleep_until(slot).await;
+    outcome
+        .lags_ms
+        .push(Instant::now().saturating_duration_since(slot).as_secs_f64() * 1000.0);
+    let len = frame.len() as u64;
+    sink.send(Message::Binary(frame))
+        .await
+        .map_err(|e| format!("send failed: {e}"))?;
+    *n += 1;
+    outcome.frames_sent += 1;
+    outcome.bytes_sent += len;
+    outcome.audio_bytes_sent += len;
+    live.frames_sent.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+#[derive(Debug, Default)]
+struct Read {
+    frames: u64,
+    bytes: u64,
+    audio_bytes: u64,
+    turns: u64,
+    interrupted: u64,
+    unexpected_close: bool,
+    errors: Vec<String>,
+}
+
+/// The reader: counts what arrives and times answer audio.
+async fn read(mut stream: SplitStream<Socket>, shared: Arc<Shared>, live: Arc<Live>) -> Read {
+    let mut read = Read::default();
+    loop {
+        let message = match stream.next().await {
+            Some(Ok(message)) => message,
+            Some(Err(error)) => {
+                if !shared.closing.load(Ordering::Relaxed) {
+                    read.unexpected_close = true;
+                    read.errors.push(format!("connection failed: {error}"));
+                }
+                break;
+            }
+            None => {
+                if !shared.closing.load(Ordering::Relaxed) {
+                    read.unexpected_close = true;
+                }
+                break;
+            }
+        };
+        read.frames += 1;
+        match message {
+            Message::Binary(data) => {
+                read.bytes += data.len() as u64;
+                audio(&shared, &mut read, data.len(), OUTPUT_RATE);
+            }
+            Message::Text(text) => {
+                read.bytes += text.len() as u64;
+                let Ok(event) = serde_json::from_str::<Value>(text.as_str()) else {
+                    read.errors.push("a text frame that is not JSON".into());
+                    continue;
+                };
+                if let Some(code) = event.get("errorCode") {
+                    live.errors.fetch_add(1, Ordering::Relaxed);
+                    if read.errors.len() < 5 {
+                        read.errors.push(format!(
+                            "error event {code}: {}",
+                            event["errorMessage"].as_str().unwrap_or_default()
+                        ));
+                    }
+                }
+                // base64 mode: the audio is inside the JSON.
+                if let Some(data) = event
+                    .pointer("/content/parts/0/inlineData/data")
+                    .and_then(Value::as_str)
+                {
+                    audio(&shared, &mut read, data.len() * 3 / 4, OUTPUT_RATE);
+                }
+                if event["interrupted"] == true {
+                    read.interrupted += 1;
+                }
+                if event["turnComplete"] == true {
+                    read.turns += 1;
+                    live.turns.fetch_add(1, Ordering::Relaxed);
+                    shared.turn_done.notify_one();
+                }
+            }
+            Message::Close(_) => {
+                if !shared.closing.load(Ordering::Relaxed) {
+                    read.unexpected_close = true;
+                }
+                break;
+            }
+            _ => {}
+        }
+    }
+    read
+}
+
+/// Answer audio arrived: time the first of the turn and track playback underruns.
+fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64) {
+    read.audio_bytes += bytes as u64;
+    let now = Instant::now();
+    let mut turn = shared.turn();
+    if let (Some(end), false) = (turn.speech_end, turn.answered) {
+        turn.answered = true;
+        let latency = now.saturating_duration_since(end).as_secs_f64() * 1000.0;
+        turn.latencies_ms.push(latency);
+    }
+    if let Some(playback_end) = turn.playback_end {
+        if now > playback_end {
+            let gap = (now - playback_end).as_secs_f64() * 1000.0;
+            turn.gaps_ms.push(gap);
+        }
+    }
+    let plays = Duration::from_secs_f64(bytes as f64 / 2.0 / rate);
+    let from = turn.playback_end.map_or(now, |end| end.max(now));
+    turn.playback_end = Some(from + plays);
+}

@@ -1,0 +1,108 @@
+//! `livegate loadtest` against a real gateway: a small load whose report must add up.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use livegate::artifact::ArtifactScope;
+use livegate::loadtest::{self, LoadtestArgs};
+use tokio::time::timeout;
+
+#[tokio::test]
+async fn a_small_load_reports_consistent_counts() {
+    let server = start(test_args()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = LoadtestArgs {
+        url: format!("ws://{}/ws", server.addr),
+        sessions: 20,
+        duration: Duration::from_secs(4),
+        ramp: 50.0,
+        audio: vec![
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")
+        ],
+        turns: 1,
+        idle: false,
+        query: String::new(),
+        model_delay_ms: 500.0,
+        server_pid: Some(std::process::id()),
+        report: Some(dir.path().join("report.json")),
+        plot: Some(dir.path().join("plot.svg")),
+        quiet: true,
+    };
+    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
+        .await
+        .expect("the load test ends")
+        .expect("the load test runs");
+
+    assert_eq!(
+        (report.errors, report.unexpected_closes),
+        (0, 0),
+        "{:?}",
+        report.error_samples
+    );
+    assert_eq!(report.connect_ms.count, 20);
+    assert_eq!(report.turns_completed, 20, "one answered turn per session");
+    assert_eq!(report.latency_ms.count, 20, "each answer timed once");
+    assert_eq!(report.interrupted, 0);
+    assert!(report.latency_ms.p50 > 0.0);
+    assert_eq!(report.sent.frames, report.schedule_lag_ms.count as u64);
+    assert!(report.audio_bytes_received > 0);
+    let server_stats = report.server.as_ref().expect("its own /proc is readable");
+    assert!(server_stats.cpu_seconds > 0.0 && server_stats.peak_rss_kib > 0);
+
+    // What the generator sent is exactly what the gateway received and recorded, and what it
+    // received is what the gateway recorded as answers.
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let user = format!("load-{}", report.run_id);
+    let artifacts = &server.gateway().runner.artifacts;
+    let (mut input, mut output) = (0u64, 0u64);
+    for i in 0..20 {
+        let session = format!("s{i}");
+        let scope = ArtifactScope {
+            app_name: "livegate",
+            user_id: &user,
+            session_id: &session,
+        };
+        for name in artifacts.list_names(scope).await.unwrap() {
+            let bytes = artifacts
+                .load(scope, &name, None)
+                .await
+                .unwrap()
+                .unwrap()
+                .data
+                .len() as u64;
+            if name.contains("_input_audio_") {
+                input += bytes;
+            } else {
+                output += bytes;
+            }
+        }
+    }
+    assert_eq!(
+        input, report.audio_bytes_sent,
+        "frames sent = frames received"
+    );
+    assert_eq!(output, report.audio_bytes_received);
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    for field in [
+        "connect_ms",
+        "latency_ms",
+        "gateway_latency_ms",
+        "audio_gaps_ms",
+        "sent",
+        "received",
+        "schedule_lag_ms",
+        "server",
+    ] {
+        assert!(json.get(field).is_some(), "the report has {field}");
+    }
+    assert!(std::fs::read_to_string(dir.path().join("plot.svg"))
+        .unwrap()
+        .starts_with("<svg"));
+    server.shutdown(WAIT).await;
+}
