@@ -1,9 +1,13 @@
-// The livegate web client: identity, the WebSocket, and the wiring between the protocol, the
-// conversation view, the event log and audio. Protocol: PROTOCOL.md in the repository.
+// The livegate web client: identity and sessions, the WebSocket, and the wiring between the
+// protocol, the conversation view, the recordings, the event console and audio.
+// Protocol: PROTOCOL.md in the repository; REST API: README.md.
 
 import { Connection } from "./connection.js";
 import { Conversation } from "./conversation.js";
 import { EventLog } from "./eventlog.js";
+import { Recordings } from "./recordings.js";
+import { SessionPicker } from "./sessions.js";
+import { loadHistory } from "./api.js";
 import { Player, Recorder, base64ToBytes, levelFromRms, parseRate, DEFAULT_PLAY_RATE } from "./audio.js";
 
 const $ = (id) => document.getElementById(id);
@@ -21,31 +25,80 @@ function newSessionId() {
 
 const state = {
   userId: validId(params.get("user")) || "demo-user",
-  sessionId: validId(params.get("session")) || newSessionId(),
+  sessionId: validId(params.get("session")),
   modality: (params.get("modality") || "").toUpperCase() === "TEXT" ? "TEXT" : "AUDIO",
   // ?audio=base64 exercises the ADK-style JSON audio path; binary is the default.
   audio: (params.get("audio") || "").toLowerCase() === "base64" ? "base64" : "binary",
 };
 
-// For headless-browser tests: every parsed downstream event, and the audio bytes received.
+// Page state for people debugging and for the headless-browser tests. Read-only by convention.
 const livegate = {
-  events: [],
-  eventCount: 0,
-  audioBytes: 0,
   status: "connecting",
   userId: state.userId,
   sessionId: state.sessionId,
+  events: [], // every parsed downstream event (the newest MAX_KEPT_EVENTS)
+  eventCount: 0,
+  audioBytes: 0, // PCM received
+  playedSamples: 0, // PCM samples the speaker actually played
+  bufferedSamples: 0, // PCM samples waiting in the jitter buffer
+  flushes: 0, // playback buffer flushes done (barge-in)
+  interruptions: 0,
+  turns: [], // per finished model turn: {latencyMs, from, first, usage, interrupted}
+  historyLoaded: false, // the current session's stored history is on screen (or there was none)
+  historyEvents: 0,
+  recordings: [], // rows of the recordings panel: {name, version, mimeType, side, url}
+  errors: [], // uncaught script errors, also listed in the event console
 };
 window.livegate = livegate;
 
-const conversation = new Conversation($("messages"));
-const log = new EventLog({ list: $("log"), showAudio: $("show-audio"), counter: $("log-count"), stats: $("audio-stats") });
+function noteError(message) {
+  livegate.errors.push(message);
+  try {
+    log.info("error", message);
+  } catch {
+    /* the console is not built yet (or building it failed) */
+  }
+}
+window.addEventListener("error", (e) => noteError(`${e.message} (${e.filename}:${e.lineno})`));
+window.addEventListener("unhandledrejection", (e) => noteError(`unhandled: ${(e.reason && e.reason.message) || e.reason}`));
+
+const conversation = new Conversation($("messages"), {
+  onTurn: (turn) => livegate.turns.push(turn),
+});
+const log = new EventLog({
+  list: $("log"),
+  filters: $("log-filters"),
+  search: $("log-search"),
+  counter: $("log-count"),
+  stats: $("audio-stats"),
+});
+const recordings = new Recordings({
+  list: $("recordings"),
+  counter: $("rec-count"),
+  status: $("rec-status"),
+  onRows: (rows) => (livegate.recordings = rows),
+});
+const picker = new SessionPicker({
+  select: $("session-select"),
+  onPick(sessionId) {
+    state.sessionId = sessionId;
+    log.info("session", `switched to ${sessionId}`);
+    openSession({ fresh: false });
+  },
+  onError: (message) => log.info("error", message),
+});
 
 // ---- audio -------------------------------------------------------------------------------------
 
 const player = new Player({
   // The browser blocked playback of arrived audio (no user gesture yet): offer a button that is one.
   onState: (s, hasAudio) => ($("enable-audio").hidden = !(s === "suspended" && hasAudio)),
+  onStats({ played, buffered, flushes }) {
+    livegate.playedSamples = played;
+    livegate.bufferedSamples = buffered;
+    livegate.flushes = flushes;
+    $("speaking").hidden = buffered === 0;
+  },
 });
 
 const recorder = new Recorder({
@@ -64,7 +117,7 @@ let lastRate = DEFAULT_PLAY_RATE;
 
 function onAudioFrame(buffer) {
   livegate.audioBytes += buffer.byteLength;
-  conversation.firstResponse();
+  conversation.firstResponse("audio");
   if (pendingPcm) player.play(pendingPcm, lastRate);
   pendingPcm = buffer;
 }
@@ -88,7 +141,7 @@ function playEventAudio(ev) {
       }
       bytes += pcm.byteLength;
       livegate.audioBytes += pcm.byteLength;
-      conversation.firstResponse();
+      conversation.firstResponse("audio");
       player.play(pcm.buffer, rate);
     } else if (pendingPcm) {
       bytes += pendingPcm.byteLength;
@@ -100,6 +153,8 @@ function playEventAudio(ev) {
 }
 
 // ---- downstream --------------------------------------------------------------------------------
+
+const shownIds = new Set(); // ids of stored events already rendered from the history
 
 function onMessage(data) {
   if (data instanceof ArrayBuffer) {
@@ -121,6 +176,7 @@ function onMessage(data) {
 
   if (ev.interrupted === true) {
     // Barge-in: the rest of the answer must not be heard. No audio of it follows this event.
+    livegate.interruptions += 1;
     pendingPcm = null;
     player.flush();
   }
@@ -131,7 +187,12 @@ function onMessage(data) {
     pendingPcm = null;
   }
   log.event(ev, bytes);
+  if (ev.id && shownIds.has(ev.id)) return; // already on screen from the history
   conversation.handleEvent(ev);
+
+  const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
+  if (parts.some((p) => p.fileData)) recordings.refreshSoon();
+  if (ev.turnComplete === true) refreshSessionsSoon();
 }
 
 // ---- connection --------------------------------------------------------------------------------
@@ -145,25 +206,30 @@ function wsUrl() {
   return `${scheme}//${location.host}${path}?${query}`;
 }
 
+function showStatus(status) {
+  livegate.status = status;
+  const pill = $("status");
+  pill.textContent = status;
+  pill.dataset.state = status;
+  $("reconnect").hidden = status !== "disconnected";
+  if (status !== "disconnected") $("retry-info").textContent = "";
+  $("send").disabled = status !== "connected";
+}
+
 let quietFailures = false; // after one "disconnected" notice, failed retries stay quiet until open
 let wasDropped = false; // the last socket ended without us asking: say so when it comes back
 
 const connection = new Connection({
   url: wsUrl,
   onMessage,
-  onStatus(status) {
-    livegate.status = status;
-    const pill = $("status");
-    pill.textContent = status;
-    pill.dataset.state = status;
-    $("reconnect").hidden = status !== "disconnected";
-    if (status !== "disconnected") $("retry-info").textContent = "";
-  },
+  onStatus: showStatus,
   onOpen() {
     quietFailures = false;
     if (wasDropped) conversation.system(`Reconnected to session ${state.sessionId}.`);
     wasDropped = false;
     log.info("open", wsUrl());
+    // The gateway has created the session now: list it.
+    picker.refresh(state.userId);
   },
   onClose({ code, reason }, retryInMs) {
     log.info("close", `code ${code}${reason ? " · " + reason : ""}`, { code, reason });
@@ -193,14 +259,14 @@ function sendJson(message) {
   return true;
 }
 
-// ---- identity ----------------------------------------------------------------------------------
+// ---- sessions ----------------------------------------------------------------------------------
 
 function showIdentity() {
-  $("session-id").textContent = state.sessionId;
   $("user-id").value = state.userId;
   $("modality").value = state.modality;
   livegate.userId = state.userId;
   livegate.sessionId = state.sessionId;
+  picker.setCurrent(state.sessionId);
   // Keep the address shareable/reloadable: it names the session (and non-default choices).
   const p = new URLSearchParams(location.search);
   p.set("session", state.sessionId);
@@ -211,6 +277,51 @@ function showIdentity() {
   history.replaceState(null, "", `${location.pathname}?${p}${location.hash}`);
 }
 
+let sessionsTimer = 0;
+function refreshSessionsSoon() {
+  clearTimeout(sessionsTimer);
+  sessionsTimer = setTimeout(() => picker.refresh(state.userId), 500);
+}
+
+let opening = 0; // the latest openSession call; older ones stop when they see it changed
+
+/**
+ * Shows a session: its stored history (unless it is brand new), its recordings, then connects.
+ * The history is loaded before connecting so live events always come after it.
+ */
+async function openSession({ fresh }) {
+  const generation = ++opening;
+  connection.stop();
+  pendingPcm = null;
+  player.flush();
+  conversation.clear();
+  recordings.clear();
+  shownIds.clear();
+  quietFailures = false;
+  wasDropped = false;
+  livegate.historyLoaded = false;
+  livegate.historyEvents = 0;
+  showStatus("connecting");
+  showIdentity();
+  if (!fresh) {
+    try {
+      const { events, total } = await loadHistory(state.userId, state.sessionId);
+      if (generation !== opening) return;
+      for (const ev of events) if (ev.id) shownIds.add(ev.id);
+      conversation.renderHistory(events, total);
+      livegate.historyEvents = events.length;
+      if (events.length) log.info("history", `${events.length} stored events of ${state.sessionId}`);
+    } catch (error) {
+      if (generation !== opening) return;
+      conversation.system(`Could not load this session's history: ${error.message}`, "error");
+    }
+  }
+  livegate.historyLoaded = true;
+  connection.reconnect();
+  recordings.load(state.userId, state.sessionId);
+}
+
+/** Reconnects the same session with new options; the conversation stays. */
 function restart() {
   pendingPcm = null;
   wasDropped = false;
@@ -223,14 +334,14 @@ function restart() {
 
 $("new-session").addEventListener("click", () => {
   state.sessionId = newSessionId();
-  conversation.clear();
-  log.info("session", state.sessionId);
-  restart();
+  log.info("session", `new session ${state.sessionId}`);
+  openSession({ fresh: true });
+  $("text-input").focus();
 });
 
 $("modality").addEventListener("change", (e) => {
   state.modality = e.target.value === "TEXT" ? "TEXT" : "AUDIO";
-  conversation.system(`Answers now in ${state.modality === "TEXT" ? "text" : "audio"}; reconnecting.`);
+  conversation.system(`Replies now as ${state.modality === "TEXT" ? "text" : "voice"}; reconnecting.`);
   restart();
 });
 
@@ -245,17 +356,18 @@ $("user-id").addEventListener("change", (e) => {
   input.removeAttribute("aria-invalid");
   if (value === state.userId) return;
   state.userId = value;
-  restart();
+  // Another user has other sessions: this id under them is another conversation.
+  openSession({ fresh: false });
 });
 
-$("reconnect").addEventListener("click", () => {
-  quietFailures = false;
-  connection.reconnect();
-});
+// After a takeover another tab may have gone on with the session: reload it, history and all.
+$("reconnect").addEventListener("click", () => openSession({ fresh: false }));
+
+$("rec-refresh").addEventListener("click", () => recordings.load(state.userId, state.sessionId));
 
 // Back online: no need to wait for the backoff.
 window.addEventListener("online", () => {
-  if (!connection.isOpen) connection.reconnect();
+  if (!connection.isOpen && livegate.historyLoaded) connection.reconnect();
 });
 
 // ---- composer ----------------------------------------------------------------------------------
@@ -302,6 +414,7 @@ async function startMic() {
 function stopMic(notice) {
   recorder.stop();
   setMicUi(false);
+  log.info("mic", "microphone off");
   // Tells the model the audio stream paused, so it does not wait for more speech.
   sendJson({ type: "audio_stream_end" });
   if (notice) conversation.system(notice);
@@ -319,8 +432,16 @@ $("clear-log").addEventListener("click", () => log.clear());
 
 // ---- start -------------------------------------------------------------------------------------
 
-// Phones get the log collapsed, so the conversation has the screen.
-if (window.matchMedia("(max-width: 800px)").matches) $("log-panel").open = false;
+// Phones get the side panels collapsed, so the conversation has the screen; turning a tablet (or
+// resizing a window) across the breakpoint folds or unfolds them again.
+const narrow = window.matchMedia("(max-width: 800px)");
+function fitPanels() {
+  $("log-panel").open = !narrow.matches;
+  $("rec-panel").open = !narrow.matches;
+}
+narrow.addEventListener("change", fitPanels);
+fitPanels();
 
-showIdentity();
-connection.connect();
+const fresh = state.sessionId === null;
+if (fresh) state.sessionId = newSessionId();
+openSession({ fresh });

@@ -113,14 +113,18 @@ export class Recorder {
  * `unlock()` is called from click handlers; a context created later (at a newly seen rate) can
  * start because the page then has user activation. `onState(state, hasAudio)` reports "running" /
  * "suspended" (and whether audio has arrived) so the page can offer an "Enable audio" button when
- * the browser blocks playback.
+ * the browser blocks playback. `onStats({played, buffered, flushes})` reports samples played so
+ * far, samples waiting and flushes done (barge-in), counted over every context this player used.
  *
  * Without AudioWorklet (plain http:// on a LAN address is not a secure context) chunks are
  * scheduled as AudioBufferSourceNodes instead: less smooth, but audible.
  */
 export class Player {
-  constructor({ onState } = {}) {
+  constructor({ onState, onStats } = {}) {
     this.onState = onState || (() => {});
+    this.onStats = onStats || (() => {});
+    this.stats = { played: 0, buffered: 0, flushes: 0 };
+    this.base = { played: 0, flushes: 0 }; // what closed contexts played and flushed
     this.hasAudio = false; // set by play(): a blocked context only matters once audio is waiting
     this.rate = DEFAULT_PLAY_RATE;
     this.context = null;
@@ -169,6 +173,11 @@ export class Player {
             outputChannelCount: [1],
             processorOptions: { bufferSeconds: 60 },
           });
+          node.port.onmessage = (e) => {
+            if (this.node !== node) return;
+            const { played, buffered, flushes } = e.data;
+            this.report({ played: this.base.played + played, buffered, flushes: this.base.flushes + flushes });
+          };
           node.connect(context.destination);
           this.node = node;
           for (const chunk of this.queue.splice(0)) node.port.postMessage(chunk, [chunk]);
@@ -205,11 +214,26 @@ export class Player {
     else this.queue.push(buffer);
   }
 
-  /** Drops everything buffered (barge-in). */
+  report(stats) {
+    this.stats = stats;
+    this.onStats(stats);
+  }
+
+  /** Drops everything buffered (barge-in). The worklet acknowledges with its stats. */
   flush() {
+    this.dropQueued();
+    if (this.node) {
+      this.node.port.postMessage({ command: "flush" });
+    } else {
+      this.report({ played: this.stats.played, buffered: 0, flushes: this.stats.flushes + 1 });
+    }
+  }
+
+  /** Forgets chunks waiting for the worklet and stops scheduled fallback buffers. */
+  dropQueued() {
     this.queue = [];
-    if (this.node) this.node.port.postMessage({ command: "flush" });
     for (const source of this.sources) {
+      source.onended = null; // stopped, not played: not counted
       try {
         source.stop();
       } catch {
@@ -235,14 +259,25 @@ export class Player {
     source.start(at);
     this.nextTime = at + audio.duration;
     this.sources.add(source);
-    source.onended = () => this.sources.delete(source);
+    const { played, buffered, flushes } = this.stats;
+    this.report({ played, buffered: buffered + samples, flushes });
+    source.onended = () => {
+      this.sources.delete(source);
+      const s = this.stats;
+      this.report({ played: s.played + samples, buffered: Math.max(0, s.buffered - samples), flushes: s.flushes });
+    };
   }
 
   close() {
-    this.flush();
-    if (this.node) this.node.disconnect();
-    if (this.context) this.context.close().catch(() => {});
+    if (this.node) {
+      this.node.port.onmessage = null;
+      this.node.disconnect();
+    }
     this.node = null;
+    this.dropQueued();
+    this.base = { played: this.stats.played, flushes: this.stats.flushes };
+    this.report({ ...this.base, buffered: 0 });
+    if (this.context) this.context.close().catch(() => {});
     this.context = null;
     this.fallback = false;
   }

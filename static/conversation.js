@@ -1,15 +1,20 @@
 // Renders ADK events as a conversation and keeps the state of the current model turn.
 //
-// Bubble classes (stable, used by browser tests):
+// Classes (stable, used by browser tests):
 //   .msg.user                     a message the user typed
 //   .msg.user.transcript          what the user said (inputTranscription)
 //   .msg.agent                    the model's text answer
 //   .msg.agent.transcript         what the model said (outputTranscription)
 //   .final                        the bubble will not change any more
 //   .interrupted                  the answer was cut off by barge-in
+//   .history                      rendered from the session's stored events, not live
 //   .msg.system(.error)           connection notices and errors
-// A bubble's text lives in its first child (span.text), so its textContent is exactly the message;
-// icons, the typing dots and the "interrupted" tag are CSS or aria-hidden decorations.
+//   .tool(.pending|.error)        a function call and its response
+//   .caption                      a turn's latency and token usage
+// A bubble's text lives in its span.text, so its textContent is exactly the message; icons, the
+// typing dots and the "interrupted" tag are text-free SVG, CSS or aria-hidden decorations.
+
+import { icon } from "./icons.js";
 
 function joinedText(parts) {
   // Thoughts are the model's reasoning, not its answer.
@@ -19,6 +24,10 @@ function joinedText(parts) {
     .join("");
 }
 
+function clip(s, max) {
+  return s.length > max ? s.slice(0, max - 1) + "…" : s;
+}
+
 function compactJson(value, max = 160) {
   let s;
   try {
@@ -26,16 +35,38 @@ function compactJson(value, max = 160) {
   } catch {
     s = String(value);
   }
-  return s.length > max ? s.slice(0, max - 1) + "…" : s;
+  return clip(s, max);
+}
+
+/** A value as a person reads it: strings bare, everything else as compact JSON. */
+function plain(value, max = 80) {
+  return typeof value === "string" ? clip(value, max) : compactJson(value, max);
+}
+
+/** `name(key: value, …)` for a function call's arguments. */
+function callSignature(call) {
+  const args = call.args && typeof call.args === "object" ? call.args : {};
+  const inner = Object.entries(args)
+    .map(([k, v]) => `${k}: ${compactJson(v, 60)}`)
+    .join(", ");
+  return `${call.name || "function"}(${clip(inner, 160)})`;
 }
 
 export function fileName(uri) {
   return String(uri).split("#")[0].split("/").pop() || String(uri);
 }
 
+const MAX_RESULT_FIELDS = 6;
+
 export class Conversation {
-  constructor(element) {
+  /**
+   * @param {HTMLElement} element  the messages container
+   * @param {object} [o]
+   * @param {(turn: object) => void} [o.onTurn]  a model turn ended: {latencyMs, from, first, usage, interrupted}
+   */
+  constructor(element, { onTurn } = {}) {
     this.el = element;
+    this.onTurn = onTurn || (() => {});
     this.clear();
   }
 
@@ -45,13 +76,15 @@ export class Conversation {
     this.userTranscript = null;
     this.lastSentText = null;
     this.lastTurn = null; // the finished turn's caption, for usage that arrives after turnComplete
+    this.tools = new Map(); // function call id -> its card, until the response arrives
     // Moments the user finished asking something, for the "first response in" latency.
-    this.anchors = { text: -Infinity, voice: -Infinity, heard: -Infinity };
+    this.anchors = { text: -Infinity, speech: -Infinity, transcript: -Infinity };
     this.consumedAt = performance.now(); // anchors older than the last answer's start are stale
+    this.history = false;
   }
 
   newTurn() {
-    return { text: null, transcript: null, bubbles: [], firstAt: null, anchor: null, usage: null };
+    return { text: null, transcript: null, bubbles: [], firstEl: null, firstAt: null, audioAt: null, anchor: null, usage: null };
   }
 
   // ---- DOM helpers ---------------------------------------------------------------------------
@@ -65,35 +98,44 @@ export class Conversation {
     return result;
   }
 
+  place(node, before = null) {
+    if (this.history) node.classList.add("history");
+    this.mutate(() => (before && before.isConnected ? before.before(node) : this.el.append(node)));
+  }
+
   bubble(classes, text = "", { typing = false, before = null } = {}) {
     const div = document.createElement("div");
     div.className = `msg ${classes}`;
     const span = document.createElement("span");
     span.className = "text";
     span.textContent = text;
+    if (/\btranscript\b/.test(classes)) div.append(icon(/\buser\b/.test(classes) ? "mic" : "speaker", "icon lead"));
     div.append(span);
     if (typing) {
+      // Screen readers wait for the finished text instead of hearing every fragment.
+      div.setAttribute("aria-busy", "true");
       const dots = document.createElement("span");
       dots.className = "typing";
       dots.setAttribute("aria-hidden", "true");
       dots.append(document.createElement("i"), document.createElement("i"), document.createElement("i"));
       div.append(dots);
     }
-    this.mutate(() => (before ? before.before(div) : this.el.append(div)));
+    this.place(div, before);
     return div;
   }
 
   setText(bubble, text) {
-    this.mutate(() => (bubble.firstElementChild.textContent = text));
+    this.mutate(() => (bubble.querySelector(":scope > .text").textContent = text));
   }
 
   appendText(bubble, text) {
-    this.mutate(() => bubble.firstElementChild.append(text));
+    this.mutate(() => bubble.querySelector(":scope > .text").append(text));
   }
 
   stopTyping(bubble) {
     const dots = bubble.querySelector(".typing");
     if (dots) dots.remove();
+    bubble.removeAttribute("aria-busy");
   }
 
   finalize(bubble) {
@@ -105,16 +147,37 @@ export class Conversation {
     const div = document.createElement("div");
     div.className = `msg system ${kind}`;
     div.textContent = text;
-    this.mutate(() => this.el.append(div));
+    this.place(div);
     return div;
   }
 
-  note(kind, text, title = "") {
+  divider(text) {
     const div = document.createElement("div");
-    div.className = `note ${kind}`;
+    div.className = "divider";
+    div.setAttribute("role", "separator");
     div.textContent = text;
-    if (title) div.title = title;
     this.mutate(() => this.el.append(div));
+  }
+
+  // ---- history -------------------------------------------------------------------------------
+
+  /** Renders a session's stored events (oldest first) above anything live. */
+  renderHistory(events, total) {
+    if (!events.length) return;
+    this.el.setAttribute("aria-busy", "true"); // one announcement, not one per message
+    this.divider("Earlier in this session");
+    if (total > events.length) this.system(`${total - events.length} older events not shown.`);
+    this.history = true;
+    try {
+      for (const ev of events) this.handleEvent(ev);
+      this.abortTurn();
+    } finally {
+      this.history = false;
+      this.el.removeAttribute("aria-busy");
+    }
+    this.divider("Now");
+    this.el.scrollTop = this.el.scrollHeight;
+    this.consumedAt = performance.now();
   }
 
   // ---- user side -----------------------------------------------------------------------------
@@ -126,33 +189,51 @@ export class Conversation {
     this.anchors.text = performance.now();
   }
 
-  /** The microphone heard speech now (level above threshold). */
+  /** The microphone heard speech now (level above threshold): the latest is the end of speech. */
   noteVoice(now = performance.now()) {
-    this.anchors.voice = now;
+    this.anchors.speech = now;
   }
 
   // ---- model turn ----------------------------------------------------------------------------
 
-  /** First text/audio/transcript of an answer: fixes the latency of this turn. */
-  firstResponse(now = performance.now()) {
+  /**
+   * Text or audio of an answer arrived. The first fixes what the turn's latency is measured from;
+   * the latency itself runs to the first audio (what a listener waits for), or the first text when
+   * the answer has no audio.
+   */
+  firstResponse(kind, now = performance.now()) {
     const turn = this.turn;
+    if (this.history) return;
+    if (kind === "audio" && turn.audioAt === null) turn.audioAt = now;
     if (turn.firstAt !== null) return;
     turn.firstAt = now;
-    // The latest moment the user finished asking, among those since the previous answer began.
-    const candidates = Object.values(this.anchors).filter((t) => t > this.consumedAt && t <= now);
-    turn.anchor = candidates.length ? Math.max(...candidates) : null;
+    // The latest moment the user finished asking, among those since the previous answer began:
+    // the end of their speech or the moment they sent text; the transcript only if neither.
+    const fresh = (t) => t > this.consumedAt && t <= now;
+    const { text, speech, transcript } = this.anchors;
+    if (fresh(text) || fresh(speech)) {
+      turn.anchor = fresh(text) && (!fresh(speech) || text > speech) ? { at: text, from: "text" } : { at: speech, from: "speech" };
+    } else if (fresh(transcript)) {
+      turn.anchor = { at: transcript, from: "transcript" };
+    }
     this.consumedAt = now;
   }
 
+  /** Marks the start of the model's part of the turn (for placing the user's transcript before it). */
+  turnElement(el) {
+    if (!this.turn.firstEl) this.turn.firstEl = el;
+  }
+
   agentBubble(classes) {
-    const b = this.bubble(`agent ${classes}`.trim(), "", { typing: true });
+    const b = this.bubble(`agent ${classes}`.trim(), "", { typing: !this.history });
     this.turn.bubbles.push(b);
+    this.turnElement(b);
     return b;
   }
 
   agentText(text, complete, now) {
     if (!text && !complete) return;
-    this.firstResponse(now);
+    this.firstResponse("text", now);
     let b = this.turn.text;
     if (!b) b = this.turn.text = this.agentBubble("");
     if (complete) {
@@ -172,15 +253,14 @@ export class Conversation {
       if (!this.userTranscript) {
         if (!text) return;
         // Speech is usually transcribed after the answer began: put it before that answer.
-        const before = this.turn.bubbles[0] || null;
-        this.userTranscript = this.bubble("user transcript", "", { before });
+        this.userTranscript = this.bubble("user transcript", "", { before: this.turn.firstEl });
       }
       const b = this.userTranscript;
       if (finished) {
         if (text) this.setText(b, text);
         this.finalize(b);
         this.userTranscript = null;
-        this.anchors.heard = now;
+        this.anchors.transcript = now;
       } else {
         this.appendText(b, text);
       }
@@ -190,7 +270,7 @@ export class Conversation {
       if (!text) return;
       this.turn.transcript = this.agentBubble("transcript");
     }
-    this.firstResponse(now);
+    this.firstResponse("text", now);
     const b = this.turn.transcript;
     if (finished) {
       if (text) this.setText(b, text);
@@ -201,6 +281,83 @@ export class Conversation {
     }
   }
 
+  // ---- tools ---------------------------------------------------------------------------------
+
+  toolCall(call) {
+    const card = document.createElement("div");
+    card.className = "tool pending";
+    const head = document.createElement("div");
+    head.className = "tool-head";
+    const label = document.createElement("span");
+    label.className = "visually-hidden";
+    label.textContent = "Tool call: ";
+    const sig = document.createElement("code");
+    sig.className = "tool-call";
+    sig.textContent = callSignature(call);
+    head.append(icon("tool", "icon tool-icon"), label, sig);
+    const result = document.createElement("div");
+    result.className = "tool-result";
+    result.textContent = this.history ? "no result recorded" : "running…";
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = "JSON";
+    const pre = document.createElement("pre");
+    details.append(summary, pre);
+    details.addEventListener("toggle", () => {
+      if (details.open) pre.textContent = JSON.stringify(card.payload, null, 2);
+    });
+    card.payload = { functionCall: call };
+    card.append(head, result, details);
+    this.place(card, null);
+    this.turnElement(card);
+    if (call.id) this.tools.set(call.id, card);
+    else this.tools.set(`name:${call.name}`, card);
+    return card;
+  }
+
+  toolResponse(response) {
+    const key = response.id && this.tools.has(response.id) ? response.id : `name:${response.name}`;
+    const card = this.tools.get(key) || this.toolCall({ name: response.name, id: response.id, args: {} });
+    this.tools.delete(key);
+    this.tools.delete(response.id);
+    card.classList.remove("pending");
+    card.payload.functionResponse = response;
+    const value = response.response;
+    const result = card.querySelector(".tool-result");
+    result.replaceChildren();
+    const arrow = document.createElement("span");
+    arrow.setAttribute("aria-hidden", "true");
+    arrow.textContent = "↳ ";
+    const label = document.createElement("span");
+    label.className = "visually-hidden";
+    label.textContent = "Result: ";
+    result.append(arrow, label);
+    if (value && typeof value === "object" && !Array.isArray(value)) {
+      if ("error" in value) card.classList.add("error");
+      const entries = Object.entries(value);
+      const dl = document.createElement("dl");
+      dl.className = "kv";
+      const pair = (key, value) => {
+        const div = document.createElement("div");
+        const dt = document.createElement("dt");
+        dt.textContent = key;
+        const dd = document.createElement("dd");
+        dd.textContent = value;
+        div.append(dt, dd);
+        dl.append(div);
+      };
+      for (const [k, v] of entries.slice(0, MAX_RESULT_FIELDS)) pair(k, plain(v));
+      if (entries.length > MAX_RESULT_FIELDS) pair("+", `${entries.length - MAX_RESULT_FIELDS} more in JSON`);
+      result.append(dl);
+    } else {
+      result.append(plain(value, 200));
+    }
+    const pre = card.querySelector("pre");
+    if (card.querySelector("details").open) pre.textContent = JSON.stringify(card.payload, null, 2);
+  }
+
+  // ---- turn end ------------------------------------------------------------------------------
+
   usage(u) {
     const turn = this.turn;
     const started = turn.firstAt !== null || turn.bubbles.length > 0;
@@ -208,6 +365,7 @@ export class Conversation {
       // Usage reported after turnComplete belongs to the turn that just ended.
       this.lastTurn.usage = u;
       this.renderCaption(this.lastTurn);
+      this.onTurn(this.turnInfo(this.lastTurn));
     } else {
       turn.usage = u;
     }
@@ -228,16 +386,24 @@ export class Conversation {
     }
     const started = turn.firstAt !== null || turn.bubbles.length > 0;
     if (started || turn.usage) {
+      const reached = turn.audioAt ?? turn.firstAt;
       this.lastTurn = {
-        latency: turn.firstAt !== null && turn.anchor !== null ? Math.round(turn.firstAt - turn.anchor) : null,
+        latency: reached !== null && turn.anchor ? Math.round(reached - turn.anchor.at) : null,
+        from: turn.anchor ? turn.anchor.from : null,
+        first: turn.audioAt !== null ? "audio" : "text",
         usage: turn.usage,
+        interrupted,
         anchor: turn.bubbles[turn.bubbles.length - 1] || null,
-        audioOnly: turn.bubbles.length === 0,
         caption: null,
       };
       this.renderCaption(this.lastTurn);
+      if (!this.history) this.onTurn(this.turnInfo(this.lastTurn));
     }
     this.turn = this.newTurn();
+  }
+
+  turnInfo(t) {
+    return { latencyMs: t.latency, from: t.from, first: t.first, usage: t.usage || null, interrupted: t.interrupted };
   }
 
   /** Connection lost mid-turn: stop the typing dots, keep the text, no caption. */
@@ -250,21 +416,24 @@ export class Conversation {
 
   renderCaption(info) {
     const bits = [];
-    if (info.latency !== null) bits.push(`first response in ${info.latency} ms`);
+    if (info.latency !== null) {
+      const from = { speech: "end of speech", text: "sending", transcript: "transcript" }[info.from];
+      const to = info.first === "audio" ? "first audio" : "first text";
+      bits.push(`${info.latency} ms from ${from} to ${to}`);
+    }
     const u = info.usage;
     if (u) {
-      bits.push(
-        `tokens: ${u.promptTokenCount ?? "?"} in · ${u.candidatesTokenCount ?? "?"} out · ${u.totalTokenCount ?? "?"} total`,
-      );
+      bits.push(`tokens ${u.promptTokenCount ?? "?"} in · ${u.candidatesTokenCount ?? "?"} out · ${u.totalTokenCount ?? "?"} total`);
     }
     if (!bits.length) return;
-    if (info.audioOnly) bits.unshift("🔊 audio answer");
     if (!info.caption) {
-      info.caption = document.createElement("div");
-      info.caption.className = "caption";
-      this.mutate(() => (info.anchor && info.anchor.isConnected ? info.anchor.after(info.caption) : this.el.append(info.caption)));
+      const caption = (info.caption = document.createElement("div"));
+      caption.className = "caption";
+      if (this.history) caption.classList.add("history");
+      caption.append(icon("clock"), document.createElement("span"));
+      this.mutate(() => (info.anchor && info.anchor.isConnected ? info.anchor.after(caption) : this.el.append(caption)));
     }
-    info.caption.textContent = bits.join(" · ");
+    info.caption.lastElementChild.textContent = bits.join(" · ");
   }
 
   // ---- dispatch ------------------------------------------------------------------------------
@@ -282,25 +451,17 @@ export class Conversation {
     const hasText = parts.some((p) => typeof p.text === "string" && p.thought !== true);
     if (hasText) {
       if (fromUser) {
-        // The user's own typed turn echoed back: already shown when it was sent.
-        if (text !== this.lastSentText) this.bubble("user final", text);
+        // The user's own typed turn echoed back live: already shown when it was sent.
+        if (this.history || text !== this.lastSentText) this.bubble("user final", text);
+        if (!this.history) this.lastSentText = null;
       } else {
         this.agentText(text, ev.partial !== true, now);
       }
     }
 
     for (const p of parts) {
-      if (p.functionCall) {
-        const c = p.functionCall;
-        this.note("tool", `🔧 ${c.name}(${compactJson(c.args)})`);
-      }
-      if (p.functionResponse) {
-        const r = p.functionResponse;
-        this.note("tool", `↩ ${r.name} → ${compactJson(r.response)}`);
-      }
-      if (p.fileData && p.fileData.fileUri) {
-        this.note("file", `💾 recording saved: ${fileName(p.fileData.fileUri)}`, p.fileData.fileUri);
-      }
+      if (p.functionCall) this.toolCall(p.functionCall);
+      if (p.functionResponse) this.toolResponse(p.functionResponse);
     }
 
     if (ev.inputTranscription) this.transcription(ev.inputTranscription, true, now);

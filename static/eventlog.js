@@ -1,8 +1,34 @@
-// The event log panel: one line per downstream event or upstream message, expandable to JSON.
+// The event console: one line per downstream event or upstream message, expandable to JSON,
+// filtered by kind (audio chunks hidden by default) and by text.
 
 import { fileName } from "./conversation.js";
 
 const MAX_ENTRIES = 500;
+
+/** The console's filter groups, in the order their checkboxes appear, and the kinds in each. */
+export const GROUPS = [
+  ["text", "text", ["text", "partial"]],
+  ["transcript", "transcripts", ["transcript-in", "transcript-out"]],
+  ["audio", "audio", ["audio"]],
+  ["tool", "tools", ["tool"]],
+  ["turn", "turns", ["turnComplete", "interrupted"]],
+  ["usage", "usage", ["usage"]],
+  ["file", "recordings", ["file"]],
+  ["error", "errors", ["error"]],
+  ["sent", "sent", []],
+  ["connection", "connection", []],
+  ["other", "other", ["event"]],
+];
+const HIDDEN_BY_DEFAULT = new Set(["audio"]);
+
+/** The filter group of an entry. */
+export function groupOf(direction, kind) {
+  if (kind === "error") return "error";
+  if (direction === "up") return "sent";
+  if (direction === "local") return "connection";
+  const group = GROUPS.find(([, , kinds]) => kinds.includes(kind));
+  return group ? group[0] : "other";
+}
 
 /** The kind label of a downstream ADK event. */
 export function classify(ev) {
@@ -77,18 +103,58 @@ function shorten(key, value) {
 }
 
 export class EventLog {
-  constructor({ list, showAudio, counter, stats }) {
+  /**
+   * @param {object} o
+   * @param {HTMLElement} o.list     the <ol> of entries
+   * @param {HTMLElement} o.filters  where the kind checkboxes go
+   * @param {HTMLInputElement} o.search  text filter
+   * @param {HTMLElement} o.counter  "(shown of total)"
+   * @param {HTMLElement} o.stats    audio chunk counters
+   */
+  constructor({ list, filters, search, counter, stats }) {
     this.list = list;
-    this.showAudio = showAudio;
     this.counter = counter;
     this.stats = stats;
+    this.search = search;
+    this.query = "";
+    this.hidden = new Set(HIDDEN_BY_DEFAULT);
     this.payloads = new WeakMap(); // li -> payload, stringified only when expanded
     this.audio = { down: 0, downBytes: 0, hidden: 0, up: 0, upBytes: 0 };
     this.statsQueued = false;
+    this.countQueued = false;
     list.addEventListener("click", (e) => {
       const head = e.target.closest(".entry-head");
       if (head) this.toggle(head);
     });
+    for (const [group, label] of GROUPS) {
+      const chip = document.createElement("label");
+      chip.className = `chip g-${group}`;
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = group;
+      box.checked = !this.hidden.has(group);
+      box.addEventListener("change", () => this.setVisible(group, box.checked));
+      chip.append(box, ` ${label}`);
+      filters.append(chip);
+      list.classList.toggle(`hide-${group}`, this.hidden.has(group));
+    }
+    search.addEventListener("input", () => {
+      this.query = search.value.trim().toLowerCase();
+      for (const li of list.children) this.applyQuery(li);
+      this.updateCount();
+    });
+  }
+
+  /** Shows or hides a kind group (CSS does the hiding, so nothing is re-rendered). */
+  setVisible(group, visible) {
+    if (visible) this.hidden.delete(group);
+    else this.hidden.add(group);
+    this.list.classList.toggle(`hide-${group}`, !visible);
+    this.updateCount();
+  }
+
+  applyQuery(li) {
+    li.classList.toggle("no-match", this.query !== "" && !li.textContent.toLowerCase().includes(this.query));
   }
 
   toggle(head) {
@@ -108,7 +174,9 @@ export class EventLog {
     const list = this.list;
     const pinned = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
     const li = document.createElement("li");
-    li.className = `entry ${direction} k-${kind}`;
+    const group = groupOf(direction, kind);
+    li.className = `entry ${direction} k-${kind} g-${group}`;
+    li.dataset.group = group;
     const head = document.createElement("button");
     head.type = "button";
     head.className = "entry-head";
@@ -129,10 +197,26 @@ export class EventLog {
     head.querySelector(".dir").setAttribute("aria-label", direction === "up" ? "sent" : direction === "down" ? "received" : "connection");
     li.append(head);
     this.payloads.set(li, payload);
+    if (this.query) this.applyQuery(li);
     list.append(li);
     while (list.childElementCount > MAX_ENTRIES) list.firstElementChild.remove();
     if (pinned) list.scrollTop = list.scrollHeight;
-    this.counter.textContent = `(${list.childElementCount})`;
+    this.updateCount();
+  }
+
+  // Throttled to one count per frame: entries can arrive 50+ times a second.
+  updateCount() {
+    if (this.countQueued) return;
+    this.countQueued = true;
+    requestAnimationFrame(() => {
+      this.countQueued = false;
+      const total = this.list.childElementCount;
+      let shown = 0;
+      for (const li of this.list.children) {
+        if (!this.hidden.has(li.dataset.group) && !li.classList.contains("no-match")) shown += 1;
+      }
+      this.counter.textContent = shown === total ? `(${total})` : `(${shown} of ${total})`;
+    });
   }
 
   /** A downstream event; `audioBytes` is the PCM that came with it (binary frame or base64). */
@@ -142,8 +226,9 @@ export class EventLog {
       this.audio.down += 1;
       this.audio.downBytes += audioBytes;
       this.updateStats();
-      // Audio chunks arrive ~25-50 per second; logging them would push everything else out.
-      if (!this.showAudio.checked) {
+      // Audio chunks arrive ~25-50 per second; logging them while hidden would push everything
+      // else out of the console, so they are only listed while their filter is on.
+      if (this.hidden.has("audio")) {
         this.audio.hidden += 1;
         return;
       }
@@ -170,7 +255,7 @@ export class EventLog {
 
   clear() {
     this.list.replaceChildren();
-    this.counter.textContent = "(0)";
+    this.updateCount();
   }
 
   // Throttled to one DOM update per frame: audio counters change 50+ times a second.

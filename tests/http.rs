@@ -53,3 +53,31 @@ async fn health_readiness_and_the_web_client_are_served() {
         .starts_with("HTTP/1.1 404"));
     server.shutdown(WAIT).await;
 }
+
+/// The web client works offline: no file in `static/` points outside the gateway (no CDN, fonts,
+/// analytics). `https://` alone, in a message, names a scheme, not a place.
+#[test]
+fn the_web_client_names_no_external_url() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("static");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lower = text.to_ascii_lowercase();
+        for (at, _) in lower.match_indices("//") {
+            let before = &lower[..at];
+            let after = &lower[at + 2..];
+            let scheme = before.ends_with("http:") || before.ends_with("https:");
+            let quoted = ["\"", "'", "(", "="].iter().any(|q| before.ends_with(q));
+            let host = after.starts_with(|c: char| c.is_ascii_alphanumeric());
+            assert!(
+                !((scheme || quoted) && host),
+                "{}:{} names an external URL",
+                path.display(),
+                text[..at].lines().count()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 5, "static files found");
+}

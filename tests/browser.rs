@@ -1,0 +1,690 @@
+//! The web client in a real browser: headless Chromium driven over WebDriver (chromedriver), with
+//! a fake microphone that plays `tests/fixtures/hello.wav`, against a real gateway on `sim`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver`, so the tests are ignored in a plain
+//! `cargo test`; `.ci/run` installs both and runs them with `--include-ignored`. `CHROMIUM` and
+//! `CHROMEDRIVER` override the binaries' paths. Every wait is a bounded poll of page state
+//! (`window.livegate` and the DOM), never a fixed sleep.
+
+mod common;
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
+use livegate::gateway::config::SimPacingArg;
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+/// How often page state is polled.
+const POLL: Duration = Duration::from_millis(50);
+
+/// One browser at a time: they share two cores, and real-time audio must not starve.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// `target/screenshots` (under `CARGO_TARGET_DIR` when it is set).
+fn screenshot_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("screenshots")
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// chromedriver and the Chromium it drives, with a fresh profile.
+struct Browser {
+    client: Client,
+    _driver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn launch() -> Browser {
+        let driver_bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let port = free_port();
+        let driver = Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{driver_bin} starts (install chromium-driver): {e}"));
+        let driver_addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(driver_addr).await.is_err() {
+            assert!(started.elapsed() < WAIT, "chromedriver listens in time");
+            tokio::time::sleep(POLL).await;
+        }
+
+        let profile = tempfile::tempdir().expect("a profile directory");
+        let wav = fixture("hello.wav");
+        let args = [
+            "--headless=new".to_owned(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-background-networking".into(),
+            "--disable-component-update".into(),
+            "--disable-dev-shm-usage".into(),
+            "--no-first-run".into(),
+            format!("--user-data-dir={}", profile.path().display()),
+            "--use-fake-ui-for-media-stream".into(),
+            "--use-fake-device-for-media-stream".into(),
+            format!("--use-file-for-fake-audio-capture={}%noloop", wav.display()),
+            "--autoplay-policy=no-user-gesture-required".into(),
+            "--window-size=1280,800".into(),
+        ];
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": chromium, "args": args}),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://{driver_addr}"))
+            .await
+            .expect("a Chromium session (install chromium)");
+        Browser {
+            client,
+            _driver: driver,
+            _profile: profile,
+        }
+    }
+}
+
+/// Runs `body` with a fresh browser and always closes the browser afterwards, even when the body
+/// panics (a killed chromedriver would leave Chromium running).
+async fn with_browser<F, Fut>(body: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Browser::launch().await;
+    let page = browser.client.clone();
+    let outcome = AssertUnwindSafe(async move {
+        body(page.clone()).await;
+        let errors = eval(&page, "window.livegate ? livegate.errors : []").await;
+        assert_eq!(errors, json!([]), "no script errors in the page");
+    })
+    .catch_unwind()
+    .await;
+    let _ = browser.client.clone().close().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Evaluates `expr` in the page.
+async fn eval(page: &Client, expr: &str) -> Value {
+    page.execute(&format!("return ({expr});"), vec![])
+        .await
+        .unwrap_or_else(|e| panic!("script `{expr}` runs: {e}"))
+}
+
+/// Polls `expr` every 50 ms until it is truthy, up to `timeout`; returns its value.
+async fn wait_until(page: &Client, what: &str, expr: &str, timeout: Duration) -> Value {
+    let started = Instant::now();
+    loop {
+        let value = eval(page, expr).await;
+        let truthy = match &value {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(s) => !s.is_empty(),
+            _ => true,
+        };
+        if truthy {
+            return value;
+        }
+        if started.elapsed() > timeout {
+            let state = eval(page, DIAGNOSTICS).await;
+            panic!("timed out waiting for {what} (`{expr}` = {value}); page: {state:#}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// What the page looked like, for failure messages.
+const DIAGNOSTICS: &str = r##"(() => {
+  const lg = window.livegate || {};
+  return {
+    status: lg.status, session: lg.sessionId, playedSamples: lg.playedSamples,
+    audioBytes: lg.audioBytes,
+    kinds: (lg.events || []).slice(-40).map((e) => Object.keys(e).filter((k) => !["id","invocationId","author","actions","nodeInfo","timestamp","modelVersion"].includes(k)).join("+")),
+    messages: [...document.querySelectorAll("#messages > *")].map((m) => m.className + ": " + m.textContent.slice(0, 80)),
+  };
+})()"##;
+
+async fn open(page: &Client, addr: SocketAddr, query: &str) {
+    page.goto(&format!("http://{addr}/?{query}"))
+        .await
+        .expect("the page loads");
+    wait_connected(page).await;
+}
+
+async fn wait_connected(page: &Client) {
+    wait_until(
+        page,
+        "the connection",
+        "window.livegate && livegate.status === 'connected' && livegate.historyLoaded",
+        WAIT,
+    )
+    .await;
+}
+
+/// Sizes the window so that the page's viewport is exactly `width` × `height`.
+async fn set_viewport(page: &Client, width: u32, height: u32) {
+    for _ in 0..3 {
+        let size = eval(page, "[innerWidth, innerHeight, outerWidth, outerHeight]").await;
+        let n = |i: usize| size[i].as_i64().expect("a number");
+        if (n(0), n(1)) == (i64::from(width), i64::from(height)) {
+            return;
+        }
+        let extra_w = (n(2) - n(0)).max(0);
+        let extra_h = (n(3) - n(1)).max(0);
+        page.set_window_size(
+            width + u32::try_from(extra_w).unwrap_or(0),
+            height + u32::try_from(extra_h).unwrap_or(0),
+        )
+        .await
+        .expect("window resized");
+    }
+    let size = eval(page, "[innerWidth, innerHeight]").await;
+    assert_eq!(size, json!([width, height]), "viewport size");
+}
+
+/// A Chrome DevTools Protocol command, through chromedriver's `goog/cdp/execute`.
+#[derive(Debug)]
+struct Cdp {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({"cmd": self.cmd, "params": self.params});
+        (http::Method::POST, Some(body.to_string()))
+    }
+}
+
+/// Makes the page see `prefers-color-scheme: light` or `dark`.
+async fn color_scheme(page: &Client, scheme: &str) {
+    let params = json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]});
+    page.issue_cmd(Cdp {
+        cmd: "Emulation.setEmulatedMedia",
+        params,
+    })
+    .await
+    .expect("media emulation");
+    let matches = eval(
+        page,
+        &format!("matchMedia('(prefers-color-scheme: {scheme})').matches"),
+    )
+    .await;
+    assert_eq!(matches, json!(true), "{scheme} scheme emulated");
+}
+
+async fn save_screenshot(page: &Client, name: &str) {
+    let png = page.screenshot().await.expect("a screenshot");
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    std::fs::write(dir.join(name), png).expect("screenshot saved");
+}
+
+async fn click(page: &Client, css: &str) {
+    page.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css} is on the page: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("{css} can be clicked: {e}"));
+}
+
+/// Types `text` into the message box and presses Send, as a person would.
+async fn send_text(page: &Client, text: &str) {
+    let input = page
+        .find(Locator::Css("#text-input"))
+        .await
+        .expect("the message box");
+    input.send_keys(text).await.expect("typing works");
+    click(page, "#send").await;
+}
+
+/// How many `turnComplete` events the page has received.
+const TURNS_COMPLETE: &str = "livegate.events.filter((e) => e.turnComplete === true).length";
+
+/// The conversation's bubbles as `[class list, text]`.
+const BUBBLES: &str = "[...document.querySelectorAll('#messages .msg:not(.system)')].map((b) => [b.className, b.querySelector('.text').textContent])";
+
+/// `{checked, bad}`: how many elements with their own text were checked, and those whose contrast
+/// with the background behind them is below 4.5:1 (3:1 for large text). Disabled controls are
+/// exempt, as WCAG says.
+const LOW_CONTRAST: &str = r##"(() => {
+  const rgba = (c) => (c.match(/[\d.]+/g) || [0, 0, 0, 0]).map(Number).concat([1]).slice(0, 4);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const over = (top, bottom) => top.slice(0, 3).map((v, i) => v * top[3] + bottom[i] * (1 - top[3])).concat([1]);
+  const background = (el) => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c[3] > 0) layers.push(c);
+      if (c[3] >= 1) break;
+    }
+    let color = [255, 255, 255, 1];
+    for (const layer of layers.reverse()) color = over(layer, color);
+    return color;
+  };
+  const bad = [];
+  let checked = 0;
+  for (const el of document.querySelectorAll("body *")) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !el.getClientRects().length || el.closest(":disabled, .visually-hidden, [hidden]")) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility !== "visible" || Number(style.opacity) === 0) continue;
+    checked += 1;
+    const bg = background(el);
+    const fg = over(rgba(style.color), bg);
+    const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    const ratio = (a + 0.05) / (b + 0.05);
+    const size = parseFloat(style.fontSize);
+    const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+    if (ratio < (large ? 3 : 4.5)) bad.push(`${el.tagName.toLowerCase()}.${el.className} "${el.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}`);
+  }
+  return { checked, bad };
+})()"##;
+
+/// Asserts the page's text contrast (see `LOW_CONTRAST`).
+async fn assert_contrast(page: &Client, when: &str) {
+    let report = eval(page, LOW_CONTRAST).await;
+    assert!(report["checked"].as_u64() > Some(20), "{when}: {report}");
+    assert_eq!(report["bad"], json!([]), "text contrast {when}");
+}
+
+/// Horizontal overflow: elements wider than the viewport (the page must work at phone width).
+const OVERFLOWING: &str = r##"[...document.querySelectorAll("body *")].filter((el) => {
+  const r = el.getBoundingClientRect();
+  return r.width > 0 && (r.right > innerWidth + 1 || r.left < -1) && !el.closest(".visually-hidden, .skip-link, .panel:not([open])");
+}).map((el) => el.tagName.toLowerCase() + "#" + el.id + "." + el.className)"##;
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_text_turn_streams_into_one_final_answer() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b1&session=text-1&modality=TEXT").await;
+        send_text(&page, "hello there").await;
+        wait_until(&page, "the turn end", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        wait_until(&page, "the turn's caption", "livegate.turns.length === 1", WAIT).await;
+
+        let partials = eval(&page, "livegate.events.filter((e) => e.partial === true && e.content).length").await;
+        assert!(partials.as_u64() >= Some(2), "the answer streamed in pieces: {partials}");
+        let merged = eval(
+            &page,
+            "livegate.events.filter((e) => e.partial === false && e.content).map((e) => e.content.parts.map((p) => p.text || '').join(''))",
+        )
+        .await;
+        let merged = merged.as_array().expect("an array");
+        assert_eq!(merged.len(), 1, "one merged answer: {merged:?}");
+        let answer = merged[0].as_str().expect("text");
+        assert!(answer.contains("hello there"), "{answer}");
+
+        let bubbles = eval(&page, BUBBLES).await;
+        assert_eq!(
+            bubbles,
+            json!([["msg user final", "hello there"], ["msg agent final", answer]]),
+            "the user's message and exactly one finalized answer, shown once"
+        );
+        let typing = eval(&page, "document.querySelectorAll('#messages .typing, #messages [aria-busy]').length").await;
+        assert_eq!(typing, json!(0), "nothing is still streaming");
+
+        let turn = eval(&page, "livegate.turns[0]").await;
+        assert_eq!(turn["from"], "text", "{turn}");
+        assert!(turn["latencyMs"].as_u64().is_some(), "{turn}");
+        assert!(turn["usage"]["totalTokenCount"].as_u64() > Some(0), "{turn}");
+        let caption = eval(&page, "document.querySelector('#messages .caption').textContent").await;
+        let caption = caption.as_str().unwrap_or_default();
+        assert!(
+            caption.contains("ms from sending to first text") && caption.contains("tokens"),
+            "{caption}"
+        );
+
+        // The event console: an entry expands to its JSON, and kinds can be filtered out.
+        click(&page, "#log .k-turnComplete .entry-head").await;
+        let json = eval(&page, "document.querySelector('#log .k-turnComplete pre').textContent").await;
+        assert!(json.as_str().unwrap_or_default().contains("\"turnComplete\": true"), "{json}");
+        let visible_text = "[...document.querySelectorAll('#log .g-text')].filter((e) => e.getClientRects().length).length";
+        assert!(eval(&page, visible_text).await.as_u64() > Some(0));
+        click(&page, "#log-filters input[value=text]").await;
+        assert_eq!(eval(&page, visible_text).await, json!(0), "text events filtered out");
+        let count = eval(&page, "document.querySelector('#log-count').textContent").await;
+        assert!(count.as_str().unwrap_or_default().contains(" of "), "{count}");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn speech_from_the_microphone_is_transcribed_answered_and_played() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b2&session=voice-1").await;
+        click(&page, "#mic").await;
+        wait_until(&page, "the microphone", "document.querySelector('#mic').getAttribute('aria-pressed') === 'true'", WAIT).await;
+
+        let heard = wait_until(
+            &page,
+            "the user's transcript",
+            "[...document.querySelectorAll('#messages .msg.user.transcript.final')].map((b) => b.textContent).join('')",
+            WAIT,
+        )
+        .await;
+        assert!(heard.as_str().unwrap_or_default().contains("speech"), "{heard}");
+        let said = wait_until(
+            &page,
+            "the agent's transcript",
+            "[...document.querySelectorAll('#messages .msg.agent.transcript.final')].map((b) => b.textContent).join('')",
+            WAIT,
+        )
+        .await;
+        assert!(said.as_str().unwrap_or_default().contains("You said something"), "{said}");
+        // The voice echo is as long as the utterance: at least a second of it is heard.
+        wait_until(&page, "the answer played", "livegate.playedSamples >= 24000", WAIT).await;
+        let (played, received) = {
+            let v = eval(&page, "[livegate.playedSamples, livegate.audioBytes]").await;
+            (v[0].as_u64().unwrap(), v[1].as_u64().unwrap())
+        };
+        assert!(played <= received / 2, "played {played} of {} samples", received / 2);
+        wait_until(&page, "the turn's caption", "livegate.turns.length >= 1", WAIT).await;
+        let turn = eval(&page, "livegate.turns[0]").await;
+        assert_eq!((turn["from"].as_str(), turn["first"].as_str()), (Some("speech"), Some("audio")), "{turn}");
+
+        // Audio chunks are counted but not listed in the console by default.
+        assert_eq!(eval(&page, "document.querySelectorAll('#log .g-audio').length").await, json!(0));
+        let stats = eval(&page, "document.querySelector('#audio-stats').textContent").await;
+        assert!(stats.as_str().unwrap_or_default().contains("audio"), "{stats}");
+
+        // The same button stops the microphone.
+        click(&page, "#mic").await;
+        wait_until(&page, "the microphone off", "document.querySelector('#mic').getAttribute('aria-pressed') === 'false'", WAIT).await;
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn speaking_over_the_answer_stops_playback_and_marks_it_interrupted() {
+    let mut args = test_args();
+    args.sim_pacing = SimPacingArg::Realtime;
+    let server = start(args).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b3&session=barge-1").await;
+        send_text(&page, "tell me a long story about a lighthouse keeper please").await;
+        wait_until(&page, "the answer to play", "livegate.playedSamples >= 4800", WAIT).await;
+
+        click(&page, "#mic").await;
+        wait_until(&page, "the barge-in", "livegate.interruptions >= 1", WAIT).await;
+        // The flush is acknowledged by the player: nothing of the old answer is left to play.
+        let at_flush = wait_until(
+            &page,
+            "playback to stop",
+            "livegate.flushes >= 1 && livegate.bufferedSamples === 0 && [livegate.playedSamples, livegate.audioBytes]",
+            Duration::from_secs(2),
+        )
+        .await;
+        let story = eval(&page, "(() => { const b = document.querySelector('#messages .msg.agent'); return [b.className, b.textContent]; })()").await;
+        let class = story[0].as_str().unwrap_or_default();
+        assert!(class.contains("interrupted") && class.contains("final"), "{story}");
+
+        // The barge-in utterance is transcribed and answered, and that answer is not interrupted.
+        wait_until(
+            &page,
+            "the answer to the barge-in",
+            "document.querySelectorAll('#messages .msg.agent.transcript.final:not(.interrupted)').length === 1 && document.querySelector('#messages .msg.user.transcript.final')",
+            WAIT,
+        )
+        .await;
+        wait_until(&page, "its turn end", &format!("{TURNS_COMPLETE} >= 1"), WAIT).await;
+        let after = wait_until(
+            &page,
+            "the new answer to play out",
+            "livegate.bufferedSamples === 0 && livegate.playedSamples > 0 && [livegate.playedSamples, livegate.audioBytes]",
+            WAIT,
+        )
+        .await;
+        // After the flush only audio that arrived after `interrupted` was played.
+        let played_since = after[0].as_u64().unwrap() - at_flush[0].as_u64().unwrap();
+        let received_since = (after[1].as_u64().unwrap() - at_flush[1].as_u64().unwrap()) / 2;
+        assert!(played_since > 0, "the new answer was heard");
+        assert!(
+            played_since <= received_since,
+            "played {played_since} samples after the flush, but only {received_since} arrived after it"
+        );
+        let order = eval(&page, BUBBLES).await;
+        let classes: Vec<&str> = order
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[0].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(classes.len(), 4, "{order}");
+        assert!(classes[0].starts_with("msg user final"), "{order}");
+        assert!(classes[1].contains("agent") && classes[1].contains("interrupted"), "{order}");
+        assert!(classes[2].contains("user transcript"), "{order}");
+        assert!(classes[3].contains("agent") && !classes[3].contains("interrupted"), "{order}");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_reload_shows_the_history_and_playable_recordings() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        set_viewport(&page, 1280, 800).await;
+        open(&page, addr, "user=b4&session=reload-1").await;
+
+        // A tool call...
+        send_text(&page, "what time is it in Tokyo?").await;
+        wait_until(&page, "the tool turn", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        let tool = wait_until(
+            &page,
+            "the tool card",
+            "(() => { const t = document.querySelector('#messages .tool:not(.pending)'); return t && t.textContent; })()",
+            WAIT,
+        )
+        .await;
+        let tool = tool.as_str().unwrap_or_default().to_owned();
+        assert!(tool.contains("get_current_time") && tool.contains("Asia/Tokyo"), "{tool}");
+        // ...and a voice turn.
+        click(&page, "#mic").await;
+        wait_until(&page, "the voice turn", &format!("{TURNS_COMPLETE} === 2"), WAIT).await;
+        wait_until(&page, "the spoken answer to play", "livegate.playedSamples > 0 && livegate.bufferedSamples === 0", WAIT).await;
+        click(&page, "#mic").await;
+        wait_until(&page, "the recordings", "livegate.recordings.filter((r) => r.side === 'input').length >= 1 && livegate.recordings.filter((r) => r.side === 'output').length >= 2", WAIT).await;
+        eval(&page, "document.querySelector('#text-input').blur() || true").await;
+
+        assert_contrast(&page, "at desktop width").await;
+        save_screenshot(&page, "desktop.png").await;
+        color_scheme(&page, "dark").await;
+        assert_contrast(&page, "in the dark theme").await;
+        save_screenshot(&page, "desktop-dark.png").await;
+        color_scheme(&page, "light").await;
+        set_viewport(&page, 390, 844).await;
+        wait_until(&page, "the panels to fold", "!document.querySelector('#log-panel').open", WAIT).await;
+        assert_eq!(eval(&page, OVERFLOWING).await, json!([]), "nothing wider than a phone");
+        assert_contrast(&page, "at phone width").await;
+        save_screenshot(&page, "phone.png").await;
+        set_viewport(&page, 1280, 800).await;
+
+        let live = eval(&page, BUBBLES).await;
+        page.refresh().await.expect("the page reloads");
+        wait_connected(&page).await;
+        assert_eq!(eval(&page, "livegate.sessionId").await, json!("reload-1"));
+        let history: Vec<Value> = eval(&page, BUBBLES)
+            .await
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| json!([b[0].as_str().unwrap().replace(" history", ""), b[1]]))
+            .collect();
+        assert_eq!(Value::Array(history), live, "the same conversation, from the stored events");
+        let tool_again = eval(&page, "document.querySelector('#messages .tool.history').textContent").await;
+        assert_eq!(tool_again.as_str(), Some(tool.as_str()), "the tool call is in the history");
+        let picked = eval(&page, "document.querySelector('#session-select').value").await;
+        assert_eq!(picked, json!("reload-1"));
+
+        // The recordings list has playable WAVs.
+        let rows = wait_until(&page, "the recordings list", "document.querySelectorAll('#recordings .rec').length >= 3 && livegate.recordings", WAIT).await;
+        let http = reqwest::Client::new();
+        for row in rows.as_array().unwrap() {
+            let url = format!("http://{addr}{}", row["url"].as_str().unwrap());
+            let wav = http.get(&url).send().await.unwrap();
+            assert_eq!(wav.headers()["content-type"], "audio/wav", "{url}");
+            let wav = wav.bytes().await.unwrap();
+            let raw = http
+                .get(url.replace("format=wav", "format=raw"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            let le32 = |at: usize| u32::from_le_bytes(wav[at..at + 4].try_into().unwrap()) as usize;
+            assert_eq!((&wav[0..4], &wav[8..16]), (&b"RIFF"[..], &b"WAVEfmt "[..]), "{url}");
+            assert_eq!(le32(4), wav.len() - 8, "RIFF size of {url}");
+            assert_eq!(&wav[36..40], b"data");
+            assert_eq!(le32(40), raw.len(), "data size of {url}");
+            assert_eq!(wav.len(), 44 + raw.len(), "{url}");
+            assert!(!raw.is_empty(), "{url}");
+            let rate = if row["side"] == "input" { 16_000 } else { 24_000 };
+            assert_eq!(le32(24), rate, "sample rate of {url}");
+        }
+        // And the browser plays one.
+        click(&page, "#recordings .rec.input .rec-play").await;
+        wait_until(&page, "a recording to play", "document.querySelector('#recordings .rec.input .rec-play').getAttribute('aria-pressed') === 'true'", WAIT).await;
+
+        // A new session starts empty; picking the old one again brings its history back.
+        click(&page, "#new-session").await;
+        wait_connected(&page).await;
+        let fresh = eval(&page, "livegate.sessionId").await;
+        assert_ne!(fresh, json!("reload-1"));
+        assert_eq!(eval(&page, "document.querySelectorAll('#messages > *').length").await, json!(0));
+        assert_eq!(eval(&page, "document.querySelector('#session-select').value").await, fresh);
+        let old = page
+            .find(Locator::Css("#session-select"))
+            .await
+            .expect("the session picker");
+        wait_until(&page, "the old session in the picker", "document.querySelector('#session-select option[value=\"reload-1\"]')", WAIT).await;
+        old.select_by_value("reload-1").await.expect("the old session can be picked");
+        wait_until(&page, "the old session", "livegate.sessionId === 'reload-1' && livegate.historyLoaded && livegate.status === 'connected'", WAIT).await;
+        assert_eq!(eval(&page, "document.querySelectorAll('#messages .msg.history').length").await, json!(live.as_array().unwrap().len()));
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    let restarted = std::sync::Arc::new(tokio::sync::Mutex::new(Some(server)));
+    let handle = restarted.clone();
+    with_browser(|page| async move {
+        // This page gets its audio inside the JSON (ADK's base64 mode) instead of binary frames.
+        open(&page, addr, "user=b5&session=again-1&audio=base64").await;
+        let server = handle.lock().await.take().expect("the first gateway");
+        server.shutdown(WAIT).await;
+        wait_until(&page, "the drop to show", "livegate.status === 'disconnected' && document.querySelector('#retry-info').textContent.includes('retrying')", WAIT).await;
+
+        let mut args = test_args();
+        args.bind = addr;
+        *handle.lock().await = Some(start(args).await);
+        wait_until(&page, "the automatic reconnect", "livegate.status === 'connected'", WAIT).await;
+        assert_eq!(eval(&page, "livegate.sessionId").await, json!("again-1"));
+        let notice = eval(&page, "[...document.querySelectorAll('#messages .msg.system')].map((m) => m.textContent).join(' | ')").await;
+        assert!(notice.as_str().unwrap_or_default().contains("Reconnected to session again-1"), "{notice}");
+        send_text(&page, "still there?").await;
+        wait_until(&page, "an answer on the new connection", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        wait_until(&page, "its base64 audio to play", "livegate.playedSamples > 0 && livegate.bufferedSamples === 0", WAIT).await;
+        let base64_audio = eval(&page, "livegate.events.filter((e) => e.content && e.content.parts.some((p) => p.inlineData && p.inlineData.data)).length").await;
+        assert!(base64_audio.as_u64() > Some(0), "audio came as base64: {base64_audio}");
+    })
+    .await;
+    let last = restarted.lock().await.take();
+    if let Some(server) = last {
+        server.shutdown(WAIT).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_second_tab_takes_the_session_over_and_reconnect_takes_it_back() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b6&session=tabs-1").await;
+        let first = page.window().await.expect("the first tab");
+        let second = page.new_window(true).await.expect("a second tab").handle;
+        page.switch_to_window(second.clone()).await.expect("to the second tab");
+        open(&page, addr, "user=b6&session=tabs-1").await;
+        send_text(&page, "hello from the second tab").await;
+        wait_until(&page, "the second tab's answer", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+
+        page.switch_to_window(first.clone()).await.expect("back to the first tab");
+        wait_until(&page, "the takeover notice", "livegate.status === 'disconnected' && !document.querySelector('#reconnect').hidden", WAIT).await;
+        let notice = eval(&page, "document.querySelector('#messages').textContent").await;
+        assert!(notice.as_str().unwrap_or_default().contains("4000"), "{notice}");
+        // No automatic retry: the two tabs would take the session from each other forever.
+        assert_eq!(eval(&page, "document.querySelector('#retry-info').textContent").await, json!("not reconnecting"));
+
+        click(&page, "#reconnect").await;
+        wait_connected(&page).await;
+        let shown = wait_until(&page, "the other tab's turn", "[...document.querySelectorAll('#messages .msg.user.history')].map((b) => b.textContent).join('')", WAIT).await;
+        assert_eq!(shown, json!("hello from the second tab"));
+        page.switch_to_window(second).await.expect("to the second tab");
+        page.close_window().await.expect("the second tab closes");
+        page.switch_to_window(first).await.expect("back to the first tab");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
