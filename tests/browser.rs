@@ -388,7 +388,8 @@ async fn a_text_turn_streams_into_one_final_answer() {
         let visible_text = "[...document.querySelectorAll('#log .g-text')].filter((e) => e.getClientRects().length).length";
         assert!(eval(&page, visible_text).await.as_u64() > Some(0));
         click(&page, "#log-filters input[value=text]").await;
-        assert_eq!(eval(&page, visible_text).await, json!(0), "text events filtered out");
+        // The filter applies as the console re-renders; wait for it rather than race it.
+        wait_until(&page, "text events filtered out", &format!("({visible_text}) === 0"), WAIT).await;
         let count = eval(&page, "document.querySelector('#log-count').textContent").await;
         assert!(count.as_str().unwrap_or_default().contains(" of "), "{count}");
     })
