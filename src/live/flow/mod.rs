@@ -262,7 +262,8 @@ impl LiveFlow {
                         response = receiver.recv() => Next::Model(response),
                     };
                     let response = match next {
-                        Next::Persist((item, ack)) => {
+                        Next::Persist(request) => {
+                            let (item, ack) = *request;
                             yield item;
                             let _ = ack.send(());
                             continue;
@@ -388,7 +389,8 @@ impl LiveFlow {
                     Ok(send_inputs) => inputs = Some(send_inputs),
                     Err(error) => tracing::error!(%error, invocation_id, "send loop failed"),
                 }
-                while let Ok((item, ack)) = persist_rx.try_recv() {
+                while let Ok(request) = persist_rx.try_recv() {
+                    let (item, ack) = *request;
                     yield item;
                     let _ = ack.send(());
                 }

@@ -14,8 +14,9 @@ use crate::live::LiveRequestReceiver;
 use crate::model::LiveInput;
 
 /// An event the send loop hands to the flow to commit (and maybe yield), and the ack that it was
-/// committed.
-pub(crate) type PersistRequest = (FlowItem, oneshot::Sender<()>);
+/// committed. Boxed: these are rare, and a channel allocates room for 32 messages up front, which
+/// unboxed would cost every connection 24 KiB.
+pub(crate) type PersistRequest = Box<(FlowItem, oneshot::Sender<()>)>;
 
 /// What the send loop reads: the client's requests and the flow's own inputs (tool responses).
 /// Handed back when the loop ends, so a reconnect goes on with both.
@@ -165,7 +166,7 @@ async fn persist(ctx: &SendContext, event: Event, emit: bool) -> bool {
     tokio::select! {
         biased;
         _ = ctx.stop.cancelled() => return false,
-        sent = ctx.persist.send((FlowItem { event, emit }, ack)) => if sent.is_err() { return false },
+        sent = ctx.persist.send(Box::new((FlowItem { event, emit }, ack))) => if sent.is_err() { return false },
     }
     tokio::select! {
         biased;
