@@ -1,5 +1,5 @@
 //! Hot paths of one audio chunk: client frame decode (up), event encode (down, binary and base64),
-//! and the live flow's response processing.
+//! the live flow's response processing, and the sim's voice activity detection per 20 ms frame.
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -88,5 +88,27 @@ fn bench_up(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_down, bench_up);
+fn bench_sim(c: &mut Criterion) {
+    use livegate::model::sim::vad::{Vad, VadSettings};
+    let mut group = c.benchmark_group("sim");
+    group.throughput(Throughput::Bytes(640));
+    // 20 ms of 16 kHz speech-like audio: loud enough to count as speech.
+    let frame: Vec<i16> = (0..320).map(|i| ((i % 40) as i16 - 20) * 500).collect();
+    let settings = VadSettings {
+        threshold_dbfs: -40.0,
+        min_speech_ms: 100,
+        silence_ms: 500,
+    };
+    group.bench_function("vad_20ms_frame", |b| {
+        let mut vad = Vad::new(settings, 16_000);
+        let mut events = Vec::new();
+        b.iter(|| {
+            vad.push(black_box(frame.iter().copied()), &mut events);
+            events.clear();
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_down, bench_up, bench_sim);
 criterion_main!(benches);

@@ -23,7 +23,7 @@ pub mod intents;
 mod pcm;
 mod replies;
 mod session;
-mod vad;
+pub mod vad;
 mod voice;
 
 use async_trait::async_trait;
