@@ -310,16 +310,20 @@ impl SessionService for SqliteSessionService {
         let json = serde_json::to_string(&event)?;
 
         let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
-        let row =
-            sqlx::query("SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
-                .bind(&session.app_name)
-                .bind(&session.user_id)
-                .bind(&session.id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some(row) = row else {
+        // Most events change no state: touch the session's time and insert, without reading or
+        // rewriting its state (a dropped transaction rolls back, so early returns change nothing).
+        let touched = sqlx::query(
+            "UPDATE sessions SET update_time = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(event.timestamp)
+        .bind(&session.app_name)
+        .bind(&session.user_id)
+        .bind(&session.id)
+        .execute(&mut *tx)
+        .await?;
+        if touched.rows_affected() == 0 {
             return Err(SessionError::NotFound(session.id.clone()));
-        };
+        }
         let inserted = sqlx::query(
             "INSERT INTO events
                  (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json)
@@ -340,26 +344,32 @@ impl SessionService for SqliteSessionService {
             // A re-delivery of an event already committed changes nothing.
             return Ok(event);
         }
-        let mut state = parse_map(row.try_get("state")?)?;
-        let session_delta = apply_scoped(
-            &mut tx,
-            &session.app_name,
-            &session.user_id,
-            split_delta(&event.actions.state_delta),
-        )
-        .await?;
-        state.extend(session_delta);
-        sqlx::query(
-            "UPDATE sessions SET state = ?, update_time = ?
-             WHERE app_name = ? AND user_id = ? AND id = ?",
-        )
-        .bind(serde_json::to_string(&state)?)
-        .bind(event.timestamp)
-        .bind(&session.app_name)
-        .bind(&session.user_id)
-        .bind(&session.id)
-        .execute(&mut *tx)
-        .await?;
+        let scoped = split_delta(&event.actions.state_delta);
+        if !scoped.is_empty() {
+            let session_delta =
+                apply_scoped(&mut tx, &session.app_name, &session.user_id, scoped).await?;
+            if !session_delta.is_empty() {
+                let row = sqlx::query(
+                    "SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+                )
+                .bind(&session.app_name)
+                .bind(&session.user_id)
+                .bind(&session.id)
+                .fetch_one(&mut *tx)
+                .await?;
+                let mut state = parse_map(row.try_get("state")?)?;
+                state.extend(session_delta);
+                sqlx::query(
+                    "UPDATE sessions SET state = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+                )
+                .bind(serde_json::to_string(&state)?)
+                .bind(&session.app_name)
+                .bind(&session.user_id)
+                .bind(&session.id)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
         tx.commit().await?;
 
         apply_committed(session, full_delta, &event);
