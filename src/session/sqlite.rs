@@ -7,6 +7,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -42,6 +45,23 @@ const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 #[derive(Debug, Clone)]
 pub struct SqliteSessionService {
     pool: SqlitePool,
+    /// Appends go to one writer task that commits whatever is waiting in one transaction.
+    appends: mpsc::Sender<Append>,
+}
+
+/// Most appends committed in one transaction.
+const MAX_BATCH: usize = 256;
+
+/// An event waiting for the writer, and where its outcome goes (`true`: stored, `false`: it
+/// was already there).
+#[derive(Debug)]
+struct Append {
+    app_name: String,
+    user_id: String,
+    session_id: String,
+    event: Event,
+    json: String,
+    done: oneshot::Sender<(Event, Result<bool, SessionError>)>,
 }
 
 fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
@@ -77,7 +97,9 @@ impl SqliteSessionService {
             sqlx::query(statement).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(SqliteSessionService { pool })
+        let (appends, queue) = mpsc::channel(MAX_BATCH * 4);
+        tokio::spawn(write_appends(pool.clone(), queue));
+        Ok(SqliteSessionService { pool, appends })
     }
 }
 
@@ -143,6 +165,158 @@ async fn apply_scoped(
         .await?;
     }
     Ok(scoped.session)
+}
+
+/// The writer: takes the first waiting append and everything queued behind it (up to
+/// `MAX_BATCH`), and commits them in one transaction, each inside its own savepoint so one bad
+/// append fails alone. Callers still wait for their commit: commit-before-yield holds.
+async fn write_appends(pool: SqlitePool, mut queue: mpsc::Receiver<Append>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(append) => batch.push(append),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&pool, &mut batch).await;
+    }
+}
+
+async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
+    let failed = |e: &dyn std::fmt::Display| {
+        SessionError::Database(sqlx::Error::Protocol(format!("commit failed: {e}")))
+    };
+    let mut tx = match pool.begin_with(BEGIN_WRITE).await {
+        Ok(tx) => tx,
+        Err(error) => {
+            tracing::error!(%error, appends = batch.len(), "cannot start a session write");
+            for append in batch.drain(..) {
+                let _ = append.done.send((append.event, Err(failed(&error))));
+            }
+            return;
+        }
+    };
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for append in batch.iter() {
+        outcomes.push(savepointed(&mut tx, append).await);
+    }
+    match tx.commit().await {
+        Ok(()) => {
+            for (append, outcome) in batch.drain(..).zip(outcomes) {
+                let _ = append.done.send((append.event, outcome));
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, appends = batch.len(), "committing session writes failed");
+            for append in batch.drain(..) {
+                let _ = append.done.send((append.event, Err(failed(&error))));
+            }
+        }
+    }
+}
+
+/// One append inside a savepoint: a failed append is rolled back alone; a re-delivered event
+/// (already stored) is `Ok(false)` and changes nothing.
+// Boxed with an explicit `Send`: rustc cannot prove the unboxed future `Send` for every lifetime
+// of the connection borrow when the writer task is spawned.
+fn savepointed<'a>(
+    conn: &'a mut SqliteConnection,
+    append: &'a Append,
+) -> BoxFuture<'a, Result<bool, SessionError>> {
+    Box::pin(async move {
+        sqlx::query("SAVEPOINT append").execute(&mut *conn).await?;
+        let result = append_one(conn, append).await;
+        if result.is_err() {
+            sqlx::query("ROLLBACK TO append")
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query("RELEASE append").execute(&mut *conn).await?;
+        match result {
+            Err(SessionError::AlreadyExists(_)) => Ok(false),
+            other => other,
+        }
+    })
+}
+
+/// One append inside the writer's transaction: `Ok(false)` if the event was already stored.
+fn append_one<'a>(
+    conn: &'a mut SqliteConnection,
+    append: &'a Append,
+) -> BoxFuture<'a, Result<bool, SessionError>> {
+    Box::pin(async move {
+        let Append {
+            app_name,
+            user_id,
+            session_id,
+            event,
+            json,
+            ..
+        } = append;
+        // Most events change no state: touch the session's time and insert, without reading or
+        // rewriting its state.
+        let touched = sqlx::query(
+            "UPDATE sessions SET update_time = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+        )
+        .bind(event.timestamp)
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .execute(&mut *conn)
+        .await?;
+        if touched.rows_affected() == 0 {
+            return Err(SessionError::NotFound(session_id.clone()));
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO events
+             (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (app_name, user_id, session_id, id) DO NOTHING",
+        )
+        .bind(&event.id)
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(&event.invocation_id)
+        .bind(&event.author)
+        .bind(event.timestamp)
+        .bind(json)
+        .execute(&mut *conn)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            // Undo the time touch too: a re-delivery changes nothing.
+            return Err(SessionError::AlreadyExists(event.id.clone()));
+        }
+        let scoped = split_delta(&event.actions.state_delta);
+        if scoped.is_empty() {
+            return Ok(true);
+        }
+        let session_delta = apply_scoped(conn, app_name, user_id, scoped).await?;
+        if !session_delta.is_empty() {
+            let row = sqlx::query(
+                "SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
+            )
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .fetch_one(&mut *conn)
+            .await?;
+            let mut state = parse_map(row.try_get("state")?)?;
+            state.extend(session_delta);
+            sqlx::query(
+                "UPDATE sessions SET state = ? WHERE app_name = ? AND user_id = ? AND id = ?",
+            )
+            .bind(serde_json::to_string(&state)?)
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(true)
+    })
 }
 
 #[async_trait]
@@ -308,69 +482,22 @@ impl SessionService for SqliteSessionService {
             return Ok(event);
         };
         let json = serde_json::to_string(&event)?;
-
-        let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
-        // Most events change no state: touch the session's time and insert, without reading or
-        // rewriting its state (a dropped transaction rolls back, so early returns change nothing).
-        let touched = sqlx::query(
-            "UPDATE sessions SET update_time = ? WHERE app_name = ? AND user_id = ? AND id = ?",
-        )
-        .bind(event.timestamp)
-        .bind(&session.app_name)
-        .bind(&session.user_id)
-        .bind(&session.id)
-        .execute(&mut *tx)
-        .await?;
-        if touched.rows_affected() == 0 {
-            return Err(SessionError::NotFound(session.id.clone()));
-        }
-        let inserted = sqlx::query(
-            "INSERT INTO events
-                 (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (app_name, user_id, session_id, id) DO NOTHING",
-        )
-        .bind(&event.id)
-        .bind(&session.app_name)
-        .bind(&session.user_id)
-        .bind(&session.id)
-        .bind(&event.invocation_id)
-        .bind(&event.author)
-        .bind(event.timestamp)
-        .bind(json)
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
+        let (done, outcome) = oneshot::channel();
+        let append = Append {
+            app_name: session.app_name.clone(),
+            user_id: session.user_id.clone(),
+            session_id: session.id.clone(),
+            event,
+            json,
+            done,
+        };
+        let gone = || SessionError::Database(sqlx::Error::PoolClosed);
+        self.appends.send(append).await.map_err(|_| gone())?;
+        let (event, stored) = outcome.await.map_err(|_| gone())?;
+        if !stored? {
             // A re-delivery of an event already committed changes nothing.
             return Ok(event);
         }
-        let scoped = split_delta(&event.actions.state_delta);
-        if !scoped.is_empty() {
-            let session_delta =
-                apply_scoped(&mut tx, &session.app_name, &session.user_id, scoped).await?;
-            if !session_delta.is_empty() {
-                let row = sqlx::query(
-                    "SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?",
-                )
-                .bind(&session.app_name)
-                .bind(&session.user_id)
-                .bind(&session.id)
-                .fetch_one(&mut *tx)
-                .await?;
-                let mut state = parse_map(row.try_get("state")?)?;
-                state.extend(session_delta);
-                sqlx::query(
-                    "UPDATE sessions SET state = ? WHERE app_name = ? AND user_id = ? AND id = ?",
-                )
-                .bind(serde_json::to_string(&state)?)
-                .bind(&session.app_name)
-                .bind(&session.user_id)
-                .bind(&session.id)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        tx.commit().await?;
 
         apply_committed(session, full_delta, &event);
         Ok(event)
