@@ -22,7 +22,7 @@ use super::wire::{
 use super::{MockGeminiConfig, Shared};
 use crate::event::Content;
 use crate::model::sim::SimModel;
-use crate::model::{LiveConnectConfig, LiveInput, LiveModel, LlmResponse, ModelError};
+use crate::model::{LiveConnectConfig, LiveInput, LiveModel, ModelError, ModelMessage};
 
 /// Gemini's reason for a missing or wrong API key.
 const BAD_KEY: &str = "API key not valid. Please pass a valid API key.";
@@ -165,7 +165,7 @@ struct Connection<'a> {
     config: &'a MockGeminiConfig,
     endpoint: Endpoint,
     model: Model,
-    responses: Option<mpsc::Receiver<Result<LlmResponse, ModelError>>>,
+    responses: Option<mpsc::Receiver<ModelMessage>>,
     outbound: wire::Outbound,
     /// Server messages sent, `setupComplete` not counted.
     sent: u64,
@@ -314,7 +314,7 @@ impl<'a> Connection<'a> {
 
     async fn model_response(
         &mut self,
-        response: Option<Result<LlmResponse, ModelError>>,
+        response: Option<ModelMessage>,
         socket: &mut WebSocket,
     ) -> Result<(), End> {
         let response = match response {
@@ -381,9 +381,7 @@ fn model_close(error: &ModelError) -> Close {
 }
 
 /// The next model response, or never while no model is connected.
-async fn recv(
-    responses: &mut Option<mpsc::Receiver<Result<LlmResponse, ModelError>>>,
-) -> Option<Result<LlmResponse, ModelError>> {
+async fn recv(responses: &mut Option<mpsc::Receiver<ModelMessage>>) -> Option<ModelMessage> {
     match responses {
         Some(responses) => responses.recv().await,
         None => std::future::pending().await,

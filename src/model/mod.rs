@@ -22,6 +22,10 @@ pub use config::{
 pub use error::ModelError;
 pub use response::{GoAway, LlmRequest, LlmResponse};
 
+/// One message from a model connection: a response, or why the connection failed. Boxed because
+/// a channel allocates room for 32 messages up front; unboxed that was 11 KiB per connection.
+pub type ModelMessage = Result<Box<LlmResponse>, ModelError>;
+
 /// Capacity of the channels between a flow and a backend connection.
 pub const CONNECTION_CHANNEL_CAPACITY: usize = 256;
 
@@ -33,7 +37,7 @@ pub struct LiveConnection {
     /// Inputs to the model (audio, content, tool responses, activity signals).
     pub sender: mpsc::Sender<LiveInput>,
     /// Responses from the model, one per server message; `None` when the session has ended.
-    pub receiver: mpsc::Receiver<Result<LlmResponse, ModelError>>,
+    pub receiver: mpsc::Receiver<ModelMessage>,
 }
 
 /// A live model that can open streaming sessions.

@@ -28,7 +28,7 @@ pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
 use crate::event::{Content, Event};
 use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::model::{
-    LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelError,
+    LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelError, ModelMessage,
     SessionResumptionConfig,
 };
 use send::{send_loop, PersistRequest, SendContext, SendInputs};
@@ -109,7 +109,7 @@ pub struct LiveFlow {
 #[allow(clippy::large_enum_variant)]
 enum Next {
     Persist(PersistRequest),
-    Model(Option<Result<LlmResponse, ModelError>>),
+    Model(Option<ModelMessage>),
     ToolsDone(Option<Event>),
     HandoffTimeout,
 }
@@ -323,7 +323,7 @@ impl LiveFlow {
                             cache.push(AudioSide::Output, blob);
                         }
                     }
-                    for step in processor.process(response) {
+                    for step in processor.process(*response) {
                         let mut event = match step {
                             Step::Emit(event) => event,
                             Step::Flush { input, output } => {

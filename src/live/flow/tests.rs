@@ -17,11 +17,16 @@ use crate::model::{GoAway, LiveInput};
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// A model message carrying `response`.
+fn ok(response: LlmResponse) -> ModelMessage {
+    Ok(Box::new(response))
+}
+
 /// One connection the flow opened: its config, what it sends, and a way to answer.
 struct Upstream {
     config: LiveConnectConfig,
     inputs: mpsc::Receiver<LiveInput>,
-    responses: mpsc::Sender<Result<LlmResponse, ModelError>>,
+    responses: mpsc::Sender<ModelMessage>,
 }
 
 /// A model whose connections are handed to the test.
@@ -145,7 +150,7 @@ async fn go_away_reconnects_with_the_latest_handle_without_an_event() {
     };
     first
         .responses
-        .send(Ok(LlmResponse {
+        .send(ok(LlmResponse {
             session_resumption_update: Some(update),
             ..LlmResponse::default()
         }))
@@ -153,7 +158,7 @@ async fn go_away_reconnects_with_the_latest_handle_without_an_event() {
         .unwrap();
     first
         .responses
-        .send(Ok(LlmResponse {
+        .send(ok(LlmResponse {
             go_away: Some(GoAway::default()),
             ..LlmResponse::default()
         }))
@@ -233,7 +238,7 @@ async fn pending_recordings_are_flushed_when_the_run_ends() {
         Blob::new(Bytes::from(vec![2u8; 960]), "audio/pcm;rate=24000"),
     );
     up.responses
-        .send(Ok(LlmResponse {
+        .send(ok(LlmResponse {
             content: Some(audio),
             ..LlmResponse::default()
         }))
@@ -328,7 +333,7 @@ async fn a_tool_call_cancellation_stops_the_running_tool() {
             name: "slow".into(),
         };
         up.responses
-            .send(Ok(LlmResponse {
+            .send(ok(LlmResponse {
                 tool_calls: vec![call],
                 ..LlmResponse::default()
             }))
@@ -345,7 +350,7 @@ async fn a_tool_call_cancellation_stops_the_running_tool() {
         .await
         .expect("the tool starts");
     up.responses
-        .send(Ok(LlmResponse {
+        .send(ok(LlmResponse {
             tool_call_cancellations: vec!["function-call-7".into()],
             ..LlmResponse::default()
         }))
@@ -408,7 +413,7 @@ async fn a_single_turn_waits_for_the_answer_to_its_tool_results() {
         name: "tool".into(),
     };
     up.responses
-        .send(Ok(LlmResponse {
+        .send(ok(LlmResponse {
             tool_calls: vec![call],
             ..LlmResponse::default()
         }))
@@ -428,7 +433,7 @@ async fn a_single_turn_waits_for_the_answer_to_its_tool_results() {
             ..LlmResponse::default()
         },
     ] {
-        up.responses.send(Ok(response)).await.unwrap();
+        up.responses.send(ok(response)).await.unwrap();
     }
     let items = timeout(WAIT, run).await.expect("the turn ends").unwrap();
     let texts: Vec<String> = items

@@ -21,7 +21,7 @@ use super::wire::{
     history_message, input_message, parse_server_message, text_as_realtime, ServerEvent,
 };
 use crate::model::{
-    LiveConnectConfig, LiveConnection, LiveInput, LlmResponse, ModelError,
+    LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
     CONNECTION_CHANNEL_CAPACITY,
 };
 
@@ -180,7 +180,7 @@ async fn write_loop(
 /// Turns server messages into responses until the socket closes or the flow goes away.
 async fn read_loop(
     mut stream: SplitStream<Socket>,
-    output: mpsc::Sender<Result<LlmResponse, ModelError>>,
+    output: mpsc::Sender<ModelMessage>,
     model: String,
     done: CancellationToken,
 ) {
@@ -216,7 +216,7 @@ async fn read_loop(
             None => break,
         };
         let response = match result {
-            Ok(ServerEvent::Response(response)) => *response,
+            Ok(ServerEvent::Response(response)) => response,
             Ok(ServerEvent::SetupComplete | ServerEvent::Nothing) => continue,
             Err(error) => {
                 tracing::warn!(%error, "bad message from Gemini");

@@ -19,7 +19,7 @@ use super::vad::{Vad, VadEvent, VadSettings};
 use super::voice::{Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
 use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
-use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelError};
+use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage};
 
 /// Sample rate assumed for PCM whose mime type names none (or an unusable one).
 const DEFAULT_INPUT_RATE: u32 = 16_000;
@@ -29,7 +29,7 @@ pub(super) async fn run(
     sim: SimConfig,
     config: LiveConnectConfig,
     mut inputs: mpsc::Receiver<LiveInput>,
-    output: mpsc::Sender<Result<LlmResponse, ModelError>>,
+    output: mpsc::Sender<ModelMessage>,
 ) {
     let mut session = Session::new(sim, config);
     tracing::debug!(
@@ -63,7 +63,7 @@ pub(super) async fn run(
             permit = output.reserve(), if ready => match permit {
                 Ok(permit) => {
                     if let Some(message) = session.next_message() {
-                        permit.send(Ok(message));
+                        permit.send(Ok(Box::new(message)));
                     }
                 }
                 Err(_) => break,

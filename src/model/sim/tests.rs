@@ -96,7 +96,7 @@ async fn recv(connection: &mut LiveConnection) -> LlmResponse {
         .expect("connection open")
         .expect("no error");
     assert_eq!(message.model_version.as_deref(), Some("sim"));
-    message
+    *message
 }
 
 /// Messages up to and including the next `turn_complete`.
