@@ -43,7 +43,7 @@ use crate::runner::Runner;
 use crate::session::open_session_service;
 
 /// Bytes read from a client socket at a time (larger messages still arrive whole).
-const SOCKET_READ_BUFFER: usize = 4096;
+const SOCKET_READ_BUFFER: usize = 2048;
 /// Bytes of outgoing frames gathered before a write to the socket.
 const SOCKET_WRITE_BUFFER: usize = 8192;
 
