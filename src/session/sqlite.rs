@@ -44,7 +44,11 @@ const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 /// Sessions in a SQLite file, durable across restarts.
 #[derive(Debug, Clone)]
 pub struct SqliteSessionService {
+    /// Readers (WAL lets them run beside the writer).
     pool: SqlitePool,
+    /// The one write connection, shared in turn by the append writer and by session creation
+    /// and deletion: writes queue for it in order instead of starving in SQLite's busy handler.
+    writer: SqlitePool,
     /// Appends go to one writer task that commits whatever is waiting in one transaction.
     appends: mpsc::Sender<Append>,
 }
@@ -88,18 +92,26 @@ impl SqliteSessionService {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
             .await?;
-        let mut tx = pool.begin_with(BEGIN_WRITE).await?;
+        let mut tx = writer.begin_with(BEGIN_WRITE).await?;
         for statement in SCHEMA {
             sqlx::query(statement).execute(&mut *tx).await?;
         }
         tx.commit().await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
         let (appends, queue) = mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(write_appends(pool.clone(), queue));
-        Ok(SqliteSessionService { pool, appends })
+        tokio::spawn(write_appends(writer.clone(), queue));
+        Ok(SqliteSessionService {
+            pool,
+            writer,
+            appends,
+        })
     }
 }
 
@@ -330,7 +342,7 @@ impl SessionService for SqliteSessionService {
     ) -> Result<Session, SessionError> {
         let id = super::session_id_or_new(session_id);
         let now = now_timestamp();
-        let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let exists =
             sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
                 .bind(app_name)
@@ -456,7 +468,7 @@ impl SessionService for SqliteSessionService {
         user_id: &str,
         session_id: &str,
     ) -> Result<(), SessionError> {
-        let mut tx = self.pool.begin_with(BEGIN_WRITE).await?;
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         sqlx::query("DELETE FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?")
             .bind(app_name)
             .bind(user_id)
