@@ -125,6 +125,12 @@ impl Blob {
         self.mime_type.starts_with("audio/")
     }
 
+    /// True for raw PCM audio (`audio/pcm`, `audio/l16`, any case, any parameters).
+    pub fn is_pcm(&self) -> bool {
+        let kind = self.mime_type.split(';').next().unwrap_or_default().trim();
+        kind.eq_ignore_ascii_case("audio/pcm") || kind.eq_ignore_ascii_case("audio/l16")
+    }
+
     /// The `rate=` parameter of the mime type, if any.
     pub fn sample_rate(&self) -> Option<u32> {
         self.mime_type

@@ -160,18 +160,6 @@ fn vad_settings(sim: &SimConfig) -> VadSettings {
     }
 }
 
-/// True for raw PCM audio (`audio/pcm`, `audio/l16`), the only audio the sim understands.
-fn is_pcm(blob: &Blob) -> bool {
-    let kind = blob
-        .mime_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    kind == "audio/pcm" || kind == "audio/l16"
-}
-
 impl Session {
     fn new(sim: SimConfig, config: LiveConnectConfig) -> Self {
         let realtime = config.realtime_input_config.as_ref();
@@ -267,7 +255,8 @@ impl Session {
                     self.answer(&Heard::Text(&text), None, prompt);
                 }
             }
-            LiveInput::Realtime(blob) if is_pcm(&blob) => self.audio(blob),
+            // Raw PCM is the only audio the sim understands.
+            LiveInput::Realtime(blob) if blob.is_pcm() => self.audio(blob),
             LiveInput::Realtime(blob) => {
                 self.ignored_media += 1;
                 tracing::debug!(
