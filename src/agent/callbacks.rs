@@ -116,22 +116,12 @@ impl Callbacks {
 
     /// Runs the before-agent chain.
     pub async fn run_before_agent(&self, ctx: &Context) -> Option<Content> {
-        for f in &self.before_agent {
-            if let Some(content) = f(ctx.clone()).await {
-                return Some(content);
-            }
-        }
-        None
+        first(&self.before_agent, |f| f(ctx.clone())).await
     }
 
     /// Runs the after-agent chain.
     pub async fn run_after_agent(&self, ctx: &Context) -> Option<Content> {
-        for f in &self.after_agent {
-            if let Some(content) = f(ctx.clone()).await {
-                return Some(content);
-            }
-        }
-        None
+        first(&self.after_agent, |f| f(ctx.clone())).await
     }
 
     /// True if there are before-model callbacks (so a live run screens user content).
@@ -150,12 +140,7 @@ impl Callbacks {
         ctx: &Context,
         request: &LlmRequest,
     ) -> Option<LlmResponse> {
-        for f in &self.before_model {
-            if let Some(response) = f(ctx.clone(), request.clone()).await {
-                return Some(response);
-            }
-        }
-        None
+        first(&self.before_model, |f| f(ctx.clone(), request.clone())).await
     }
 
     /// Runs the after-model chain.
@@ -164,22 +149,12 @@ impl Callbacks {
         ctx: &Context,
         response: &LlmResponse,
     ) -> Option<LlmResponse> {
-        for f in &self.after_model {
-            if let Some(replaced) = f(ctx.clone(), response.clone()).await {
-                return Some(replaced);
-            }
-        }
-        None
+        first(&self.after_model, |f| f(ctx.clone(), response.clone())).await
     }
 
     /// Runs the before-tool chain.
     pub async fn run_before_tool(&self, call: &FunctionCall, ctx: &Context) -> Option<Value> {
-        for f in &self.before_tool {
-            if let Some(value) = f(call.clone(), ctx.clone()).await {
-                return Some(value);
-            }
-        }
-        None
+        first(&self.before_tool, |f| f(call.clone(), ctx.clone())).await
     }
 
     /// Runs the after-tool chain.
@@ -189,11 +164,22 @@ impl Callbacks {
         ctx: &Context,
         result: &Value,
     ) -> Option<Value> {
-        for f in &self.after_tool {
-            if let Some(value) = f(call.clone(), ctx.clone(), result.clone()).await {
-                return Some(value);
-            }
-        }
-        None
+        first(&self.after_tool, |f| {
+            f(call.clone(), ctx.clone(), result.clone())
+        })
+        .await
     }
+}
+
+/// Runs a chain in order until a callback returns a value (ADK: the first override wins).
+async fn first<F: ?Sized, T>(
+    chain: &[Arc<F>],
+    call: impl Fn(&F) -> BoxFuture<'static, Option<T>>,
+) -> Option<T> {
+    for f in chain {
+        if let Some(value) = call(f).await {
+            return Some(value);
+        }
+    }
+    None
 }
