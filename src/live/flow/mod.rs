@@ -176,6 +176,8 @@ impl LiveFlow {
             let mut failures = 0u32;
             let mut first_connect = true;
             let mut reason = FlowEndReason::Closed;
+            // Only agents with model callbacks have their traffic screened; the rest skip it per event.
+            let screening = hooks.screens_user() || hooks.screens_model();
             // A hand-off waits for the model's turn to end, at most until the deadline.
             let mut handoff: Option<(FlowEndReason, Instant)> = None;
 
@@ -333,7 +335,12 @@ impl LiveFlow {
                                 continue;
                             }
                         };
-                        match screen(&*hooks, &event, &mut spoken).await {
+                        let verdict = if screening {
+                            screen(&*hooks, &event, &mut spoken).await
+                        } else {
+                            None
+                        };
+                        match verdict {
                             None => {}
                             Some(Blocked::Changes(changes)) => {
                                 yield FlowItem::emit(event);
@@ -352,13 +359,13 @@ impl LiveFlow {
                         let calls = event.function_calls();
                         if !calls.is_empty() {
                             let long_running = hooks.long_running_ids(&calls);
+                            let ids: Vec<String> = calls.iter().filter_map(|c| c.id.clone()).collect();
                             event.long_running_tool_ids = Some(long_running);
                             let call_event = event.clone();
                             yield FlowItem::emit(event);
                             // Off the receive loop: audio keeps flowing while tools run.
                             let hooks = hooks.clone();
                             let to_model = internal_tx.clone();
-                            let ids: Vec<String> = call_event.function_calls().iter().filter_map(|c| c.id.clone()).collect();
                             let task = tools.spawn(async move { hooks.call_tools(call_event, to_model).await });
                             for id in ids {
                                 running.insert(id, task.clone());
