@@ -40,12 +40,6 @@ pub(super) struct Drive {
     pub handoff_delay: Duration,
 }
 
-/// What happens after an agent's part of the run.
-enum Then {
-    Run(Agent),
-    Stop,
-}
-
 impl Drive {
     /// Runs `start` (and whoever it hands over to) and yields the committed events.
     pub fn run(
@@ -123,10 +117,7 @@ impl Drive {
                 if self.invocation.is_ended() {
                     break;
                 }
-                match self.then(&llm, &reason) {
-                    Then::Run(agent) => next = Some(agent),
-                    Then::Stop => {}
-                }
+                next = self.next_after(&llm, &reason);
                 if let (Some(agent), FlowEndReason::Transfer(_)) = (&next, &reason) {
                     tracing::info!(invocation_id = inv, from = llm.name, to = agent.name(), "transfer");
                 }
@@ -142,32 +133,25 @@ impl Drive {
         }
     }
 
-    /// Who runs after `llm`'s flow ended for `reason`.
-    fn then(&self, llm: &LlmAgent, reason: &FlowEndReason) -> Then {
+    /// Who runs after `llm`'s flow ended for `reason` (nobody: the run ends).
+    fn next_after(&self, llm: &LlmAgent, reason: &FlowEndReason) -> Option<Agent> {
         match reason {
             FlowEndReason::Transfer(target) => {
-                let allowed = self
-                    .root
-                    .transfer_targets(&llm.name)
-                    .into_iter()
-                    .any(|a| a.name() == target);
-                match self.root.find(target) {
-                    Some(agent) if allowed || target == &llm.name => Then::Run(agent.clone()),
-                    _ => Then::Stop,
-                }
+                let allowed = target == &llm.name
+                    || self
+                        .root
+                        .transfer_targets(&llm.name)
+                        .iter()
+                        .any(|a| a.name() == target);
+                self.root.find(target).filter(|_| allowed).cloned()
             }
             FlowEndReason::TaskCompleted | FlowEndReason::TurnDone => {
                 match self.root.parent_of(&llm.name) {
-                    Some(Agent::Sequential(sequence)) => sequence
-                        .step_after(&llm.name)
-                        .cloned()
-                        .map_or(Then::Stop, Then::Run),
-                    _ => Then::Stop,
+                    Some(Agent::Sequential(sequence)) => sequence.step_after(&llm.name).cloned(),
+                    _ => None,
                 }
             }
-            FlowEndReason::Closed | FlowEndReason::Failed | FlowEndReason::InvocationEnded => {
-                Then::Stop
-            }
+            FlowEndReason::Closed | FlowEndReason::Failed | FlowEndReason::InvocationEnded => None,
         }
     }
 
