@@ -76,12 +76,6 @@ fn artifact_error(e: ArtifactError) -> ApiError {
     }
 }
 
-fn ids(user_id: &str, session_id: &str) -> Result<(PathId, PathId), ApiError> {
-    let user = PathId::parse("user id", user_id).map_err(bad_request)?;
-    let session = PathId::parse("session id", session_id).map_err(bad_request)?;
-    Ok((user, session))
-}
-
 /// A session without its events (they are paged separately).
 fn summary(session: &Session) -> Value {
     json!({
@@ -181,8 +175,14 @@ pub(super) async fn create_session(State(gateway): State<Arc<Gateway>>, body: By
     }
 }
 
-/// Reads a session, or the 404/400/500 response saying why not.
-async fn load(gateway: &Gateway, user: &PathId, session: &PathId) -> Result<Session, ApiError> {
+/// The session a path names: 400 for a bad id, 404 when it does not exist.
+async fn existing_session(
+    gateway: &Gateway,
+    user_id: &str,
+    session_id: &str,
+) -> Result<Session, ApiError> {
+    let user = PathId::parse("user id", user_id).map_err(bad_request)?;
+    let session = PathId::parse("session id", session_id).map_err(bad_request)?;
     gateway
         .runner
         .sessions
@@ -202,17 +202,28 @@ async fn load(gateway: &Gateway, user: &PathId, session: &PathId) -> Result<Sess
         })
 }
 
-fn page_param(
+/// Where a session's artifacts live.
+fn artifact_scope(session: &Session) -> ArtifactScope<'_> {
+    ArtifactScope {
+        app_name: &session.app_name,
+        user_id: &session.user_id,
+        session_id: &session.id,
+    }
+}
+
+/// An optional non-negative integer query parameter.
+fn number<T: std::str::FromStr>(
     query: &HashMap<String, String>,
     name: &str,
-    default: usize,
-) -> Result<usize, ApiError> {
-    match query.get(name) {
-        None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| bad_request(format!("{name} must be a non-negative integer, not {v:?}"))),
-    }
+) -> Result<Option<T>, ApiError> {
+    query
+        .get(name)
+        .map(|v| {
+            v.parse().map_err(|_| {
+                bad_request(format!("{name} must be a non-negative integer, not {v:?}"))
+            })
+        })
+        .transpose()
 }
 
 /// `GET /api/sessions/{user}/{session}?offset=N&limit=M`: state and a page of events, oldest first.
@@ -222,13 +233,12 @@ pub(super) async fn get_session(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let result = async {
-        let (user, session) = ids(&user_id, &session_id)?;
-        let offset = page_param(&query, "offset", 0)?;
-        let limit = page_param(&query, "limit", DEFAULT_PAGE)?;
+        let offset = number(&query, "offset")?.unwrap_or(0);
+        let limit = number(&query, "limit")?.unwrap_or(DEFAULT_PAGE);
         if limit == 0 || limit > MAX_PAGE {
             return Err(bad_request(format!("limit must be 1..={MAX_PAGE}")));
         }
-        let session = load(&gateway, &user, &session).await?;
+        let session = existing_session(&gateway, &user_id, &session_id).await?;
         let total = session.events.len();
         let events = &session.events[offset.min(total)..(offset.saturating_add(limit)).min(total)];
         Ok(Json(json!({
@@ -249,15 +259,18 @@ pub(super) async fn delete_session(
     Path((user_id, session_id)): Path<(String, String)>,
 ) -> Response {
     let result = async {
-        let (user, session) = ids(&user_id, &session_id)?;
-        load(&gateway, &user, &session).await?;
+        let session = existing_session(&gateway, &user_id, &session_id).await?;
         gateway
             .runner
             .sessions
-            .delete_session(&gateway.runner.app_name, user.as_str(), session.as_str())
+            .delete_session(&session.app_name, &session.user_id, &session.id)
             .await
             .map_err(session_error)?;
-        tracing::info!(user_id = %user, session_id = %session, "session deleted");
+        tracing::info!(
+            user_id = session.user_id,
+            session_id = session.id,
+            "session deleted"
+        );
         Ok::<_, ApiError>(StatusCode::NO_CONTENT.into_response())
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -269,14 +282,9 @@ pub(super) async fn list_artifacts(
     Path((user_id, session_id)): Path<(String, String)>,
 ) -> Response {
     let result = async {
-        let (user, session) = ids(&user_id, &session_id)?;
-        load(&gateway, &user, &session).await?;
+        let session = existing_session(&gateway, &user_id, &session_id).await?;
         let store = &gateway.runner.artifacts;
-        let scope = ArtifactScope {
-            app_name: &gateway.runner.app_name,
-            user_id: user.as_str(),
-            session_id: session.as_str(),
-        };
+        let scope = artifact_scope(&session);
         let mut artifacts = Vec::new();
         for name in store.list_names(scope).await.map_err(artifact_error)? {
             let versions = store
@@ -305,13 +313,7 @@ pub(super) async fn download_artifact(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let result = async {
-        let (user, session) = ids(&user_id, &session_id)?;
-        let version = match query.get("version") {
-            None => None,
-            Some(v) => Some(v.parse::<u64>().map_err(|_| {
-                bad_request(format!("version must be a non-negative integer, not {v:?}"))
-            })?),
-        };
+        let version = number::<u64>(&query, "version")?;
         let wav = match query.get("format").map(String::as_str) {
             None | Some("raw") => false,
             Some("wav") => true,
@@ -321,16 +323,11 @@ pub(super) async fn download_artifact(
                 )))
             }
         };
-        load(&gateway, &user, &session).await?;
-        let scope = ArtifactScope {
-            app_name: &gateway.runner.app_name,
-            user_id: user.as_str(),
-            session_id: session.as_str(),
-        };
+        let session = existing_session(&gateway, &user_id, &session_id).await?;
         let artifact = gateway
             .runner
             .artifacts
-            .load(scope, &name, version)
+            .load(artifact_scope(&session), &name, version)
             .await
             .map_err(artifact_error)?
             .ok_or_else(|| {
@@ -341,7 +338,7 @@ pub(super) async fn download_artifact(
             })?;
         let (mime, body) = if wav {
             let blob = Blob::new(artifact.data, artifact.mime_type);
-            if !is_pcm(&blob.mime_type) {
+            if !blob.is_pcm() {
                 return Err(bad_request(format!(
                     "format=wav needs PCM audio; {name:?} is {}",
                     blob.mime_type
@@ -374,11 +371,6 @@ pub(super) async fn download_artifact(
 
 /// PCM whose mime type names no rate is taken to be 16 kHz (ADK's input audio).
 const DEFAULT_PCM_RATE: u32 = 16_000;
-
-fn is_pcm(mime: &str) -> bool {
-    let kind = mime.split(';').next().unwrap_or_default().trim();
-    kind.eq_ignore_ascii_case("audio/pcm") || kind.eq_ignore_ascii_case("audio/l16")
-}
 
 /// A WAV file of 16-bit mono little-endian PCM at `rate` Hz: the 44-byte RIFF header, then the data.
 pub fn wav_file(pcm: &[u8], rate: u32) -> Bytes {
@@ -424,6 +416,7 @@ mod tests {
         );
         let samples: Vec<i16> = reader.samples::<i16>().map(Result::unwrap).collect();
         assert_eq!(samples, vec![1, -2, 300, -32768]);
-        assert!(is_pcm("audio/pcm;rate=16000") && is_pcm("audio/L16") && !is_pcm("audio/wav"));
+        let pcm = |mime: &str| Blob::new(Bytes::new(), mime).is_pcm();
+        assert!(pcm("audio/pcm;rate=16000") && pcm(" audio/L16") && !pcm("audio/wav"));
     }
 }
