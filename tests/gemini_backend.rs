@@ -7,7 +7,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use livegate::artifact::ArtifactScope;
 use livegate::gateway::ServeArgs;
 use livegate::mockgemini::{self, MockGemini, MockGeminiConfig};
 use livegate::model::sim::{Pacing, SimConfig};
@@ -101,30 +100,7 @@ async fn an_audio_turn_is_transcribed_answered_and_recorded() {
     let received = client.audio_bytes;
     client.close().await;
 
-    timeout(WAIT, server.gateway().registry.idle())
-        .await
-        .unwrap();
-    let artifacts = &server.gateway().runner.artifacts;
-    let scope = ArtifactScope {
-        app_name: "livegate",
-        user_id: "u1",
-        session_id: "s1",
-    };
-    let mut recorded = (0, 0);
-    for name in artifacts.list_names(scope).await.unwrap() {
-        let bytes = artifacts
-            .load(scope, &name, None)
-            .await
-            .unwrap()
-            .unwrap()
-            .data
-            .len();
-        if name.contains("_input_audio_") {
-            recorded.0 += bytes;
-        } else if name.contains("_output_audio_") {
-            recorded.1 += bytes;
-        }
-    }
+    let recorded = recorded_audio(&server, "u1", "s1").await;
     assert_eq!(recorded, (pcm.len(), received));
     server.shutdown(WAIT).await;
     upstream.shutdown().await;

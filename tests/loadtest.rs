@@ -5,7 +5,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use livegate::artifact::ArtifactScope;
 use livegate::loadtest::{self, LoadtestArgs};
 use tokio::time::timeout;
 
@@ -53,33 +52,12 @@ async fn a_small_load_reports_consistent_counts() {
 
     // What the generator sent is exactly what the gateway received and recorded, and what it
     // received is what the gateway recorded as answers.
-    timeout(WAIT, server.gateway().registry.idle())
-        .await
-        .unwrap();
     let user = format!("load-{}", report.run_id);
-    let artifacts = &server.gateway().runner.artifacts;
-    let (mut input, mut output) = (0u64, 0u64);
+    let (mut input, mut output) = (0, 0);
     for i in 0..20 {
-        let session = format!("s{i}");
-        let scope = ArtifactScope {
-            app_name: "livegate",
-            user_id: &user,
-            session_id: &session,
-        };
-        for name in artifacts.list_names(scope).await.unwrap() {
-            let bytes = artifacts
-                .load(scope, &name, None)
-                .await
-                .unwrap()
-                .unwrap()
-                .data
-                .len() as u64;
-            if name.contains("_input_audio_") {
-                input += bytes;
-            } else {
-                output += bytes;
-            }
-        }
+        let (i_bytes, o_bytes) = recorded_audio(&server, &user, &format!("s{i}")).await;
+        input += i_bytes as u64;
+        output += o_bytes as u64;
     }
     assert_eq!(
         input, report.audio_bytes_sent,

@@ -231,3 +231,31 @@ pub fn fixture_pcm(name: &str) -> Vec<u8> {
 pub fn silence(ms: usize) -> Vec<u8> {
     vec![0; ms * 32]
 }
+
+/// Bytes of the input and output audio recordings of one session, once every connection has
+/// finished flushing.
+pub async fn recorded_audio(server: &Server, user: &str, session: &str) -> (usize, usize) {
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let artifacts = &server.gateway().runner.artifacts;
+    let scope = livegate::artifact::ArtifactScope {
+        app_name: &server.gateway().runner.app_name,
+        user_id: user,
+        session_id: session,
+    };
+    let mut recorded = (0, 0);
+    for name in artifacts.list_names(scope).await.expect("artifacts listed") {
+        let artifact = artifacts
+            .load(scope, &name, None)
+            .await
+            .expect("artifact loads");
+        let bytes = artifact.map_or(0, |a| a.data.len());
+        if name.contains("_input_audio_") {
+            recorded.0 += bytes;
+        } else if name.contains("_output_audio_") {
+            recorded.1 += bytes;
+        }
+    }
+    recorded
+}
