@@ -397,6 +397,11 @@ async fn vertex_ai_settings_use_the_vertex_path_and_model_resource() {
         events.iter().any(|e| text_of(e).contains("hello vertex")),
         "{events:#?}"
     );
+    assert_eq!(
+        (upstream.connections(), upstream.vertex_connections()),
+        (1, 1),
+        "the session went to the Vertex AI path"
+    );
     // Vertex reports usage as candidates*; it arrives under ADK's names all the same.
     assert!(events
         .iter()

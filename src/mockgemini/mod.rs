@@ -78,6 +78,8 @@ struct Shared {
     shutdown: CancellationToken,
     connections: TaskTracker,
     next_connection: AtomicU64,
+    /// Sessions opened on the Vertex AI path.
+    vertex_connections: AtomicU64,
 }
 
 /// A running mock Gemini Live server.
@@ -93,6 +95,11 @@ impl MockGemini {
     /// How many WebSocket sessions clients have opened so far.
     pub fn connections(&self) -> u64 {
         self.shared.next_connection.load(Ordering::Relaxed) - 1
+    }
+
+    /// How many of those sessions came in on the Vertex AI path.
+    pub fn vertex_connections(&self) -> u64 {
+        self.shared.vertex_connections.load(Ordering::Relaxed)
     }
 
     /// Stops accepting, closes every connection with 1001 and waits (a bounded time) for them.
@@ -119,6 +126,7 @@ pub async fn start(bind: SocketAddr, config: MockGeminiConfig) -> std::io::Resul
         shutdown: CancellationToken::new(),
         connections: TaskTracker::new(),
         next_connection: AtomicU64::new(1),
+        vertex_connections: AtomicU64::new(0),
     });
     let app = server::router(shared.clone());
     let token = shared.shutdown.clone();

@@ -58,6 +58,9 @@ async fn upgrade(
         .as_deref()
         .is_none_or(|expected| credentials(&uri, &headers).iter().any(|k| k == expected));
     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+    if endpoint.api == wire::Api::Vertex {
+        shared.vertex_connections.fetch_add(1, Ordering::Relaxed);
+    }
     let span = tracing::info_span!("mock_gemini", connection = id, api = ?endpoint.api, version = endpoint.version);
     upgrade
         .on_failed_upgrade(|error| tracing::warn!(%error, "mock-gemini upgrade failed"))
