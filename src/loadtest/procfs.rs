@@ -42,13 +42,11 @@ fn read_process(pid: u32) -> Option<(f64, u64)> {
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
-    Some(((utime + stime) / clock_ticks(), rss_kib))
+    Some(((utime + stime) / CLOCK_TICKS, rss_kib))
 }
 
 /// Clock ticks per second for `/proc/*/stat` times (100 on every Linux that matters).
-fn clock_ticks() -> f64 {
-    100.0
-}
+const CLOCK_TICKS: f64 = 100.0;
 
 impl Sampler {
     /// Starts sampling (the server too when `pid` is given).
