@@ -9,14 +9,13 @@
 //! version exists only once its bytes file does, so a crash at any point leaves either a whole
 //! version or none (at worst an orphan sidecar, which only makes the next save skip a number).
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::fs;
-use tokio::io::AsyncWriteExt;
 
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
@@ -107,13 +106,14 @@ impl FileArtifactService {
         })
     }
 
-    async fn scan(dir: &Path) -> Result<Scan, ArtifactError> {
+    /// What is in an artifact's folder (nothing if it does not exist).
+    fn scan(dir: &Path) -> Result<Scan, ArtifactError> {
         let mut scan = Scan::default();
-        let Some(mut entries) = missing_ok(fs::read_dir(dir).await)? else {
+        let Some(entries) = missing_ok(std::fs::read_dir(dir))? else {
             return Ok(scan);
         };
-        while let Some(entry) = entries.next_entry().await? {
-            let name = entry.file_name();
+        for entry in entries {
+            let name = entry?.file_name();
             let Some(name) = name.to_str() else { continue };
             if let Ok(v) = name.parse::<u64>() {
                 scan.versions.push(v);
@@ -127,18 +127,18 @@ impl FileArtifactService {
     }
 
     /// Claims the next free version number by creating its sidecar exclusively.
-    async fn claim_version(dir: &Path, meta: &[u8]) -> Result<u64, ArtifactError> {
-        let mut version = Self::scan(dir).await?.next;
+    // The sidecar is not synced: a crash can lose it, and a version without one reads back with
+    // the fallback mime type; the bytes themselves are synced before they become visible.
+    fn claim_version(dir: &Path, meta: &[u8]) -> Result<u64, ArtifactError> {
+        let mut version = Self::scan(dir)?.next;
         loop {
-            let opened = fs::OpenOptions::new()
+            let opened = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .open(meta_path(dir, version))
-                .await;
+                .open(meta_path(dir, version));
             match opened {
                 Ok(mut file) => {
-                    file.write_all(meta).await?;
-                    file.sync_all().await?;
+                    file.write_all(meta)?;
                     return Ok(version);
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
@@ -152,89 +152,48 @@ impl FileArtifactService {
     }
 
     /// Writes the bytes of a claimed version: temp file, sync, rename.
-    async fn write_version(dir: &Path, version: u64, data: &[u8]) -> Result<(), ArtifactError> {
+    fn write_version(dir: &Path, version: u64, data: &[u8]) -> Result<(), ArtifactError> {
         let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4()));
-        let written = async {
-            let mut file = fs::File::create(&tmp).await?;
-            file.write_all(data).await?;
-            file.sync_all().await?;
+        let written = (|| {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(data)?;
+            file.sync_all()?;
             drop(file);
-            fs::rename(&tmp, dir.join(version.to_string())).await
-        }
-        .await;
+            std::fs::rename(&tmp, dir.join(version.to_string()))
+        })();
         if let Err(e) = written {
             // Best effort: the error that matters is the write's, not the cleanup's.
-            let _ = fs::remove_file(&tmp).await;
+            let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
         }
         Ok(())
     }
 
-    /// Names of the artifact folders in `dir` that hold at least one version.
-    async fn names_in(
-        dir: &Path,
-        prefix: &str,
-        names: &mut Vec<String>,
-    ) -> Result<(), ArtifactError> {
-        let Some(mut entries) = missing_ok(fs::read_dir(dir).await)? else {
-            return Ok(());
-        };
-        while let Some(entry) = entries.next_entry().await? {
-            if !entry.file_type().await?.is_dir() {
-                continue;
-            }
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if !Self::scan(&entry.path()).await?.versions.is_empty() {
-                names.push(format!("{prefix}{name}"));
-            }
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl ArtifactService for FileArtifactService {
-    async fn save(
-        &self,
-        scope: ArtifactScope<'_>,
-        filename: &str,
-        artifact: Artifact,
-    ) -> Result<u64, ArtifactError> {
-        let dir = self.artifact_dir(scope, filename)?;
-        fs::create_dir_all(&dir).await?;
-        let meta = serde_json::to_vec(&Meta {
-            mime_type: artifact.mime_type,
-        })
-        .map_err(|e| ArtifactError::InvalidArgument(format!("artifact metadata: {e}")))?;
-        let version = Self::claim_version(&dir, &meta).await?;
-        if let Err(e) = Self::write_version(&dir, version, &artifact.data).await {
+    /// Saves a new version in `dir`: claim a number, then write its bytes.
+    fn save_in(dir: &Path, meta: &[u8], data: &[u8]) -> Result<u64, ArtifactError> {
+        std::fs::create_dir_all(dir)?;
+        let version = Self::claim_version(dir, meta)?;
+        if let Err(e) = Self::write_version(dir, version, data) {
             // Release the claim so the number is reused rather than left as a gap.
-            let _ = fs::remove_file(meta_path(&dir, version)).await;
+            let _ = std::fs::remove_file(meta_path(dir, version));
             return Err(e);
         }
         Ok(version)
     }
 
-    async fn load(
-        &self,
-        scope: ArtifactScope<'_>,
-        filename: &str,
-        version: Option<u64>,
-    ) -> Result<Option<Artifact>, ArtifactError> {
-        let dir = self.artifact_dir(scope, filename)?;
+    /// Reads a version (the latest if `None`) from `dir`.
+    fn load_from(dir: &Path, version: Option<u64>) -> Result<Option<Artifact>, ArtifactError> {
         let version = match version {
             Some(v) => v,
-            None => match Self::scan(&dir).await?.versions.last() {
+            None => match Self::scan(dir)?.versions.last() {
                 Some(v) => *v,
                 None => return Ok(None),
             },
         };
-        let Some(data) = missing_ok(fs::read(dir.join(version.to_string())).await)? else {
+        let Some(data) = missing_ok(std::fs::read(dir.join(version.to_string())))? else {
             return Ok(None);
         };
-        let meta = missing_ok(fs::read(meta_path(&dir, version)).await)?;
+        let meta = missing_ok(std::fs::read(meta_path(dir, version)))?;
         let mime_type = match meta.map(|m| serde_json::from_slice::<Meta>(&m)) {
             Some(Ok(meta)) => meta.mime_type,
             Some(Err(error)) => {
@@ -249,15 +208,74 @@ impl ArtifactService for FileArtifactService {
         }))
     }
 
+    /// Names of the artifact folders in `dir` that hold at least one version.
+    fn names_in(dir: &Path, prefix: &str, names: &mut Vec<String>) -> Result<(), ArtifactError> {
+        let Some(entries) = missing_ok(std::fs::read_dir(dir))? else {
+            return Ok(());
+        };
+        for entry in entries {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !Self::scan(&entry.path())?.versions.is_empty() {
+                names.push(format!("{prefix}{name}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs blocking file work on tokio's blocking pool: one trip per operation, not one per syscall.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ArtifactError> + Send + 'static,
+) -> Result<T, ArtifactError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ArtifactError::Io(std::io::Error::other(e)))?
+}
+
+#[async_trait]
+impl ArtifactService for FileArtifactService {
+    async fn save(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        artifact: Artifact,
+    ) -> Result<u64, ArtifactError> {
+        let dir = self.artifact_dir(scope, filename)?;
+        let meta = serde_json::to_vec(&Meta {
+            mime_type: artifact.mime_type,
+        })
+        .map_err(|e| ArtifactError::InvalidArgument(format!("artifact metadata: {e}")))?;
+        blocking(move || Self::save_in(&dir, &meta, &artifact.data)).await
+    }
+
+    async fn load(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        version: Option<u64>,
+    ) -> Result<Option<Artifact>, ArtifactError> {
+        let dir = self.artifact_dir(scope, filename)?;
+        blocking(move || Self::load_from(&dir, version)).await
+    }
+
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
         let session_dir = self.session_dir(scope)?;
         let user_dir = self.user_dir(scope)?.join(USER_DIR);
-        let mut names = Vec::new();
-        Self::names_in(&session_dir, "", &mut names).await?;
-        Self::names_in(&user_dir, USER_PREFIX, &mut names).await?;
-        names.sort();
-        names.dedup();
-        Ok(names)
+        blocking(move || {
+            let mut names = Vec::new();
+            Self::names_in(&session_dir, "", &mut names)?;
+            Self::names_in(&user_dir, USER_PREFIX, &mut names)?;
+            names.sort();
+            names.dedup();
+            Ok(names)
+        })
+        .await
     }
 
     async fn list_versions(
@@ -265,9 +283,8 @@ impl ArtifactService for FileArtifactService {
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<Vec<u64>, ArtifactError> {
-        Ok(Self::scan(&self.artifact_dir(scope, filename)?)
-            .await?
-            .versions)
+        let dir = self.artifact_dir(scope, filename)?;
+        blocking(move || Ok(Self::scan(&dir)?.versions)).await
     }
 
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError> {
