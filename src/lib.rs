@@ -18,3 +18,4 @@ pub mod mockgemini;
 pub mod model;
 pub mod runner;
 pub mod session;
+pub mod signal;

@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::signal::Signal;
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService};
 use crate::event::{Content, EventActions};
@@ -28,7 +28,7 @@ pub struct Invocation {
     /// The session state as committed so far in this run (`temp:` keys included).
     state: Mutex<Map<String, Value>>,
     /// Set by `end_invocation`: the run stops after the current step.
-    ended: CancellationToken,
+    ended: Signal,
 }
 
 impl Invocation {
@@ -47,7 +47,7 @@ impl Invocation {
             artifacts,
             user_content: None,
             state: Mutex::new(state),
-            ended: CancellationToken::new(),
+            ended: Signal::new(),
         }
     }
 
@@ -66,12 +66,12 @@ impl Invocation {
 
     /// Asks the run to stop after the current step (ADK's `end_invocation = True`).
     pub fn end(&self) {
-        self.ended.cancel();
+        self.ended.fire();
     }
 
     /// True once `end` was called.
     pub fn is_ended(&self) -> bool {
-        self.ended.is_cancelled()
+        self.ended.is_fired()
     }
 
     /// The artifact scope of this run's session.

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::signal::Signal;
 use axum::extract::ws::Message;
 use futures::{Sink, Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::codec::{decode_binary, decode_text, encode_event, AudioFrames, FrameError};
@@ -87,13 +87,13 @@ pub async fn serve_connection<S, R>(
         let (abort_writer, abort) = oneshot::channel();
         // The reader stops as soon as the writer does: a stalled or vanished client ends the
         // connection rather than leaving a run that nobody hears.
-        let writer_done = CancellationToken::new();
+        let writer_done = Signal::new();
         let writer = tokio::spawn({
             let writer_done = writer_done.clone();
             let config = gateway.writer_config;
             async move {
                 let result = run_writer(sink, writer_rx, config, abort).await;
-                writer_done.cancel();
+                writer_done.fire();
                 result
             }
             .in_current_span()
@@ -137,7 +137,7 @@ pub async fn serve_connection<S, R>(
 
         // Forward the run's events to the writer; keep draining after the client is gone so the
         // run can finish committing and flushing recordings.
-        let run_done = CancellationToken::new();
+        let run_done = Signal::new();
         let forward = tokio::spawn({
             let writer_tx = writer_tx.clone();
             let run_done = run_done.clone();
@@ -150,19 +150,25 @@ pub async fn serve_connection<S, R>(
                         writer_open = send_event(&writer_tx, event, mode).await;
                     }
                 }
-                run_done.cancel();
+                run_done.fire();
             }
             .in_current_span()
         });
 
         let agent = gateway.runner.agent.name().to_owned();
+        // Made once, not per frame: a pinned wait polled again costs an atomic load.
+        let taken_over = lease.taken_over.fired();
+        let shutdown = gateway.shutdown.fired();
+        let run_ended = run_done.fired();
+        let client_gone = writer_done.fired();
+        tokio::pin!(taken_over, shutdown, run_ended, client_gone);
         let end = loop {
             let message = tokio::select! {
                 biased;
-                _ = lease.taken_over.cancelled() => break End::TakenOver,
-                _ = gateway.shutdown.cancelled() => break End::Shutdown,
-                _ = run_done.cancelled() => break End::RunEnded,
-                _ = writer_done.cancelled() => break End::ClientGone,
+                () = &mut taken_over => break End::TakenOver,
+                () = &mut shutdown => break End::Shutdown,
+                () = &mut run_ended => break End::RunEnded,
+                () = &mut client_gone => break End::ClientGone,
                 message = stream.next() => message,
             };
             let decoded: Result<LiveRequest, FrameError> = match message {
@@ -183,8 +189,8 @@ pub async fn serve_connection<S, R>(
                     // Backpressure: a slow model stops us reading the socket.
                     let sent = tokio::select! {
                         biased;
-                        _ = lease.taken_over.cancelled() => break End::TakenOver,
-                        _ = gateway.shutdown.cancelled() => break End::Shutdown,
+                        () = &mut taken_over => break End::TakenOver,
+                        () = &mut shutdown => break End::Shutdown,
                         sent = queue.send(request) => sent,
                     };
                     if sent.is_err() {
@@ -221,7 +227,7 @@ pub async fn serve_connection<S, R>(
         if let Some(close) = cut_off {
             let _ = abort_writer.send(close);
         }
-        if tokio::time::timeout(RUN_DRAIN_GRACE, run_done.cancelled())
+        if tokio::time::timeout(RUN_DRAIN_GRACE, run_done.fired())
             .await
             .is_err()
         {

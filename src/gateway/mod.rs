@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::signal::Signal;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -26,7 +27,6 @@ use axum::{Json, Router};
 use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use codec::{decode_binary, decode_text, encode_event, AudioFrames, FrameError, OutFrame};
@@ -58,7 +58,7 @@ pub struct Gateway {
     /// One live run per session.
     pub registry: SessionRegistry,
     /// Fires on shutdown.
-    pub shutdown: CancellationToken,
+    pub shutdown: Signal,
     /// Writer settings for every connection.
     pub writer_config: WriterConfig,
     /// Live request queue capacity.
@@ -115,7 +115,7 @@ impl Server {
 
     /// Stops accepting, closes every live run (flushing recordings), and waits up to `grace`.
     pub async fn shutdown(self, grace: Duration) {
-        self.gateway.shutdown.cancel();
+        self.gateway.shutdown.fire();
         self.gateway.connections.close();
         if tokio::time::timeout(grace, self.gateway.connections.wait())
             .await
@@ -145,7 +145,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let gateway = Arc::new(Gateway {
         runner,
         registry: SessionRegistry::default(),
-        shutdown: CancellationToken::new(),
+        shutdown: Signal::new(),
         writer_config: WriterConfig {
             audio_lead: Duration::from_millis(args.audio_lead_ms),
             ..WriterConfig::default()
@@ -180,7 +180,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     });
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .with_graceful_shutdown(async move { shutdown.fired().await })
             .await;
         if let Err(error) = served {
             tracing::error!(%error, "server failed");
@@ -301,7 +301,7 @@ async fn ws_upgrade(
         Ok(options) => options,
         Err(message) => return bad_request(message),
     };
-    if gateway.shutdown.is_cancelled() {
+    if gateway.shutdown.is_fired() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
     let tracker = gateway.connections.clone();

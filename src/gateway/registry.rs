@@ -5,16 +5,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+use crate::signal::Signal;
 
 /// A connection's hold on a session.
 #[derive(Debug, Clone)]
 pub struct Lease {
     id: u64,
     /// Fires when a newer connection takes the session over.
-    pub taken_over: CancellationToken,
+    pub taken_over: Signal,
     /// Fired by the holder once its run has ended and flushed.
-    pub finished: CancellationToken,
+    pub finished: Signal,
 }
 
 /// Who drives each session's live run.
@@ -31,15 +31,15 @@ impl SessionRegistry {
     pub async fn acquire(&self, user_id: &str, session_id: &str, grace: Duration) -> Lease {
         let lease = Lease {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            taken_over: CancellationToken::new(),
-            finished: CancellationToken::new(),
+            taken_over: Signal::new(),
+            finished: Signal::new(),
         };
         let previous = self.leases.lock().ok().and_then(|mut leases| {
             leases.insert((user_id.to_owned(), session_id.to_owned()), lease.clone())
         });
         if let Some(previous) = previous {
-            previous.taken_over.cancel();
-            if tokio::time::timeout(grace, previous.finished.cancelled())
+            previous.taken_over.fire();
+            if tokio::time::timeout(grace, previous.finished.fired())
                 .await
                 .is_err()
             {
@@ -61,7 +61,7 @@ impl SessionRegistry {
                 leases.remove(&key);
             }
         }
-        lease.finished.cancel();
+        lease.finished.fire();
         self.released.notify_waiters();
     }
 

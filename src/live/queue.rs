@@ -1,8 +1,8 @@
 //! `LiveRequestQueue`: what a client sends to a live run, bounded, with a close that always gets through.
 
+use crate::signal::Signal;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::event::{Blob, Content};
 
@@ -42,20 +42,20 @@ pub struct QueueClosed;
 #[derive(Debug, Clone)]
 pub struct LiveRequestQueue {
     tx: mpsc::Sender<LiveRequest>,
-    closed: CancellationToken,
+    closed: Signal,
 }
 
 /// The receiving side of a live request queue, owned by the live flow.
 #[derive(Debug)]
 pub struct LiveRequestReceiver {
     rx: mpsc::Receiver<LiveRequest>,
-    closed: CancellationToken,
+    closed: Signal,
 }
 
 /// Creates a live request queue holding at most `capacity` requests.
 pub fn live_request_queue(capacity: usize) -> (LiveRequestQueue, LiveRequestReceiver) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    let closed = CancellationToken::new();
+    let closed = Signal::new();
     (
         LiveRequestQueue {
             tx,
@@ -72,12 +72,18 @@ impl LiveRequestQueue {
             self.close();
             return Ok(());
         }
-        if self.closed.is_cancelled() {
+        if self.closed.is_fired() {
             return Err(QueueClosed);
         }
+        // Most sends find room: no need to wait on the close as well.
+        let request = match self.tx.try_send(request) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(QueueClosed),
+            Err(mpsc::error::TrySendError::Full(request)) => request,
+        };
         tokio::select! {
             biased;
-            _ = self.closed.cancelled() => Err(QueueClosed),
+            _ = self.closed.fired() => Err(QueueClosed),
             sent = self.tx.send(request) => sent.map_err(|_| QueueClosed),
         }
     }
@@ -88,7 +94,7 @@ impl LiveRequestQueue {
             self.close();
             return true;
         }
-        !self.closed.is_cancelled() && self.tx.try_send(request).is_ok()
+        !self.closed.is_fired() && self.tx.try_send(request).is_ok()
     }
 
     /// Sends a complete user turn.
@@ -139,32 +145,35 @@ impl LiveRequestQueue {
     /// Closes the queue. Never waits and always gets through, even when the queue is full;
     /// requests already queued are still delivered before the close.
     pub fn close(&self) {
-        self.closed.cancel();
+        self.closed.fire();
     }
 
     /// Whether the queue was closed.
     pub fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
+        self.closed.is_fired()
     }
 }
 
 impl LiveRequestReceiver {
     /// Receives the next request; after the queue is closed and drained, returns a close request.
     pub async fn recv(&mut self) -> LiveRequest {
+        if let Ok(request) = self.rx.try_recv() {
+            return request;
+        }
         let closed = tokio::select! {
             biased;
             request = self.rx.recv() => match request {
                 Some(request) => return request,
                 None => true,
             },
-            _ = self.closed.cancelled() => true,
+            _ = self.closed.fired() => true,
         };
         debug_assert!(closed);
         // Deliver what was queued before the close, then the close itself.
         match self.rx.try_recv() {
             Ok(request) => request,
             Err(_) => {
-                self.closed.cancel();
+                self.closed.fire();
                 LiveRequest {
                     close: true,
                     ..LiveRequest::default()
@@ -175,7 +184,7 @@ impl LiveRequestReceiver {
 
     /// Whether the client closed the queue (sticky: stays true after the close was received).
     pub fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
+        self.closed.is_fired()
     }
 }
 

@@ -15,11 +15,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::signal::Signal;
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 pub use audio_cache::{AudioCache, AudioSide, RecordingTarget};
 pub use hooks::{FlowHooks, NoHooks, Screened};
@@ -232,7 +232,7 @@ impl LiveFlow {
                 // at once still counts as a failure, so a model that keeps hanging up cannot spin.
                 let mut responded = false;
 
-                let stop = CancellationToken::new();
+                let stop = Signal::new();
                 let send_task = tokio::spawn(send_loop(send_inputs, sender, SendContext {
                     invocation_id: invocation_id.clone(),
                     record_audio,
@@ -390,7 +390,7 @@ impl LiveFlow {
                     }
                 };
 
-                stop.cancel();
+                stop.fire();
                 drop(receiver);
                 match send_task.await {
                     Ok(send_inputs) => inputs = Some(send_inputs),

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::signal::Signal;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 
 use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
@@ -33,7 +33,7 @@ pub(crate) struct SendContext {
     pub record_audio: bool,
     pub cache: AudioCache,
     pub persist: mpsc::Sender<PersistRequest>,
-    pub stop: CancellationToken,
+    pub stop: Signal,
     pub hooks: Arc<dyn FlowHooks>,
 }
 
@@ -44,10 +44,13 @@ pub(crate) async fn send_loop(
     model: mpsc::Sender<LiveInput>,
     ctx: SendContext,
 ) -> SendInputs {
+    // Made once, not per request: a pinned wait polled again costs an atomic load.
+    let stopped = ctx.stop.fired();
+    tokio::pin!(stopped);
     loop {
         let request = tokio::select! {
             biased;
-            _ = ctx.stop.cancelled() => return inputs,
+            () = &mut stopped => return inputs,
             Some(input) = inputs.internal.recv() => {
                 if !forward(&ctx, &model, input).await {
                     return inputs;
@@ -153,9 +156,18 @@ pub(crate) async fn send_loop(
 }
 
 async fn forward(ctx: &SendContext, model: &mpsc::Sender<LiveInput>, input: LiveInput) -> bool {
+    if ctx.stop.is_fired() {
+        return false;
+    }
+    // Most inputs find room: no need to wait on `stop` as well.
+    let input = match model.try_send(input) {
+        Ok(()) => return true,
+        Err(mpsc::error::TrySendError::Closed(_)) => return false,
+        Err(mpsc::error::TrySendError::Full(input)) => input,
+    };
     tokio::select! {
         biased;
-        _ = ctx.stop.cancelled() => false,
+        _ = ctx.stop.fired() => false,
         sent = model.send(input) => sent.is_ok(),
     }
 }
@@ -165,12 +177,12 @@ async fn persist(ctx: &SendContext, event: Event, emit: bool) -> bool {
     let (ack, committed) = oneshot::channel();
     tokio::select! {
         biased;
-        _ = ctx.stop.cancelled() => return false,
+        _ = ctx.stop.fired() => return false,
         sent = ctx.persist.send(Box::new((FlowItem { event, emit }, ack))) => if sent.is_err() { return false },
     }
     tokio::select! {
         biased;
-        _ = ctx.stop.cancelled() => false,
+        _ = ctx.stop.fired() => false,
         done = committed => done.is_ok(),
     }
 }

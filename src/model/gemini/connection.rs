@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::signal::Signal;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -15,7 +16,6 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use tokio_util::sync::CancellationToken;
 
 use super::wire::{
     history_message, input_message, parse_server_message, text_as_realtime, ServerEvent,
@@ -83,7 +83,7 @@ pub(super) async fn open(
     let (sink, stream) = socket.split();
     let (input_tx, input_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
-    let done = CancellationToken::new();
+    let done = Signal::new();
     let realtime_text = text_as_realtime(&endpoint.model);
     tokio::spawn(write_loop(sink, input_rx, realtime_text, done.clone()));
     tokio::spawn(read_loop(stream, output_tx, endpoint.model, done));
@@ -150,20 +150,20 @@ async fn write_loop(
     mut sink: SplitSink<Socket, Message>,
     mut inputs: mpsc::Receiver<LiveInput>,
     realtime_text: bool,
-    done: CancellationToken,
+    done: Signal,
 ) {
     let mut ping = tokio::time::interval(PING_INTERVAL);
     ping.tick().await;
     loop {
         let message = tokio::select! {
-            _ = done.cancelled() => break,
+            _ = done.fired() => break,
             input = inputs.recv() => match input {
                 Some(input) => Message::Text(input_message(&input, realtime_text).to_string().into()),
                 None => {
                     let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
                     let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
                     // The reader sees the server's close and ends; don't wait on it forever.
-                    let _ = timeout(CLOSE_TIMEOUT, done.cancelled()).await;
+                    let _ = timeout(CLOSE_TIMEOUT, done.fired()).await;
                     break;
                 }
             },
@@ -174,7 +174,7 @@ async fn write_loop(
             break;
         }
     }
-    done.cancel();
+    done.fire();
 }
 
 /// Turns server messages into responses until the socket closes or the flow goes away.
@@ -182,11 +182,11 @@ async fn read_loop(
     mut stream: SplitStream<Socket>,
     output: mpsc::Sender<ModelMessage>,
     model: String,
-    done: CancellationToken,
+    done: Signal,
 ) {
     loop {
         let message = tokio::select! {
-            _ = done.cancelled() => break,
+            _ = done.fired() => break,
             _ = output.closed() => break,
             message = stream.next() => message,
         };
@@ -228,5 +228,5 @@ async fn read_loop(
             break;
         }
     }
-    done.cancel();
+    done.fire();
 }
