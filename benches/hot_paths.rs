@@ -93,7 +93,8 @@ fn bench_sim(c: &mut Criterion) {
     let mut group = c.benchmark_group("sim");
     group.throughput(Throughput::Bytes(640));
     // 20 ms of 16 kHz speech-like audio: loud enough to count as speech.
-    let frame: Vec<i16> = (0..320).map(|i| ((i % 40) as i16 - 20) * 500).collect();
+    let samples: Vec<i16> = (0..320).map(|i| ((i % 40) as i16 - 20) * 500).collect();
+    let frame: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
     let settings = VadSettings {
         threshold_dbfs: -40.0,
         min_speech_ms: 100,
@@ -103,7 +104,7 @@ fn bench_sim(c: &mut Criterion) {
         let mut vad = Vad::new(settings, 16_000);
         let mut events = Vec::new();
         b.iter(|| {
-            vad.push(black_box(frame.iter().copied()), &mut events);
+            vad.push(black_box(&frame), &mut events);
             events.clear();
         })
     });

@@ -14,6 +14,12 @@ pub fn samples(bytes: &[u8]) -> impl Iterator<Item = i16> + '_ {
         .map(|b| i16::from_le_bytes([b[0], b[1]]))
 }
 
+/// PCM16 little-endian bytes of `samples`.
+#[cfg(test)]
+pub fn to_pcm(samples: &[i16]) -> Vec<u8> {
+    samples.iter().flat_map(|s| s.to_le_bytes()).collect()
+}
+
 /// The whole-sample prefix of PCM16 bytes (drops a trailing odd byte).
 pub fn whole_samples(bytes: Bytes) -> Bytes {
     let even = bytes.len() & !1;

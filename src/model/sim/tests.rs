@@ -160,7 +160,7 @@ fn vad_cut(audio: &[i16]) -> (u64, u64) {
     };
     let mut vad = Vad::new(settings, 16_000);
     let mut events = Vec::new();
-    vad.push(audio.iter().copied(), &mut events);
+    vad.push(&super::pcm::to_pcm(audio), &mut events);
     match events.as_slice() {
         [VadEvent::Start, VadEvent::End { start, end }] => (*start, *end),
         other => panic!("one utterance expected: {other:?}"),

@@ -63,7 +63,9 @@ pub struct Vad {
     silence_frames: u32,
     pre_roll: u64,
     max_len: u64,
-    energy: f64,
+    /// Sum of squares of the current frame so far (a 384 kHz frame of full-scale samples is
+    /// ~2^43, far inside `u64`).
+    energy: u64,
     in_frame: u64,
     /// Samples consumed since the stream began.
     pos: u64,
@@ -87,7 +89,7 @@ impl Vad {
             silence_frames: frames(settings.silence_ms),
             pre_roll: rate * PRE_ROLL_MS / 1000,
             max_len: rate * MAX_UTTERANCE_MS / 1000,
-            energy: 0.0,
+            energy: 0,
             in_frame: 0,
             pos: 0,
             floor: 0,
@@ -101,16 +103,22 @@ impl Vad {
         matches!(self.state, State::Speaking { .. })
     }
 
-    /// Feeds samples; appends what happened to `events`, in order.
-    pub fn push(&mut self, samples: impl IntoIterator<Item = i16>, events: &mut Vec<VadEvent>) {
-        for sample in samples {
-            let s = f64::from(sample);
-            self.energy += s * s;
-            self.in_frame += 1;
-            self.pos += 1;
+    /// Feeds PCM16 little-endian audio (a trailing odd byte is ignored); appends what happened
+    /// to `events`, in order.
+    pub fn push(&mut self, pcm: &[u8], events: &mut Vec<VadEvent>) {
+        let mut rest = &pcm[..pcm.len() & !1];
+        while !rest.is_empty() {
+            // Up to the end of the current analysis frame, summed in one tight loop.
+            let room = usize::try_from((self.frame_len - self.in_frame) * 2).unwrap_or(usize::MAX);
+            let (span, tail) = rest.split_at(room.min(rest.len()));
+            rest = tail;
+            let n = (span.len() / 2) as u64;
+            self.energy += energy(span);
+            self.in_frame += n;
+            self.pos += n;
             if self.in_frame == self.frame_len {
-                let loud = self.energy >= self.loud_energy;
-                self.energy = 0.0;
+                let loud = self.energy as f64 >= self.loud_energy;
+                self.energy = 0;
                 self.in_frame = 0;
                 self.frame_done(loud, events);
             }
@@ -128,7 +136,7 @@ impl Vad {
             _ => None,
         };
         self.state = State::Idle;
-        self.energy = 0.0;
+        self.energy = 0;
         self.in_frame = 0;
         self.floor = self.pos;
         ended
@@ -235,9 +243,20 @@ pub fn rms_dbfs(samples: &[i16]) -> f64 {
     20.0 * ((sum / samples.len() as f64).sqrt() / 32768.0).log10()
 }
 
+/// Sum of squares of PCM16 little-endian samples (integer, so the loop vectorizes).
+fn energy(pcm: &[u8]) -> u64 {
+    pcm.chunks_exact(2)
+        .map(|b| {
+            let s = i32::from(i16::from_le_bytes([b[0], b[1]]));
+            u64::from((s * s).unsigned_abs())
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::sim::pcm::to_pcm;
 
     const SETTINGS: VadSettings = VadSettings {
         threshold_dbfs: -40.0,
@@ -260,7 +279,7 @@ mod tests {
         let mut events = Vec::new();
         // Odd chunk sizes: frames must not depend on how the audio was cut.
         for chunk in audio.chunks(333) {
-            vad.push(chunk.iter().copied(), &mut events);
+            vad.push(&to_pcm(chunk), &mut events);
         }
         events
     }
@@ -330,7 +349,7 @@ mod tests {
             .map(|i| if i % 2 == 0 { 4000 } else { -4000 })
             .collect();
         let mut events = Vec::new();
-        vad.push(audio, &mut events);
+        vad.push(&to_pcm(&audio), &mut events);
         assert!(
             matches!(events[1], VadEvent::End { start: 0, end } if end == 30_000),
             "{events:?}"
