@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::answer::{Answer, AnswerStyle, PromptTokens};
-use super::pcm::{samples, whole_samples, Track};
+use super::pcm::{whole_samples, Track};
 use super::replies::{
     audio_tokens, plan_reply, speech_transcript, text_tokens, tool_answer, Heard, Reply,
 };
@@ -41,6 +41,9 @@ pub(super) async fn run(
     let sleep = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(sleep);
     let mut armed: Option<Instant> = None;
+    // Made once, not per input: a fresh `closed()` registers and unregisters a waiter each time.
+    let flow_gone = output.closed();
+    tokio::pin!(flow_gone);
     loop {
         let due = session.next_due();
         if let Some(at) = due {
@@ -69,7 +72,7 @@ pub(super) async fn run(
                 Err(_) => break,
             },
             () = &mut sleep, if due.is_some() && !ready => {}
-            () = output.closed(), if !ready => {
+            () = &mut flow_gone, if !ready => {
                 tracing::debug!("sim session dropped by the flow");
                 break;
             }
@@ -329,7 +332,7 @@ impl Session {
         }
         self.track.push(data.clone());
         let mut events = std::mem::take(&mut self.vad_events);
-        self.vad.push(samples(&data), &mut events);
+        self.vad.push(&data, &mut events);
         for event in events.drain(..) {
             match event {
                 VadEvent::Start => self.user_started_speaking(),

@@ -89,12 +89,20 @@ impl Echo {
             let k = j.min(n - 1).saturating_sub(first);
             f32::from(input.get(k).copied().unwrap_or(0))
         };
-        for i in start..end {
-            let pos = i as u64 * self.num;
-            let j = (pos / self.den) as usize;
-            let frac = (pos % self.den) as f32 / self.den as f32;
+        // Step the input position instead of dividing for every output sample.
+        let start_pos = start as u64 * self.num;
+        let mut j = (start_pos / self.den) as usize;
+        let mut rem = start_pos % self.den;
+        let inv_den = 1.0 / self.den as f32;
+        for _ in start..end {
+            let frac = rem as f32 * inv_den;
             let (a, b) = (at(j), at(j + 1));
             out.put_i16_le((a + (b - a) * frac).round() as i16);
+            rem += self.num;
+            while rem >= self.den {
+                rem -= self.den;
+                j += 1;
+            }
         }
     }
 }
