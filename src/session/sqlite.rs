@@ -206,6 +206,20 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
     let failed = |e: &dyn std::fmt::Display| {
         SessionError::Database(sqlx::Error::Protocol(format!("commit failed: {e}")))
     };
+    if let [only] = batch.as_slice() {
+        if split_delta(&only.event.actions.state_delta).is_empty() {
+            // A lone plain append is one statement, atomic by itself: no transaction to open
+            // and commit around it (two more round trips to SQLite's thread).
+            let outcome = match pool.acquire().await {
+                Ok(mut conn) => insert_event(&mut conn, only).await,
+                Err(error) => Err(error.into()),
+            };
+            if let Some(append) = batch.pop() {
+                let _ = append.done.send((append.event, outcome));
+            }
+            return;
+        }
+    }
     let mut tx = match pool.begin_with(BEGIN_WRITE).await {
         Ok(tx) => tx,
         Err(error) => {
