@@ -34,6 +34,9 @@ pub enum WriterCommand {
 pub struct WriterConfig {
     /// How far audio may run ahead of real-time playback at the client.
     pub audio_lead: Duration,
+    /// How much audio a paced wake-up sends at once: the lead is topped up when it has fallen
+    /// this far below `audio_lead` (at most half of it), not chunk by chunk.
+    pub audio_batch: Duration,
     /// How long one send may block before the client counts as stalled.
     pub send_timeout: Duration,
     /// Frames the writer holds back while pacing before it stops taking more.
@@ -44,6 +47,7 @@ impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
             audio_lead: Duration::from_millis(500),
+            audio_batch: Duration::from_millis(100),
             send_timeout: Duration::from_secs(10),
             max_pending: 1024,
         }
@@ -144,6 +148,11 @@ where
     let mut playback = Playback::default();
     let mut close: Option<(u16, String)> = None;
     let mut open = true;
+    // Frames fed to the sink but not yet flushed: everything ready goes out in one write, and
+    // the sink is flushed before the writer waits.
+    let mut unflushed = false;
+    // Never more than half the lead, so a short lead still keeps the client fed.
+    let batch = config.audio_batch.min(config.audio_lead / 2);
 
     loop {
         // Take what is queued, so an `interrupted` can drop the audio it overtakes.
@@ -155,6 +164,12 @@ where
             }
         }
         let Some(front) = pending.front() else {
+            if unflushed {
+                if let Err(exit) = flush(sink, config.send_timeout).await {
+                    return exit;
+                }
+                unflushed = false;
+            }
             if let Some((code, reason)) = close.take() {
                 send_close(sink, code, reason).await;
                 return WriterExit::Closed;
@@ -175,9 +190,16 @@ where
             // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
             // does not wait for playback.
             if at > now && close.is_none() {
-                // Wait for the pacing deadline, but keep listening (an interrupt may arrive).
+                if unflushed {
+                    if let Err(exit) = flush(sink, config.send_timeout).await {
+                        return exit;
+                    }
+                    unflushed = false;
+                }
+                // Wait until a batch is due (the lead has fallen `audio_batch` below its
+                // limit), but keep listening: an interrupt may arrive.
                 tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
+                    _ = tokio::time::sleep_until(at + batch) => {}
                     command = commands.recv(), if open && pending.len() < config.max_pending => match command {
                         Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
                         None => open = false,
@@ -193,11 +215,40 @@ where
         if frame.is_audio() {
             playback.sent(frame.audio);
         }
-        match send_frame(sink, frame, config.send_timeout).await {
-            Ok(()) => {}
-            Err(SendError::Failed(reason)) => return WriterExit::ClientGone(reason),
-            Err(SendError::Stalled(reason)) => return WriterExit::Stalled(reason),
+        let fed = async {
+            if let Some(pcm) = frame.binary {
+                sink.feed(Message::Binary(pcm)).await?;
+            }
+            sink.feed(Message::Text(frame.json.into())).await
+        };
+        if let Err(exit) = within(config.send_timeout, fed).await {
+            return exit;
         }
+        unflushed = true;
+    }
+}
+
+/// Flushes what was fed to the sink.
+async fn flush<S>(sink: &mut S, limit: Duration) -> Result<(), WriterExit>
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    within(limit, sink.flush()).await
+}
+
+/// Runs a sink operation; a failure means the client is gone, and taking longer than `limit`
+/// means it stopped reading.
+async fn within<E: std::fmt::Display>(
+    limit: Duration,
+    operation: impl std::future::Future<Output = Result<(), E>>,
+) -> Result<(), WriterExit> {
+    match timeout(limit, operation).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(WriterExit::ClientGone(error.to_string())),
+        Err(_) => Err(WriterExit::Stalled(format!(
+            "client stopped reading for {limit:?}"
+        ))),
     }
 }
 
@@ -232,31 +283,6 @@ where
         reason: reason.into(),
     }));
     let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
-}
-
-enum SendError {
-    Failed(String),
-    Stalled(String),
-}
-
-async fn send_frame<S>(sink: &mut S, frame: OutFrame, limit: Duration) -> Result<(), SendError>
-where
-    S: Sink<Message> + Unpin,
-    S::Error: std::fmt::Display,
-{
-    let send = async {
-        if let Some(pcm) = frame.binary {
-            sink.feed(Message::Binary(pcm)).await?;
-        }
-        sink.send(Message::Text(frame.json.into())).await
-    };
-    match timeout(limit, send).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(SendError::Failed(error.to_string())),
-        Err(_) => Err(SendError::Stalled(format!(
-            "client stopped reading for {limit:?}"
-        ))),
-    }
 }
 
 #[cfg(test)]
@@ -344,6 +370,48 @@ mod tests {
         assert!(
             matches!(&rest[..], [Message::Close(Some(f))] if f.code == 4000),
             "{rest:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn paced_audio_goes_out_in_batches_and_keeps_the_client_fed() {
+        let (sink, mut out) = fmpsc::unbounded::<Message>();
+        let (tx, rx) = mpsc::channel(64);
+        // Two seconds of answer audio in 40 ms chunks, all at once (a model in burst mode).
+        for i in 0..50 {
+            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 40, false)))
+                .await
+                .unwrap();
+        }
+        drop(tx);
+        let (_abort_tx, abort) = oneshot::channel();
+        let config = WriterConfig::default();
+        let start = Instant::now();
+        let writer = tokio::spawn(run_writer(sink, rx, config, abort));
+        let mut sent_at = Vec::new();
+        while let Some(message) = out.next().await {
+            assert_eq!(message, Message::Text(format!("a{}", sent_at.len()).into()));
+            sent_at.push(Instant::now() - start);
+        }
+        assert_eq!(writer.await.unwrap().0, WriterExit::Closed);
+        assert_eq!(sent_at.len(), 50);
+        for (i, at) in sent_at.iter().enumerate() {
+            // Chunk i starts playing at 40 ms * i: it left at most `audio_lead` before that, and
+            // at least `audio_lead - audio_batch` before, so the client never ran dry.
+            let plays = Duration::from_millis(40 * i as u64);
+            let lead = plays.saturating_sub(*at);
+            assert!(*at + config.audio_lead >= plays, "chunk {i} early: {at:?}");
+            assert!(
+                plays < config.audio_lead || lead >= config.audio_lead - config.audio_batch,
+                "chunk {i} late: sent {at:?}, plays {plays:?}"
+            );
+        }
+        let mut wakes = sent_at.clone();
+        wakes.dedup();
+        assert!(
+            wakes.len() <= 2000 / 100 + 1,
+            "{} wake-ups for 50 chunks",
+            wakes.len()
         );
     }
 }
