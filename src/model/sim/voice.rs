@@ -80,24 +80,27 @@ impl Echo {
         if start >= end || n == 0 {
             return;
         }
-        // Output sample i sits at input position i * num / den; fetch the input span once.
+        // Output sample i sits at input position i * num / den; fetch the input span once,
+        // padded with the last sample so that every `j + 1` below is in range.
         let first = (start as u64 * self.num / self.den) as usize;
         let last = ((end as u64 - 1) * self.num / self.den) as usize + 1;
         let mut input = Vec::with_capacity(last + 1 - first);
-        self.pcm.read_into(first, last + 1, &mut input);
-        let at = |j: usize| -> f32 {
-            let k = j.min(n - 1).saturating_sub(first);
-            f32::from(input.get(k).copied().unwrap_or(0))
-        };
+        self.pcm.read_into(first.min(n - 1), last + 1, &mut input);
+        let pad = input.last().copied().unwrap_or(0);
+        input.resize(last + 1 - first, pad);
         // Step the input position instead of dividing for every output sample.
         let start_pos = start as u64 * self.num;
-        let mut j = (start_pos / self.den) as usize;
+        let mut j = 0; // input[0] is position `first`, where output sample `start` sits
         let mut rem = start_pos % self.den;
         let inv_den = 1.0 / self.den as f32;
-        for _ in start..end {
-            let frac = rem as f32 * inv_den;
-            let (a, b) = (at(j), at(j + 1));
-            out.put_i16_le((a + (b - a) * frac).round() as i16);
+        let from = out.len();
+        out.resize(from + (end - start) * 2, 0);
+        for bytes in out[from..].chunks_exact_mut(2) {
+            let (a, b) = (f32::from(input[j]), f32::from(input[j + 1]));
+            let v = a + (b - a) * (rem as f32 * inv_den);
+            // Round half away from zero without a libm call (`f32::round` is one on x86-64).
+            let sample = (v + 0.5f32.copysign(v)) as i16;
+            bytes.copy_from_slice(&sample.to_le_bytes());
             rem += self.num;
             while rem >= self.den {
                 rem -= self.den;
@@ -386,5 +389,42 @@ mod tests {
         let part: Vec<i16> = samples(&voice.render(500, 1000)).collect();
         assert_eq!(part, out[500..1000]);
         assert_eq!(echo_len(100, 48_000), 50);
+    }
+
+    #[test]
+    fn the_echo_matches_plain_linear_interpolation_at_any_rate_and_in_any_pieces() {
+        let input: Vec<i16> = (0..4_321)
+            .map(|i: i32| ((i * 7919) % 65_536 - 32_768) as i16)
+            .collect();
+        for rate in [8_000, 11_025, 16_000, 22_050, 44_100, 48_000] {
+            let mut pcm = Pcm::default();
+            for chunk in input.chunks(333) {
+                pcm.push(chunk.iter().flat_map(|s| s.to_le_bytes()).collect());
+            }
+            let echo = Echo::new(pcm, rate);
+            let (num, den) = (echo.num, echo.den);
+            let voice = Voice::Echo(echo);
+            let out = all(&voice);
+            assert_eq!(out.len(), echo_len(input.len(), rate));
+            for (i, &got) in out.iter().enumerate() {
+                // Output sample i at input position i * num / den, clamped to the last sample.
+                let pos = i as f64 * num as f64 / den as f64;
+                let j = (pos.floor() as usize).min(input.len() - 1);
+                let (a, b) = (
+                    f64::from(input[j]),
+                    f64::from(input[(j + 1).min(input.len() - 1)]),
+                );
+                let want = (a + (b - a) * pos.fract()).round();
+                assert!(
+                    (f64::from(got) - want).abs() <= 1.0,
+                    "rate {rate} sample {i}: {got} vs {want}"
+                );
+            }
+            let pieces: Vec<i16> = [(0, 1000), (1000, 1001), (1001, out.len())]
+                .iter()
+                .flat_map(|&(from, to)| samples(&voice.render(from, to)).collect::<Vec<_>>())
+                .collect();
+            assert_eq!(pieces, out, "rate {rate}");
+        }
     }
 }
