@@ -45,6 +45,14 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(report.latency_ms.count, 20, "each answer timed once");
     assert_eq!(report.interrupted, 0);
     assert!(report.latency_ms.p50 > 0.0);
+    // Gateway-added time starts when the sim's 500 ms of end-of-speech silence has been sent.
+    assert_eq!(report.gateway_latency_ms.count, 20);
+    assert!(
+        report.gateway_latency_ms.p50 + 400.0 < report.latency_ms.p50,
+        "{:?} vs {:?}",
+        report.gateway_latency_ms,
+        report.latency_ms
+    );
     assert_eq!(report.sent.frames, report.schedule_lag_ms.count as u64);
     assert!(report.audio_bytes_received > 0);
     let server_stats = report.server.as_ref().expect("its own /proc is readable");

@@ -62,7 +62,7 @@ pub struct LoadtestArgs {
     #[arg(long, default_value = "")]
     pub query: String,
     /// The model's own delay from the end of speech to its answer (the sim's end-of-speech
-    /// silence plus its reply delay), subtracted to show what the gateway adds.
+    /// silence plus its reply delay): gateway-added latency is timed from the frame that ends it.
     #[arg(long, default_value_t = 500.0)]
     pub model_delay_ms: f64,
     /// The gateway's process id: sample its CPU time and memory from /proc.
@@ -215,6 +215,8 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         turns: args.turns,
         idle: args.idle,
         run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
+        model_delay_frames: (args.model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64)
+            .round() as u32,
     });
     let live = Arc::new(Live::default());
     let sampler = procfs::Sampler::start(args.server_pid, live.clone(), start, !args.quiet);
@@ -280,10 +282,7 @@ fn summarize(
     };
     let sum = |f: fn(&Outcome) -> u64| -> u64 { outcomes.iter().map(f).sum() };
     let latencies = all(|o| &o.latencies_ms);
-    let gateway: Vec<f64> = latencies
-        .iter()
-        .map(|l| (l - args.model_delay_ms).max(0.0))
-        .collect();
+    let gateway = all(|o| &o.gateway_ms);
     let connects: Vec<f64> = outcomes.iter().filter_map(|o| o.connect_ms).collect();
     let errors: u64 = outcomes.iter().map(|o| o.errors.len() as u64).sum();
     Report {

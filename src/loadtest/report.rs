@@ -109,9 +109,11 @@ pub struct Report {
     pub connect_ms: Percentiles,
     /// End of an utterance (last speech frame sent) to the first byte of answer audio.
     pub latency_ms: Percentiles,
-    /// `latency_ms` minus the model's own delay (`--model-delay-ms`): what the gateway adds.
+    /// What the gateway adds: from sending the frame that ends the model's own delay
+    /// (`--model-delay-ms` after the last speech frame) to the first byte of answer audio. Timed
+    /// from when that frame really went out, so a generator behind schedule does not count.
     pub gateway_latency_ms: Percentiles,
-    /// The model delay subtracted for `gateway_latency_ms`.
+    /// The model's own delay after the end of speech.
     pub model_delay_ms: f64,
     /// Playback underruns inside an answer: audio that arrived after the previous audio finished.
     pub audio_gaps_ms: Percentiles,
@@ -164,10 +166,7 @@ impl Report {
         ));
         out.push_str(&row("connect", &self.connect_ms));
         out.push_str(&row("first audio", &self.latency_ms));
-        out.push_str(&row(
-            &format!("gateway-added (-{:.0})", self.model_delay_ms),
-            &self.gateway_latency_ms,
-        ));
+        out.push_str(&row("gateway-added", &self.gateway_latency_ms));
         out.push_str(&row("audio gaps", &self.audio_gaps_ms));
         out.push_str(&row("generator lag", &self.schedule_lag_ms));
         out.push_str(&format!(

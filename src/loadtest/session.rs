@@ -46,6 +46,9 @@ pub struct Plan {
     pub idle: bool,
     /// Run id, so repeated runs never reuse sessions.
     pub run_id: String,
+    /// Frames after the last speech frame that the model waits before answering (its
+    /// end-of-speech silence): sending the last of them is when the model can answer.
+    pub model_delay_frames: u32,
 }
 
 /// Counters the progress line reads while the run goes on.
@@ -66,6 +69,7 @@ pub struct Live {
 pub struct Outcome {
     pub connect_ms: Option<f64>,
     pub latencies_ms: Vec<f64>,
+    pub gateway_ms: Vec<f64>,
     pub gaps_ms: Vec<f64>,
     pub lags_ms: Vec<f64>,
     pub turns: u64,
@@ -85,11 +89,17 @@ pub struct Outcome {
 struct Turn {
     /// When the last speech frame went out (None while speaking).
     speech_end: Option<Instant>,
+    /// The slot (frame number) of the last speech frame.
+    speech_end_slot: Option<u32>,
+    /// When the frame that completes the model's delay went out: the model can answer from
+    /// then on, so what comes after is the gateway's (and the generator's reading) time.
+    answerable: Option<Instant>,
     /// The first answer audio of this turn was seen.
     answered: bool,
     /// When the audio received so far would finish playing.
     playback_end: Option<Instant>,
     latencies_ms: Vec<f64>,
+    gateway_ms: Vec<f64>,
     gaps_ms: Vec<f64>,
 }
 
@@ -170,6 +180,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     }
     let turn = std::mem::take(&mut *shared.turn());
     outcome.latencies_ms = turn.latencies_ms;
+    outcome.gateway_ms = turn.gateway_ms;
     outcome.gaps_ms = turn.gaps_ms;
     live.connected.fetch_sub(1, Ordering::Relaxed);
     outcome
@@ -193,6 +204,8 @@ async fn speak(
         {
             let mut t = shared.turn();
             t.speech_end = None;
+            t.speech_end_slot = None;
+            t.answerable = None;
             t.answered = false;
             t.playback_end = None;
         }
@@ -203,8 +216,11 @@ async fn speak(
             send_frame(start, &mut n, frame, sink, outcome, live).await?;
             // Latency counts from the last frame with speech in it, not from trailing silence.
             if chunk + FRAME_BYTES >= *speech_end && shared.turn().speech_end.is_none() {
-                shared.turn().speech_end = Some(Instant::now());
+                let mut t = shared.turn();
+                t.speech_end = Some(Instant::now());
+                t.speech_end_slot = Some(n - 1);
             }
+            mark_answerable(shared, plan, n);
         }
         // The microphone stays open: silence until the answer is complete.
         let give_up = Instant::now() + ANSWER_TIMEOUT;
@@ -217,12 +233,23 @@ async fn speak(
                         return Err(format!("no turnComplete within {ANSWER_TIMEOUT:?}"));
                     }
                     send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
+                    mark_answerable(shared, plan, n);
                 }
             }
         }
         turn += 1;
     }
     Ok(())
+}
+
+/// Notes when the frame completing the model's delay went out (`n` frames sent so far).
+fn mark_answerable(shared: &Shared, plan: &Plan, n: u32) {
+    let mut t = shared.turn();
+    if let (Some(end), None) = (t.speech_end_slot, t.answerable) {
+        if n > end.saturating_add(plan.model_delay_frames) {
+            t.answerable = Some(Instant::now());
+        }
+    }
 }
 
 /// Sends frame `n` at its slot on the session's clock, recording how late it went out.
@@ -349,6 +376,12 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64) {
         turn.answered = true;
         let latency = now.saturating_duration_since(end).as_secs_f64() * 1000.0;
         turn.latencies_ms.push(latency);
+        // From when the model could answer; an answer before that (a model quicker than
+        // `--model-delay-ms`) counts as nothing added.
+        let added = turn.answerable.map_or(0.0, |at| {
+            now.saturating_duration_since(at).as_secs_f64() * 1000.0
+        });
+        turn.gateway_ms.push(added);
     }
     if let Some(playback_end) = turn.playback_end {
         if now > playback_end {
