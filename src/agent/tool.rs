@@ -82,7 +82,7 @@ fn declaration(name: &str, description: &str, parameters: Value) -> FunctionDecl
     FunctionDeclaration {
         name: name.to_owned(),
         description: description.to_owned(),
-        parameters_json_schema: Some(parameters),
+        parameters_json_schema: Some(parameters.into()),
     }
 }
 

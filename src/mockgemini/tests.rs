@@ -207,7 +207,7 @@ fn python_genai_setup_becomes_a_live_connect_config() {
                 name: "get_weather".into(),
                 description: "d".into(),
                 parameters_json_schema: Some(
-                    json!({"properties": {"city": {"type": "STRING"}}, "type": "OBJECT"})
+                    json!({"properties": {"city": {"type": "STRING"}}, "type": "OBJECT"}).into()
                 ),
             }],
             response_modalities: vec![Modality::Audio],
@@ -252,8 +252,8 @@ fn setup_reads_snake_case_json_schema_tools_int64_strings_and_a_resumption_handl
     assert_eq!(config.system_instruction.as_deref(), Some("Be brief."));
     assert_eq!(config.tools.len(), 1);
     assert_eq!(
-        config.tools[0].parameters_json_schema,
-        Some(json!({"type": "object", "properties": {"time_zone": {"type": "string"}}}))
+        config.tools[0].parameters_json_schema.as_deref(),
+        Some(&json!({"type": "object", "properties": {"time_zone": {"type": "string"}}}))
     );
     assert_eq!(
         config.session_resumption.and_then(|r| r.handle).as_deref(),

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -380,7 +381,7 @@ fn parse_setup(body: Value, endpoint: &Endpoint) -> Result<LiveConnectConfig, Cl
         .map(|d| FunctionDeclaration {
             name: d.name,
             description: d.description,
-            parameters_json_schema: d.parameters_json_schema.or(d.parameters),
+            parameters_json_schema: d.parameters_json_schema.or(d.parameters).map(Arc::new),
         })
         .collect();
     let compression = setup

@@ -1,5 +1,7 @@
 //! What a flow asks of a model when connecting, and what it sends during the session.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,9 +41,9 @@ pub struct FunctionDeclaration {
     /// What the function does.
     #[serde(default)]
     pub description: String,
-    /// JSON schema of the arguments.
+    /// JSON schema of the arguments; shared, since every connection's config carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parameters_json_schema: Option<Value>,
+    pub parameters_json_schema: Option<Arc<Value>>,
 }
 
 /// Voice activity detection settings.

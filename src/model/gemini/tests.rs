@@ -162,7 +162,7 @@ fn config() -> LiveConnectConfig {
         tools: vec![FunctionDeclaration {
             name: "get_current_time".into(),
             description: "time".into(),
-            parameters_json_schema: Some(json!({"type": "object"})),
+            parameters_json_schema: Some(json!({"type": "object"}).into()),
         }],
         response_modalities: vec![Modality::Audio],
         speech_config: Some(json!({"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Puck"}}})),

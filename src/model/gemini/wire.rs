@@ -51,7 +51,7 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
             .map(|t| {
                 let mut d = json!({ "name": t.name, "description": t.description });
                 if let Some(schema) = &t.parameters_json_schema {
-                    d["parametersJsonSchema"] = schema.clone();
+                    d["parametersJsonSchema"] = Value::clone(schema);
                 }
                 d
             })

@@ -314,7 +314,7 @@ mod tests {
                 .map(|(name, schema)| crate::model::FunctionDeclaration {
                     name: (*name).to_owned(),
                     description: String::new(),
-                    parameters_json_schema: Some(schema.clone()),
+                    parameters_json_schema: Some(schema.clone().into()),
                 })
                 .collect(),
             ..LiveConnectConfig::default()
