@@ -282,7 +282,10 @@ fn is_too_big(error: axum::Error) -> bool {
 /// Encodes and queues an event for the writer; false once the writer is gone.
 async fn send_event(writer: &mpsc::Sender<WriterCommand>, event: Event, mode: AudioFrames) -> bool {
     match encode_event(event, mode) {
-        Ok(frame) => writer.send(WriterCommand::Frame(frame)).await.is_ok(),
+        Ok(frame) => writer
+            .send(WriterCommand::Frame(Box::new(frame)))
+            .await
+            .is_ok(),
         Err(error) => {
             tracing::error!(%error, "could not encode an event");
             true

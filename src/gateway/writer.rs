@@ -18,8 +18,9 @@ pub const CLOSE_POLICY: u16 = 1008;
 /// What the connection asks the writer to do.
 #[derive(Debug)]
 pub enum WriterCommand {
-    /// Send an event.
-    Frame(OutFrame),
+    /// Send an event. (Boxed: a channel allocates room for 32 commands up front, and every
+    /// connection has one.)
+    Frame(Box<OutFrame>),
     /// Send a close frame and stop.
     Close {
         /// WebSocket close code.
@@ -267,7 +268,7 @@ fn accept(
                 stats.dropped_interrupted_audio += (before - pending.len()) as u64;
                 *playback = Playback::default();
             }
-            pending.push_back(frame);
+            pending.push_back(*frame);
         }
         WriterCommand::Close { code, reason } => *close = Some((code, reason)),
     }
@@ -291,13 +292,13 @@ mod tests {
     use futures::channel::mpsc as fmpsc;
     use futures::StreamExt;
 
-    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> OutFrame {
-        OutFrame {
+    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> Box<OutFrame> {
+        Box::new(OutFrame {
             binary: None,
             json: json.into(),
             audio: Duration::from_millis(audio_ms),
             interrupted,
-        }
+        })
     }
 
     #[tokio::test(start_paused = true)]
