@@ -285,6 +285,12 @@ impl Synth {
     }
 }
 
+/// The fractional part of a non-negative `x` below 2^31: one conversion instruction, where
+/// `f32::fract` calls libm's `truncf` on baseline x86-64 (twice per synthesized sample).
+fn positive_fract(x: f32) -> f32 {
+    x - (x as u32) as f32
+}
+
 impl Segment {
     /// Sample `i` of this segment, in -1..1.
     fn sample(&self, i: usize, tables: &[[f32; TABLE_LEN]; 5]) -> f32 {
@@ -295,12 +301,12 @@ impl Segment {
             Sound::Voiced { vowel, f0, glide } => {
                 // Pitch f0 * (1 + glide * t / T): its integral gives the phase in cycles.
                 let cycles = f0 * (t + glide * t * t / (2.0 * duration));
-                let x = cycles.fract() * TABLE_LEN as f32;
+                let x = positive_fract(cycles) * TABLE_LEN as f32;
                 let table = &tables[usize::from(vowel).min(4)];
                 let j = x as usize % TABLE_LEN;
                 let (a, b) = (table[j], table[(j + 1) % TABLE_LEN]);
                 let envelope = (t / 0.015).min(1.0) * ((duration - t) / 0.035).clamp(0.0, 1.0);
-                (a + (b - a) * x.fract()) * envelope
+                (a + (b - a) * positive_fract(x)) * envelope
             }
             Sound::Noise { seed } => {
                 let mut x = (i as u32).wrapping_mul(0x9E37_79B1) ^ seed;
