@@ -4,6 +4,7 @@
 //! timestamp: `file_data` events for flushed audio carry the older timestamp of the audio they
 //! reference, and ordering by timestamp would move them before events they followed.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -206,19 +207,20 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
     let failed = |e: &dyn std::fmt::Display| {
         SessionError::Database(sqlx::Error::Protocol(format!("commit failed: {e}")))
     };
-    if let [only] = batch.as_slice() {
-        if split_delta(&only.event.actions.state_delta).is_empty() {
-            // A lone plain append is one statement, atomic by itself: no transaction to open
-            // and commit around it (two more round trips to SQLite's thread).
-            let outcome = match pool.acquire().await {
-                Ok(mut conn) => insert_event(&mut conn, only).await,
-                Err(error) => Err(error.into()),
-            };
-            if let Some(append) = batch.pop() {
-                let _ = append.done.send((append.event, outcome));
-            }
-            return;
+    if batch
+        .iter()
+        .all(|a| split_delta(&a.event.actions.state_delta).is_empty())
+    {
+        // Plain appends only (the usual case): one multi-row INSERT, atomic by itself, so no
+        // transaction to open and commit around it. One round trip to SQLite's thread in all.
+        let outcomes = match pool.acquire().await {
+            Ok(mut conn) => insert_events(&mut conn, batch).await,
+            Err(error) => batch.iter().map(|_| Err(failed(&error))).collect(),
+        };
+        for (append, outcome) in batch.drain(..).zip(outcomes) {
+            let _ = append.done.send((append.event, outcome));
         }
+        return;
     }
     let mut tx = match pool.begin_with(BEGIN_WRITE).await {
         Ok(tx) => tx,
@@ -280,6 +282,97 @@ fn append_in<'a>(
     })
 }
 
+/// Inserts plain events (no state delta) in one statement, each only if its session exists
+/// (the trigger touches the sessions' times): per event `Ok(false)` if it was already stored,
+/// `NotFound` without a session.
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    appends: &[Append],
+) -> Vec<Result<bool, SessionError>> {
+    let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; appends.len()].join(", ");
+    // `column9` keeps the batch's order in `seq`.
+    let sql = format!(
+        "INSERT INTO events
+         (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json)
+         SELECT column1, column2, column3, column4, column5, column6, column7, column8
+         FROM (VALUES {rows}) AS v
+         WHERE EXISTS (SELECT 1 FROM sessions
+             WHERE app_name = v.column2 AND user_id = v.column3 AND id = v.column4)
+         ORDER BY column9
+         ON CONFLICT (app_name, user_id, session_id, id) DO NOTHING
+         RETURNING app_name, user_id, session_id, id"
+    );
+    let mut query = sqlx::query(&sql);
+    for (index, append) in appends.iter().enumerate() {
+        query = query
+            .bind(&append.event.id)
+            .bind(&append.app_name)
+            .bind(&append.user_id)
+            .bind(&append.session_id)
+            .bind(&append.event.invocation_id)
+            .bind(&append.event.author)
+            .bind(append.event.timestamp)
+            .bind(&append.json)
+            .bind(index as i64);
+    }
+    let inserted = match query.fetch_all(&mut *conn).await {
+        Ok(rows) => rows,
+        Err(error) => {
+            let message = error.to_string();
+            return appends
+                .iter()
+                .map(|_| {
+                    Err(SessionError::Database(sqlx::Error::Protocol(format!(
+                        "append failed: {message}"
+                    ))))
+                })
+                .collect();
+        }
+    };
+    let mut inserted: HashSet<(String, String, String, String)> = inserted
+        .iter()
+        .filter_map(|row| {
+            Some((
+                row.try_get("app_name").ok()?,
+                row.try_get("user_id").ok()?,
+                row.try_get("session_id").ok()?,
+                row.try_get("id").ok()?,
+            ))
+        })
+        .collect();
+    let mut outcomes = Vec::with_capacity(appends.len());
+    for append in appends {
+        let key = (
+            append.app_name.clone(),
+            append.user_id.clone(),
+            append.session_id.clone(),
+            append.event.id.clone(),
+        );
+        // Removed once matched: the same event twice in a batch is stored once.
+        outcomes.push(if inserted.remove(&key) {
+            Ok(true)
+        } else {
+            not_inserted(conn, append).await
+        });
+    }
+    outcomes
+}
+
+/// Why an event was not inserted: a re-delivery (which changes nothing), or no such session.
+async fn not_inserted(conn: &mut SqliteConnection, append: &Append) -> Result<bool, SessionError> {
+    let exists =
+        sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+            .bind(&append.app_name)
+            .bind(&append.user_id)
+            .bind(&append.session_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    match exists {
+        Some(_) => Ok(false),
+        None => Err(SessionError::NotFound(append.session_id.clone())),
+    }
+}
+
 /// Inserts the event if its session exists (the trigger touches the session's time):
 /// `Ok(false)` if it was already stored, `NotFound` without a session.
 async fn insert_event(conn: &mut SqliteConnection, append: &Append) -> Result<bool, SessionError> {
@@ -314,18 +407,7 @@ async fn insert_event(conn: &mut SqliteConnection, append: &Append) -> Result<bo
     if inserted.rows_affected() > 0 {
         return Ok(true);
     }
-    // Nothing inserted: either a re-delivery (which changes nothing) or no such session.
-    let exists =
-        sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
-            .bind(app_name)
-            .bind(user_id)
-            .bind(session_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    match exists {
-        Some(_) => Ok(false),
-        None => Err(SessionError::NotFound(session_id.clone())),
-    }
+    not_inserted(conn, append).await
 }
 
 /// Applies a freshly inserted event's state delta: app and user parts to their tables, the

@@ -17,7 +17,11 @@ fn event_with_delta(delta: Value, timestamp: f64) -> Event {
 }
 
 async fn get(svc: &dyn SessionService, user: &str, id: &str) -> Session {
-    svc.get_session("app", user, id, &GetSessionConfig::default())
+    get_in(svc, "app", user, id).await
+}
+
+async fn get_in(svc: &dyn SessionService, app: &str, user: &str, id: &str) -> Session {
+    svc.get_session(app, user, id, &GetSessionConfig::default())
         .await
         .unwrap()
         .unwrap()
@@ -287,11 +291,71 @@ async fn concurrent_appends(svc: &dyn SessionService) {
     assert_eq!(app_keys, 40, "no lost update of the shared app state");
 }
 
+/// Plain appends (no state) from many writers at once, which the SQLite writer batches into one
+/// statement: a re-delivery and an append to a deleted session in the same burst fail alone.
+async fn concurrent_plain_appends(svc: &dyn SessionService) {
+    let mut sessions = Vec::new();
+    for i in 0..4 {
+        let id = format!("p{i}");
+        sessions.push(
+            svc.create_session("papp", "u", Some(&id), Map::new())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut gone = svc
+        .create_session("papp", "u", Some("gone"), Map::new())
+        .await
+        .unwrap();
+    svc.delete_session("papp", "u", "gone").await.unwrap();
+    let mut again = sessions[0].clone();
+    let first = svc
+        .append_event(&mut again, event_with_delta(json!({}), 0.5))
+        .await
+        .unwrap();
+    let writers = sessions.into_iter().map(|mut s| async move {
+        for j in 1..=10 {
+            svc.append_event(&mut s, event_with_delta(json!({}), j as f64))
+                .await
+                .unwrap();
+        }
+    });
+    let redelivery = async {
+        for _ in 0..3 {
+            let stored = svc.append_event(&mut again, first.clone()).await.unwrap();
+            assert_eq!(stored, first);
+        }
+    };
+    let missing = async {
+        for _ in 0..3 {
+            let refused = svc
+                .append_event(&mut gone, event_with_delta(json!({}), 1.0))
+                .await;
+            assert!(
+                matches!(refused, Err(SessionError::NotFound(_))),
+                "{refused:?}"
+            );
+        }
+    };
+    futures::future::join3(futures::future::join_all(writers), redelivery, missing).await;
+    for i in 0..4 {
+        let read = get_in(svc, "papp", "u", &format!("p{i}")).await;
+        let want: Vec<f64> = if i == 0 { vec![0.5] } else { vec![] }
+            .into_iter()
+            .chain((1..=10).map(f64::from))
+            .collect();
+        let got: Vec<f64> = read.events.iter().map(|e| e.timestamp).collect();
+        assert_eq!(got, want, "session p{i}: every event once, in order");
+        assert_eq!(read.last_update_time, 10.0);
+    }
+}
+
 #[tokio::test]
 async fn in_memory_store_conforms() {
     let svc = InMemorySessionService::default();
     conformance(&svc).await;
     concurrent_appends(&svc).await;
+    concurrent_plain_appends(&svc).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,6 +365,7 @@ async fn sqlite_store_conforms_and_survives_a_reopen() {
     let svc = SqliteSessionService::open(&path).await.unwrap();
     conformance(&svc).await;
     concurrent_appends(&svc).await;
+    concurrent_plain_appends(&svc).await;
     let mut session = svc
         .create_session("app", "u9", Some("keep"), obj(json!({"user:z": 0})))
         .await
