@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use livegate::gateway::config::{LogFormat, SimPacingArg};
+use livegate::gateway::config::{sim_config, LogFormat, SimPacingArg};
 use livegate::gateway::{self, ServeArgs};
 use livegate::mockgemini::{self, MockGeminiConfig, TlsFiles};
-use livegate::model::sim::{Pacing, SimConfig};
 use tracing_subscriber::EnvFilter;
 
 /// A bidirectional live-streaming gateway: browser voice and chat to live models, ADK-compatible.
@@ -65,6 +64,9 @@ struct MockGeminiArgs {
     /// Delay before each answer starts, in milliseconds.
     #[arg(long)]
     sim_reply_delay_ms: Option<u64>,
+    /// Length of each answer audio chunk, in milliseconds (default 40).
+    #[arg(long)]
+    sim_chunk_ms: Option<u32>,
     /// Log output.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -72,16 +74,7 @@ struct MockGeminiArgs {
 
 impl MockGeminiArgs {
     fn config(&self) -> MockGeminiConfig {
-        let mut sim = SimConfig {
-            pacing: match self.sim_pacing {
-                SimPacingArg::Realtime => Pacing::RealTime,
-                SimPacingArg::Burst => Pacing::Burst,
-            },
-            ..SimConfig::default()
-        };
-        if let Some(ms) = self.sim_reply_delay_ms {
-            sim.reply_delay = Duration::from_millis(ms);
-        }
+        let sim = sim_config(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms);
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),

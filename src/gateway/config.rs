@@ -30,6 +30,28 @@ pub enum SimPacingArg {
     Burst,
 }
 
+/// The `sim` model's settings from the `--sim-*` options (shared by `serve` and `mock-gemini`).
+pub fn sim_config(
+    pacing: SimPacingArg,
+    reply_delay_ms: Option<u64>,
+    chunk_ms: Option<u32>,
+) -> crate::model::sim::SimConfig {
+    let mut sim = crate::model::sim::SimConfig {
+        pacing: match pacing {
+            SimPacingArg::Realtime => crate::model::sim::Pacing::RealTime,
+            SimPacingArg::Burst => crate::model::sim::Pacing::Burst,
+        },
+        ..crate::model::sim::SimConfig::default()
+    };
+    if let Some(ms) = reply_delay_ms {
+        sim.reply_delay = std::time::Duration::from_millis(ms);
+    }
+    if let Some(ms) = chunk_ms {
+        sim.chunk_ms = ms;
+    }
+    sim
+}
+
 /// Options of `livegate serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -95,6 +117,9 @@ pub struct ServeArgs {
     /// `sim` model: delay before each answer starts, in milliseconds.
     #[arg(long, env = "LIVEGATE_SIM_REPLY_DELAY_MS")]
     pub sim_reply_delay_ms: Option<u64>,
+    /// `sim` model: length of each answer audio chunk, in milliseconds (default 40).
+    #[arg(long, env = "LIVEGATE_SIM_CHUNK_MS")]
+    pub sim_chunk_ms: Option<u32>,
     /// Serve the web client from this folder instead of the embedded one (e.g. ADK's bidi-demo
     /// `app/static`, with `--audio-frames base64`).
     #[arg(long, env = "LIVEGATE_WEB_ROOT")]
@@ -128,6 +153,7 @@ impl ServeArgs {
             queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
             sim_pacing: SimPacingArg::Realtime,
             sim_reply_delay_ms: None,
+            sim_chunk_ms: None,
             web_root: None,
             app_name: "livegate".into(),
         }
@@ -135,17 +161,7 @@ impl ServeArgs {
 
     /// Settings of the `sim` model from the `--sim-*` options.
     pub fn sim_config(&self) -> crate::model::sim::SimConfig {
-        let mut sim = crate::model::sim::SimConfig {
-            pacing: match self.sim_pacing {
-                SimPacingArg::Realtime => crate::model::sim::Pacing::RealTime,
-                SimPacingArg::Burst => crate::model::sim::Pacing::Burst,
-            },
-            ..crate::model::sim::SimConfig::default()
-        };
-        if let Some(ms) = self.sim_reply_delay_ms {
-            sim.reply_delay = std::time::Duration::from_millis(ms);
-        }
-        sim
+        sim_config(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms)
     }
 
     /// How to reach Gemini: these options plus the credentials from the environment, which are
@@ -231,6 +247,7 @@ struct FileConfig {
     queue_capacity: Option<usize>,
     sim_pacing: Option<String>,
     sim_reply_delay_ms: Option<u64>,
+    sim_chunk_ms: Option<u32>,
     web_root: Option<PathBuf>,
     app_name: Option<String>,
 }
@@ -309,6 +326,7 @@ impl ServeArgs {
         fill!(queue_capacity);
         fill!(sim_pacing, |v: &str| SimPacingArg::from_str(v, true));
         fill!(sim_reply_delay_ms);
+        fill!(sim_chunk_ms);
         fill!(app_name);
         if let Some(root) = file.web_root {
             if unset("web_root") {
@@ -349,7 +367,7 @@ mod tests {
     fn flags_win_over_the_file_and_the_file_over_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("livegate.toml");
-        std::fs::write(&path, "bind = \"127.0.0.1:9999\"\nmodality = \"TEXT\"\nsave_audio = false\nsim-pacing = \"burst\"\n").unwrap();
+        std::fs::write(&path, "bind = \"127.0.0.1:9999\"\nmodality = \"TEXT\"\nsave_audio = false\nsim-pacing = \"burst\"\nsim-chunk-ms = 200\n").unwrap();
         let config = path.to_str().unwrap();
         let args = parse(&["livegate", "--config", config, "--bind", "127.0.0.1:7777"]).unwrap();
         assert_eq!(
@@ -360,6 +378,7 @@ mod tests {
         assert_eq!(args.modality, Modality::Text, "the file beats the default");
         assert!(!args.save_audio);
         assert_eq!(args.sim_pacing, SimPacingArg::Burst);
+        assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
     }
 
