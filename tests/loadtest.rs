@@ -57,6 +57,10 @@ async fn a_small_load_reports_consistent_counts() {
     assert!(report.audio_bytes_received > 0);
     let server_stats = report.server.as_ref().expect("its own /proc is readable");
     assert!(server_stats.cpu_seconds > 0.0 && server_stats.peak_rss_kib > 0);
+    assert!(
+        report.generator_cpu_cores.is_some_and(|c| c > 0.0),
+        "the generator's own CPU is reported"
+    );
 
     // What the generator sent is exactly what the gateway received and recorded, and what it
     // received is what the gateway recorded as answers.
@@ -84,6 +88,7 @@ async fn a_small_load_reports_consistent_counts() {
         "received",
         "schedule_lag_ms",
         "server",
+        "generator_cpu_cores",
     ] {
         assert!(json.get(field).is_some(), "the report has {field}");
     }

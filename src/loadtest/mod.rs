@@ -318,6 +318,7 @@ fn summarize(
         schedule_lag_ms: Percentiles::of(&all(|o| &o.lags_ms)),
         sessions_over_time: sampled.sessions,
         server: sampled.server,
+        generator_cpu_cores: sampled.generator_cpu_cores,
     }
 }
 

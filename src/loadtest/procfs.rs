@@ -21,6 +21,8 @@ pub struct Sampled {
     pub sessions: Vec<(f64, usize)>,
     /// The server, when a pid was given.
     pub server: Option<ServerStats>,
+    /// Cores the load generator itself kept busy (it shares the machine with a local server).
+    pub generator_cpu_cores: Option<f64>,
 }
 
 /// The sampling task.
@@ -54,6 +56,8 @@ impl Sampler {
         let (stop, mut stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
             let mut sampled = Sampled::default();
+            let me = std::process::id();
+            let my_first = read_process(me);
             let first = pid.and_then(read_process);
             if pid.is_some() && first.is_none() {
                 eprintln!("loadtest: cannot read /proc for the server pid; no server stats");
@@ -84,9 +88,12 @@ impl Sampler {
                     eprintln!("{}", super::progress(&live, t));
                 }
             }
+            let elapsed = start.elapsed().as_secs_f64().max(1e-9);
+            if let (Some((cpu0, _)), Some((cpu1, _))) = (my_first, read_process(me)) {
+                sampled.generator_cpu_cores = Some((cpu1 - cpu0) / elapsed);
+            }
             if let (Some(pid), Some((cpu0, rss0))) = (pid, first) {
                 let end = read_process(pid);
-                let elapsed = start.elapsed().as_secs_f64().max(1e-9);
                 let cpu = end.map_or(0.0, |(cpu, _)| cpu - cpu0);
                 // Memory is returned lazily as sessions end; fit only the ramp up to the peak.
                 let peak = samples.iter().map(|s| s.sessions).max().unwrap_or(0);

@@ -141,6 +141,9 @@ pub struct Report {
     pub sessions_over_time: Vec<(f64, usize)>,
     /// The server process, with `--server-pid`.
     pub server: Option<ServerStats>,
+    /// Cores the generator itself kept busy: with the server on the same machine, server plus
+    /// generator near the machine's core count means latencies include waiting for a CPU.
+    pub generator_cpu_cores: Option<f64>,
 }
 
 fn row(name: &str, p: &Percentiles) -> String {
@@ -192,6 +195,9 @@ impl Report {
                 server.peak_rss_kib as f64 / 1024.0,
                 server.rss_kib_per_session
             ));
+        }
+        if let Some(cores) = self.generator_cpu_cores {
+            out.push_str(&format!("generator CPU {cores:.2} cores\n"));
         }
         for error in &self.error_samples {
             out.push_str(&format!("error: {error}\n"));
