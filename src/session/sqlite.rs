@@ -215,8 +215,9 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
         // transaction to open and commit around it. One round trip to SQLite's thread in all.
         let outcomes = match pool.acquire().await {
             Ok(mut conn) => insert_events(&mut conn, batch).await,
-            Err(error) => batch.iter().map(|_| Err(failed(&error))).collect(),
-        };
+            Err(error) => Err(error.into()),
+        }
+        .unwrap_or_else(|error| batch.iter().map(|_| Err(failed(&error))).collect());
         for (append, outcome) in batch.drain(..).zip(outcomes) {
             let _ = append.done.send((append.event, outcome));
         }
@@ -263,10 +264,10 @@ fn append_in<'a>(
     Box::pin(async move {
         let scoped = split_delta(&append.event.actions.state_delta);
         if scoped.is_empty() {
-            return insert_event(conn, append).await;
+            return insert_one(conn, append).await;
         }
         sqlx::query("SAVEPOINT append").execute(&mut *conn).await?;
-        let result = match insert_event(conn, append).await {
+        let result = match insert_one(conn, append).await {
             Ok(true) => apply_session_delta(conn, append, scoped)
                 .await
                 .map(|()| true),
@@ -282,13 +283,13 @@ fn append_in<'a>(
     })
 }
 
-/// Inserts plain events (no state delta) in one statement, each only if its session exists
-/// (the trigger touches the sessions' times): per event `Ok(false)` if it was already stored,
-/// `NotFound` without a session.
+/// Inserts events in one statement, each only if its session exists (the trigger touches the
+/// sessions' times): per event `Ok(false)` if it was already stored, `NotFound` without a
+/// session. The outer error is the statement's, which failed them all.
 async fn insert_events(
     conn: &mut SqliteConnection,
     appends: &[Append],
-) -> Vec<Result<bool, SessionError>> {
+) -> Result<Vec<Result<bool, SessionError>>, SessionError> {
     let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; appends.len()].join(", ");
     // `column9` keeps the batch's order in `seq`.
     let sql = format!(
@@ -315,21 +316,9 @@ async fn insert_events(
             .bind(&append.json)
             .bind(index as i64);
     }
-    let inserted = match query.fetch_all(&mut *conn).await {
-        Ok(rows) => rows,
-        Err(error) => {
-            let message = error.to_string();
-            return appends
-                .iter()
-                .map(|_| {
-                    Err(SessionError::Database(sqlx::Error::Protocol(format!(
-                        "append failed: {message}"
-                    ))))
-                })
-                .collect();
-        }
-    };
-    let mut inserted: HashSet<(String, String, String, String)> = inserted
+    let mut inserted: HashSet<(String, String, String, String)> = query
+        .fetch_all(&mut *conn)
+        .await?
         .iter()
         .filter_map(|row| {
             Some((
@@ -355,7 +344,13 @@ async fn insert_events(
             not_inserted(conn, append).await
         });
     }
-    outcomes
+    Ok(outcomes)
+}
+
+/// One event through `insert_events`.
+async fn insert_one(conn: &mut SqliteConnection, append: &Append) -> Result<bool, SessionError> {
+    let mut outcomes = insert_events(conn, std::slice::from_ref(append)).await?;
+    outcomes.pop().unwrap_or(Ok(false))
 }
 
 /// Why an event was not inserted: a re-delivery (which changes nothing), or no such session.
@@ -371,43 +366,6 @@ async fn not_inserted(conn: &mut SqliteConnection, append: &Append) -> Result<bo
         Some(_) => Ok(false),
         None => Err(SessionError::NotFound(append.session_id.clone())),
     }
-}
-
-/// Inserts the event if its session exists (the trigger touches the session's time):
-/// `Ok(false)` if it was already stored, `NotFound` without a session.
-async fn insert_event(conn: &mut SqliteConnection, append: &Append) -> Result<bool, SessionError> {
-    let Append {
-        app_name,
-        user_id,
-        session_id,
-        event,
-        json,
-        ..
-    } = append;
-    let inserted = sqlx::query(
-        "INSERT INTO events
-         (id, app_name, user_id, session_id, invocation_id, author, timestamp, event_json)
-         SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS
-             (SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?)
-         ON CONFLICT (app_name, user_id, session_id, id) DO NOTHING",
-    )
-    .bind(&event.id)
-    .bind(app_name)
-    .bind(user_id)
-    .bind(session_id)
-    .bind(&event.invocation_id)
-    .bind(&event.author)
-    .bind(event.timestamp)
-    .bind(json)
-    .bind(app_name)
-    .bind(user_id)
-    .bind(session_id)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() > 0 {
-        return Ok(true);
-    }
-    not_inserted(conn, append).await
 }
 
 /// Applies a freshly inserted event's state delta: app and user parts to their tables, the
