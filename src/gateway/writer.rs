@@ -165,11 +165,8 @@ where
             }
         }
         let Some(front) = pending.front() else {
-            if unflushed {
-                if let Err(exit) = flush(sink, config.send_timeout).await {
-                    return exit;
-                }
-                unflushed = false;
+            if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
+                return exit;
             }
             if let Some((code, reason)) = close.take() {
                 send_close(sink, code, reason).await;
@@ -191,11 +188,8 @@ where
             // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
             // does not wait for playback.
             if at > now && close.is_none() {
-                if unflushed {
-                    if let Err(exit) = flush(sink, config.send_timeout).await {
-                        return exit;
-                    }
-                    unflushed = false;
+                if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
+                    return exit;
                 }
                 // Wait until a batch is due (the lead has fallen `audio_batch` below its
                 // limit), but keep listening: an interrupt may arrive.
@@ -229,13 +223,16 @@ where
     }
 }
 
-/// Flushes what was fed to the sink.
-async fn flush<S>(sink: &mut S, limit: Duration) -> Result<(), WriterExit>
+/// Flushes what was fed to the sink, if anything was; the writer does so before it waits.
+async fn flush<S>(sink: &mut S, unflushed: &mut bool, limit: Duration) -> Result<(), WriterExit>
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    within(limit, sink.flush()).await
+    if std::mem::take(unflushed) {
+        within(limit, sink.flush()).await?;
+    }
+    Ok(())
 }
 
 /// Runs a sink operation; a failure means the client is gone, and taking longer than `limit`
