@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Waker};
 
 use pin_project_lite::pin_project;
 use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 
 /// A one-way flag, cloned to share, that tasks can check and wait on.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +43,25 @@ impl Signal {
     /// Whether the signal has fired.
     pub fn is_fired(&self) -> bool {
         self.0.fired.load(Ordering::Acquire)
+    }
+
+    /// Sends `value` on `tx`, waiting for room unless the signal fires first: false if it has
+    /// fired or the receiver is gone. Tries at once first, so a send that finds room never
+    /// touches the waiter list.
+    pub async fn send_unless_fired<T>(&self, tx: &mpsc::Sender<T>, value: T) -> bool {
+        if self.is_fired() {
+            return false;
+        }
+        let value = match tx.try_send(value) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(value)) => value,
+        };
+        tokio::select! {
+            biased;
+            () = self.fired() => false,
+            sent = tx.send(value) => sent.is_ok(),
+        }
     }
 
     /// Completes once the signal fires (at once if it already has).
@@ -158,5 +177,28 @@ mod tests {
         timeout(Duration::from_secs(5), fired)
             .await
             .expect("completes");
+    }
+
+    #[tokio::test]
+    async fn a_send_waits_for_room_until_the_signal_fires() {
+        let signal = Signal::new();
+        let (tx, mut rx) = mpsc::channel::<u32>(1);
+        assert!(signal.send_unless_fired(&tx, 1).await, "room: sent at once");
+        // Full: the second send waits, and gives up when the signal fires.
+        let waiting = signal.send_unless_fired(&tx, 2);
+        let firing = async {
+            tokio::task::yield_now().await;
+            signal.fire();
+        };
+        let (sent, ()) = timeout(Duration::from_secs(5), async {
+            tokio::join!(waiting, firing)
+        })
+        .await
+        .expect("the send gave up");
+        assert!(!sent);
+        assert_eq!(rx.recv().await, Some(1));
+        // Fired: nothing is sent even with room.
+        assert!(!signal.send_unless_fired(&tx, 3).await);
+        assert!(rx.try_recv().is_err());
     }
 }

@@ -74,19 +74,14 @@ impl LiveRequestQueue {
             self.close();
             return Ok(());
         }
-        if self.closed.is_fired() {
-            return Err(QueueClosed);
-        }
-        // Most sends find room: no need to wait on the close as well.
-        let request = match self.tx.try_send(Box::new(request)) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(QueueClosed),
-            Err(mpsc::error::TrySendError::Full(request)) => request,
-        };
-        tokio::select! {
-            biased;
-            _ = self.closed.fired() => Err(QueueClosed),
-            sent = self.tx.send(request) => sent.map_err(|_| QueueClosed),
+        if self
+            .closed
+            .send_unless_fired(&self.tx, Box::new(request))
+            .await
+        {
+            Ok(())
+        } else {
+            Err(QueueClosed)
         }
     }
 

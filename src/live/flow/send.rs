@@ -156,29 +156,15 @@ pub(crate) async fn send_loop(
 }
 
 async fn forward(ctx: &SendContext, model: &mpsc::Sender<LiveInput>, input: LiveInput) -> bool {
-    if ctx.stop.is_fired() {
-        return false;
-    }
-    // Most inputs find room: no need to wait on `stop` as well.
-    let input = match model.try_send(input) {
-        Ok(()) => return true,
-        Err(mpsc::error::TrySendError::Closed(_)) => return false,
-        Err(mpsc::error::TrySendError::Full(input)) => input,
-    };
-    tokio::select! {
-        biased;
-        _ = ctx.stop.fired() => false,
-        sent = model.send(input) => sent.is_ok(),
-    }
+    ctx.stop.send_unless_fired(model, input).await
 }
 
 /// Commits an event through the flow (yielding it too when `emit`) and waits until it is committed.
 async fn persist(ctx: &SendContext, event: Event, emit: bool) -> bool {
     let (ack, committed) = oneshot::channel();
-    tokio::select! {
-        biased;
-        _ = ctx.stop.fired() => return false,
-        sent = ctx.persist.send(Box::new((FlowItem { event, emit }, ack))) => if sent.is_err() { return false },
+    let request = Box::new((FlowItem { event, emit }, ack));
+    if !ctx.stop.send_unless_fired(&ctx.persist, request).await {
+        return false;
     }
     tokio::select! {
         biased;
