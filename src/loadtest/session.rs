@@ -89,8 +89,6 @@ pub struct Outcome {
 struct Turn {
     /// When the last speech frame went out (None while speaking).
     speech_end: Option<Instant>,
-    /// The slot (frame number) of the last speech frame.
-    speech_end_slot: Option<u32>,
     /// When the frame that completes the model's delay went out: the model can answer from
     /// then on, so what comes after is the gateway's (and the generator's reading) time.
     answerable: Option<Instant>,
@@ -204,23 +202,23 @@ async fn speak(
         {
             let mut t = shared.turn();
             t.speech_end = None;
-            t.speech_end_slot = None;
             t.answerable = None;
             t.answered = false;
             t.playback_end = None;
         }
         let done = shared.turn_done.notified();
         tokio::pin!(done);
+        // This turn's marks, kept here so the shared turn is locked only when one is set.
+        let mut marks = Marks::default();
         for chunk in (0..clip.len()).step_by(FRAME_BYTES) {
             let frame = clip.slice(chunk..(chunk + FRAME_BYTES).min(clip.len()));
             send_frame(start, &mut n, frame, sink, outcome, live).await?;
             // Latency counts from the last frame with speech in it, not from trailing silence.
-            if chunk + FRAME_BYTES >= *speech_end && shared.turn().speech_end.is_none() {
-                let mut t = shared.turn();
-                t.speech_end = Some(Instant::now());
-                t.speech_end_slot = Some(n - 1);
+            if chunk + FRAME_BYTES >= *speech_end && marks.speech_end_slot.is_none() {
+                marks.speech_end_slot = Some(n - 1);
+                shared.turn().speech_end = Some(Instant::now());
             }
-            mark_answerable(shared, plan, n);
+            marks.after_frame(shared, plan, n);
         }
         // The microphone stays open: silence until the answer is complete.
         let give_up = Instant::now() + ANSWER_TIMEOUT;
@@ -233,7 +231,7 @@ async fn speak(
                         return Err(format!("no turnComplete within {ANSWER_TIMEOUT:?}"));
                     }
                     send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
-                    mark_answerable(shared, plan, n);
+                    marks.after_frame(shared, plan, n);
                 }
             }
         }
@@ -242,12 +240,23 @@ async fn speak(
     Ok(())
 }
 
-/// Notes when the frame completing the model's delay went out (`n` frames sent so far).
-fn mark_answerable(shared: &Shared, plan: &Plan, n: u32) {
-    let mut t = shared.turn();
-    if let (Some(end), None) = (t.speech_end_slot, t.answerable) {
-        if n > end.saturating_add(plan.model_delay_frames) {
-            t.answerable = Some(Instant::now());
+/// Where the writer is in a turn.
+#[derive(Debug, Default)]
+struct Marks {
+    /// The slot (frame number) of the last speech frame.
+    speech_end_slot: Option<u32>,
+    /// The frame completing the model's delay has gone out.
+    answerable: bool,
+}
+
+impl Marks {
+    /// Notes when the frame completing the model's delay went out (`n` frames sent so far).
+    fn after_frame(&mut self, shared: &Shared, plan: &Plan, n: u32) {
+        if let (Some(end), false) = (self.speech_end_slot, self.answerable) {
+            if n > end.saturating_add(plan.model_delay_frames) {
+                self.answerable = true;
+                shared.turn().answerable = Some(Instant::now());
+            }
         }
     }
 }
