@@ -176,8 +176,6 @@ impl LiveFlow {
             let mut failures = 0u32;
             let mut first_connect = true;
             let mut reason = FlowEndReason::Closed;
-            // Only agents with model callbacks have their traffic screened; the rest skip it per event.
-            let screening = hooks.screens_user() || hooks.screens_model();
             // A hand-off waits for the model's turn to end, at most until the deadline.
             let mut handoff: Option<(FlowEndReason, Instant)> = None;
 
@@ -335,12 +333,7 @@ impl LiveFlow {
                                 continue;
                             }
                         };
-                        let verdict = if screening {
-                            screen(&*hooks, &event, &mut spoken).await
-                        } else {
-                            None
-                        };
-                        match verdict {
+                        match screen(&*hooks, &event, &mut spoken).await {
                             None => {}
                             Some(Blocked::Changes(changes)) => {
                                 yield FlowItem::emit(event);
@@ -482,9 +475,16 @@ enum Blocked {
 /// before-model callbacks; the model's spoken answer so far, and its full text, to the after-model
 /// callbacks.
 async fn screen(hooks: &dyn FlowHooks, event: &Event, spoken: &mut String) -> Option<Blocked> {
+    // Most agents have no model callbacks: nothing to screen, nothing to copy.
+    if !hooks.screens_user() && !hooks.screens_model() {
+        return None;
+    }
     let (verdict, replaces) = if let Some(heard) = &event.input_transcription {
+        if !hooks.screens_user() || heard.finished != Some(true) {
+            return None;
+        }
         let text = heard.text.clone().unwrap_or_default();
-        if !hooks.screens_user() || heard.finished != Some(true) || text.trim().is_empty() {
+        if text.trim().is_empty() {
             return None;
         }
         (hooks.screen_user(&Content::text("user", text)).await, false)
