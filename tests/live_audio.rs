@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use livegate::artifact::ArtifactScope;
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::{ServeArgs, SimPacingArg};
 use serde_json::Value;
 
 #[tokio::test]
@@ -122,7 +122,27 @@ async fn recorded_bytes(server: &livegate::gateway::Server, session: &str, side:
 
 #[tokio::test]
 async fn recordings_hold_exactly_what_was_sent_and_received() {
-    let server = start(test_args()).await;
+    recordings_hold_exactly_what_was_sent_and_received_in(test_args()).await;
+}
+
+#[tokio::test]
+async fn recordings_spooled_to_files_hold_exactly_what_was_sent_and_received() {
+    // The file store spools long recordings to files while the turn runs.
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = test_args();
+    args.artifact_store = Some(format!("file://{}", dir.path().display()));
+    recordings_hold_exactly_what_was_sent_and_received_in(args).await;
+    let spool = dir.path().join("#spool");
+    assert!(spool.is_dir());
+    assert_eq!(
+        std::fs::read_dir(&spool).unwrap().count(),
+        0,
+        "no spool file left behind"
+    );
+}
+
+async fn recordings_hold_exactly_what_was_sent_and_received_in(args: ServeArgs) {
+    let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "").await;
     let mut pcm = fixture_pcm("hello.wav");
     pcm.extend(silence(1000));

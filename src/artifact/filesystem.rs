@@ -17,15 +17,18 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::fs;
 
+use super::spool::SPOOL_DIR;
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
-    USER_PREFIX,
+    SpoolFile, USER_PREFIX,
 };
 
 /// Artifacts as files under a root folder.
 #[derive(Debug, Clone)]
 pub struct FileArtifactService {
     root: PathBuf,
+    /// `{root}/#spool`: spool files, on the same filesystem so a save is a rename.
+    spool: PathBuf,
 }
 
 /// The folder (inside the user's) holding `user:` artifacts; refused as a session id.
@@ -73,7 +76,11 @@ impl FileArtifactService {
             ));
         }
         fs::create_dir_all(&root).await?;
-        Ok(FileArtifactService { root })
+        let spool = root.join(SPOOL_DIR);
+        // Spool files left by a process that stopped mid-recording hold no saved version.
+        missing_ok(fs::remove_dir_all(&spool).await)?;
+        fs::create_dir_all(&spool).await?;
+        Ok(FileArtifactService { root, spool })
     }
 
     fn user_dir(&self, scope: ArtifactScope<'_>) -> Result<PathBuf, ArtifactError> {
@@ -151,15 +158,16 @@ impl FileArtifactService {
         }
     }
 
-    /// Writes the bytes of a claimed version: temp file, sync, rename.
-    fn write_version(dir: &Path, version: u64, data: &[u8]) -> Result<(), ArtifactError> {
+    /// Writes the bytes of a claimed version to `to`: temp file beside it, sync, rename.
+    fn write_version(to: &Path, data: &[u8]) -> Result<(), ArtifactError> {
+        let dir = to.parent().unwrap_or(Path::new("."));
         let tmp = dir.join(format!("{TMP_PREFIX}{}", uuid::Uuid::new_v4()));
         let written = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(data)?;
             file.sync_all()?;
             drop(file);
-            std::fs::rename(&tmp, dir.join(version.to_string()))
+            std::fs::rename(&tmp, to)
         })();
         if let Err(e) = written {
             // Best effort: the error that matters is the write's, not the cleanup's.
@@ -169,16 +177,26 @@ impl FileArtifactService {
         Ok(())
     }
 
-    /// Saves a new version in `dir`: claim a number, then write its bytes.
-    fn save_in(dir: &Path, meta: &[u8], data: &[u8]) -> Result<u64, ArtifactError> {
+    /// Saves a new version in `dir`: claim a number, then put its bytes in place with `write`.
+    fn save_in(
+        dir: &Path,
+        meta: &[u8],
+        write: impl FnOnce(&Path) -> Result<(), ArtifactError>,
+    ) -> Result<u64, ArtifactError> {
         std::fs::create_dir_all(dir)?;
         let version = Self::claim_version(dir, meta)?;
-        if let Err(e) = Self::write_version(dir, version, data) {
+        if let Err(e) = write(&dir.join(version.to_string())) {
             // Release the claim so the number is reused rather than left as a gap.
             let _ = std::fs::remove_file(meta_path(dir, version));
             return Err(e);
         }
         Ok(version)
+    }
+
+    /// A version's sidecar for this mime type.
+    fn meta(mime_type: String) -> Result<Vec<u8>, ArtifactError> {
+        serde_json::to_vec(&Meta { mime_type })
+            .map_err(|e| ArtifactError::InvalidArgument(format!("artifact metadata: {e}")))
     }
 
     /// Reads a version (the latest if `None`) from `dir`.
@@ -247,11 +265,9 @@ impl ArtifactService for FileArtifactService {
         artifact: Artifact,
     ) -> Result<u64, ArtifactError> {
         let dir = self.artifact_dir(scope, filename)?;
-        let meta = serde_json::to_vec(&Meta {
-            mime_type: artifact.mime_type,
-        })
-        .map_err(|e| ArtifactError::InvalidArgument(format!("artifact metadata: {e}")))?;
-        blocking(move || Self::save_in(&dir, &meta, &artifact.data)).await
+        let meta = Self::meta(artifact.mime_type)?;
+        blocking(move || Self::save_in(&dir, &meta, |to| Self::write_version(to, &artifact.data)))
+            .await
     }
 
     async fn load(
@@ -291,5 +307,37 @@ impl ArtifactService for FileArtifactService {
         let dir = self.artifact_dir(scope, filename)?;
         missing_ok(fs::remove_dir_all(dir).await)?;
         Ok(())
+    }
+
+    fn spool_dir(&self) -> Option<&Path> {
+        Some(&self.spool)
+    }
+
+    async fn save_spooled(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        spool: SpoolFile,
+    ) -> Result<u64, (ArtifactError, SpoolFile)> {
+        let prepared = self.artifact_dir(scope, filename).and_then(|dir| {
+            let meta = Self::meta(mime_type)?;
+            Ok::<_, ArtifactError>((dir, meta, spool.handle()?))
+        });
+        let (dir, meta, handle) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return Err((e, spool)),
+        };
+        let saved = blocking(move || {
+            Self::save_in(&dir, &meta, |to| handle.persist(to).map_err(Into::into))
+        })
+        .await;
+        match saved {
+            Ok(version) => {
+                spool.moved();
+                Ok(version)
+            }
+            Err(e) => Err((e, spool)),
+        }
     }
 }

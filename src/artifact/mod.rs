@@ -6,8 +6,11 @@
 mod error;
 mod filesystem;
 mod memory;
+mod spool;
 #[cfg(test)]
 mod tests;
+
+use std::path::Path;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,6 +18,7 @@ use bytes::Bytes;
 pub use error::ArtifactError;
 pub use filesystem::FileArtifactService;
 pub use memory::InMemoryArtifactService;
+pub use spool::SpoolFile;
 
 /// A stored artifact version: its bytes and mime type.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +71,40 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
 
     /// Deletes every version of an artifact.
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError>;
+
+    /// Folder where a caller may gather bytes in a [`SpoolFile`] for `save_spooled`; `None` for
+    /// stores that keep no files (callers then hold the bytes in memory).
+    fn spool_dir(&self) -> Option<&Path> {
+        None
+    }
+
+    /// Saves a spool file's bytes as a new version and returns its number; the file is moved
+    /// into place where the store allows. On error the spool comes back, intact.
+    async fn save_spooled(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        spool: SpoolFile,
+    ) -> Result<u64, (ArtifactError, SpoolFile)> {
+        let read = match spool.handle() {
+            Ok(handle) => tokio::task::spawn_blocking(move || handle.read())
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            Err(e) => Err(e),
+        };
+        let data = match read {
+            Ok(data) => Bytes::from(data),
+            Err(e) => return Err((e.into(), spool)),
+        };
+        match self
+            .save(scope, filename, Artifact { data, mime_type })
+            .await
+        {
+            Ok(version) => Ok(version),
+            Err(e) => Err((e, spool)),
+        }
+    }
 }
 
 /// Checks an artifact filename: 1–255 characters, no path separators, no `..`, no control chars.

@@ -321,3 +321,78 @@ async fn store_urls_open_the_right_backend() {
         Err(ArtifactError::InvalidArgument(_))
     ));
 }
+
+/// Fills a spool in `dir` with `pieces`, appended one call each.
+fn spooled(dir: &std::path::Path, pieces: &[&'static [u8]]) -> SpoolFile {
+    let mut spool = SpoolFile::create(dir).unwrap();
+    for piece in pieces {
+        let chunks = [Bytes::from_static(piece), Bytes::from_static(b"|")];
+        spool.append(&chunks).unwrap();
+    }
+    spool
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spooled_save_moves_the_file_in_as_the_next_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let svc = FileArtifactService::open(&root).await.unwrap();
+    let spool_dir = svc.spool_dir().unwrap().to_path_buf();
+    assert!(spool_dir.starts_with(&root) && spool_dir.is_dir());
+    svc.save(S1, "rec.pcm", audio(b"v0")).await.unwrap();
+
+    let spool = spooled(&spool_dir, &[b"ab", b"cde"]);
+    assert_eq!(spool.len(), 7);
+    let version = svc
+        .save_spooled(S1, "rec.pcm", "audio/pcm;rate=16000".into(), spool)
+        .await
+        .unwrap();
+    assert_eq!(version, 1);
+    assert_eq!(
+        svc.load(S1, "rec.pcm", None).await.unwrap(),
+        Some(audio(b"ab|cde|"))
+    );
+    assert_eq!(
+        std::fs::read_dir(&spool_dir).unwrap().count(),
+        0,
+        "moved, not copied"
+    );
+
+    // A bad name gives the spool back, whole, and a dropped spool leaves no file.
+    let spool = spooled(&spool_dir, &[b"keep"]);
+    let (error, spool) = svc
+        .save_spooled(S1, "../x", "audio/pcm".into(), spool)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ArtifactError::InvalidName(_)));
+    assert_eq!(spool.len(), 5);
+    assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 1);
+    drop(spool);
+    assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 0);
+
+    // Spool files a stopped process left behind are swept when the store opens.
+    std::mem::forget(spooled(&spool_dir, &[b"orphan"]));
+    drop(svc);
+    let reopened = FileArtifactService::open(&root).await.unwrap();
+    assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 0);
+    assert_eq!(reopened.list_names(S1).await.unwrap(), vec!["rec.pcm"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_files_saves_a_spool_by_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = InMemoryArtifactService::default();
+    assert!(svc.spool_dir().is_none());
+    let spool = spooled(dir.path(), &[b"xy", b"z"]);
+    assert_eq!(
+        svc.save_spooled(S1, "rec.pcm", "audio/pcm;rate=16000".into(), spool)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        svc.load(S1, "rec.pcm", None).await.unwrap(),
+        Some(audio(b"xy|z|"))
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -1,20 +1,208 @@
 //! The live audio cache (`save_live_blob`): input and output audio per turn, flushed to artifacts
 //! as `adk_live_audio_storage_{input|output}_audio_{first_chunk_ms}.{ext}` with a `fileData` event.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
+use tokio::task::{JoinError, JoinHandle};
 
-use crate::artifact::{Artifact, ArtifactScope, ArtifactService};
+use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService, SpoolFile};
 use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
+
+/// Audio a recording gathers in memory before it is written to its spool file (2 s of 16 kHz
+/// input): a long turn then costs a session this much memory, not the whole turn's audio.
+const SPILL_BYTES: usize = 64 * 1024;
 
 /// One side's audio of the current turn. The first chunk names the file (its time) and the
 /// mime type; later chunks only add bytes, so caching a chunk is one refcounted `Bytes` push.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 struct Recording {
     mime_type: String,
     started: f64,
+    /// Audio not in the spool file yet, oldest first; it follows the spool's bytes.
     chunks: Vec<Bytes>,
+    /// Bytes in `chunks`.
+    pending: usize,
+    spool: Spool,
+}
+
+/// Where a recording's earlier audio is, besides memory.
+#[derive(Debug, Default)]
+enum Spool {
+    /// Nowhere: all of it is in `chunks`.
+    #[default]
+    None,
+    /// In a spool file that takes more.
+    Ready(SpoolFile),
+    /// A write of earlier chunks to the spool is under way.
+    Writing(JoinHandle<Spilled>),
+    /// In a spool file that failed a write (if any), which takes no more: later audio stays in
+    /// memory.
+    Stuck(Option<SpoolFile>),
+}
+
+/// What a spill hands back: the spool file and, if the write failed, its chunks.
+#[derive(Debug)]
+struct Spilled {
+    spool: Option<SpoolFile>,
+    failed: Option<(std::io::Error, Vec<Bytes>)>,
+}
+
+/// Appends chunks to a recording's spool file, creating it in `dir` first if needed (blocking).
+fn spill(spool: Option<SpoolFile>, dir: &Path, chunks: Vec<Bytes>) -> Spilled {
+    let mut spool = match spool {
+        Some(spool) => spool,
+        None => match SpoolFile::create(dir) {
+            Ok(spool) => spool,
+            Err(e) => {
+                return Spilled {
+                    spool: None,
+                    failed: Some((e, chunks)),
+                }
+            }
+        },
+    };
+    let failed = spool.append(&chunks).err().map(|e| (e, chunks));
+    Spilled {
+        spool: Some(spool),
+        failed,
+    }
+}
+
+impl Recording {
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && matches!(self.spool, Spool::None)
+    }
+
+    /// Starts writing the chunks to the spool file unless a write is still under way.
+    fn start_spill(&mut self, dir: &Arc<Path>) {
+        if let Spool::Writing(handle) = &mut self.spool {
+            match handle.now_or_never() {
+                Some(spilled) => self.settle(spilled),
+                None => return,
+            }
+        }
+        let spool = match std::mem::take(&mut self.spool) {
+            Spool::None => None,
+            Spool::Ready(spool) => Some(spool),
+            other => {
+                self.spool = other;
+                return;
+            }
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.spool = spool.map_or(Spool::None, Spool::Ready);
+            return;
+        };
+        let chunks = std::mem::take(&mut self.chunks);
+        self.pending = 0;
+        let dir = Arc::clone(dir);
+        self.spool = Spool::Writing(runtime.spawn_blocking(move || spill(spool, &dir, chunks)));
+    }
+
+    /// Takes back the spool after a write; chunks a failed write returns go back in front.
+    fn settle(&mut self, spilled: Result<Spilled, JoinError>) {
+        match spilled {
+            Ok(Spilled {
+                spool,
+                failed: None,
+            }) => self.spool = spool.map_or(Spool::None, Spool::Ready),
+            Ok(Spilled {
+                spool,
+                failed: Some((error, mut chunks)),
+            }) => {
+                tracing::warn!(%error, "spooling a live audio recording failed; keeping the rest in memory");
+                chunks.append(&mut self.chunks);
+                self.pending = chunks.iter().map(Bytes::len).sum();
+                self.chunks = chunks;
+                self.spool = Spool::Stuck(spool);
+            }
+            Err(error) => {
+                // Only a runtime shutting down cancels a blocking task that cannot panic.
+                tracing::error!(%error, "a spool write was cancelled; its audio is lost");
+                self.spool = Spool::Stuck(None);
+            }
+        }
+    }
+
+    /// Waits for a write under way, then moves the remaining chunks to the spool file if there
+    /// is one that takes them.
+    async fn finish_spool(&mut self, dir: Option<&Arc<Path>>) {
+        self.await_spill().await;
+        if let (Some(dir), Spool::Ready(_)) = (dir, &self.spool) {
+            if !self.chunks.is_empty() {
+                self.start_spill(dir);
+                self.await_spill().await;
+            }
+        }
+    }
+
+    /// Waits for a write under way, if any, and takes back its spool.
+    async fn await_spill(&mut self) {
+        if let Spool::Writing(handle) = &mut self.spool {
+            let spilled = handle.await;
+            self.settle(spilled);
+        }
+    }
+
+    /// Saves the recording as a new version of `filename`; on error the recording comes back.
+    async fn save(
+        mut self,
+        artifacts: &dyn ArtifactService,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<u64, (ArtifactError, Recording)> {
+        if self.chunks.is_empty() && matches!(self.spool, Spool::Ready(_)) {
+            let Spool::Ready(spool) = std::mem::take(&mut self.spool) else {
+                unreachable!("matched just above")
+            };
+            let mime_type = self.mime_type.clone();
+            return match artifacts
+                .save_spooled(scope, filename, mime_type, spool)
+                .await
+            {
+                Ok(version) => Ok(version),
+                Err((error, spool)) => {
+                    self.spool = Spool::Ready(spool);
+                    Err((error, self))
+                }
+            };
+        }
+        // In memory, behind whatever a stuck spool holds.
+        let mut data = BytesMut::with_capacity(self.pending);
+        if let Spool::Ready(spool) | Spool::Stuck(Some(spool)) = &self.spool {
+            let read = match spool.handle() {
+                Ok(handle) => tokio::task::spawn_blocking(move || handle.read())
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                Err(e) => Err(e),
+            };
+            match read {
+                Ok(head) => data.extend_from_slice(&head),
+                Err(error) => return Err((error.into(), self)),
+            }
+        }
+        for chunk in &self.chunks {
+            data.extend_from_slice(chunk);
+        }
+        let artifact = Artifact {
+            data: data.freeze(),
+            mime_type: self.mime_type.clone(),
+        };
+        artifacts
+            .save(scope, filename, artifact)
+            .await
+            .map_err(|error| (error, self))
+    }
+}
+
+/// A side's recording of the current turn, and earlier ones whose save failed (retried first).
+#[derive(Debug, Default)]
+struct Side {
+    current: Recording,
+    held: Vec<Recording>,
 }
 
 /// Which side of the conversation a recording holds.
@@ -37,10 +225,13 @@ impl AudioSide {
 
 /// Cached audio of the current turn, shared by the send loop (input) and receive loop (output).
 ///
-/// The lock is only held to push or swap out a list, never across an `.await`.
+/// The lock is only held to push or swap out a recording, never across an `.await`. With a spool
+/// folder, a recording's audio goes to a file there every [`SPILL_BYTES`], written on the blocking
+/// pool, and the file becomes the artifact.
 #[derive(Debug, Clone, Default)]
 pub struct AudioCache {
-    inner: Arc<Mutex<[Recording; 2]>>,
+    inner: Arc<Mutex<[Side; 2]>>,
+    spool_dir: Option<Arc<Path>>,
 }
 
 /// Where flushed recordings go and how their events are attributed.
@@ -61,39 +252,58 @@ pub struct RecordingTarget {
 }
 
 impl AudioCache {
+    /// A cache that spools long recordings to files in `spool_dir` (see [`AudioCache`]).
+    pub fn new(spool_dir: Option<PathBuf>) -> Self {
+        AudioCache {
+            inner: Arc::default(),
+            spool_dir: spool_dir.map(Arc::from),
+        }
+    }
+
     /// Caches an audio blob (non-audio blobs are ignored, as in ADK 2.13).
     pub fn push(&self, side: AudioSide, blob: &Blob) {
         if !blob.is_audio() || blob.data.is_empty() {
             return;
         }
         if let Ok(mut sides) = self.inner.lock() {
-            let recording = &mut sides[side as usize];
-            if recording.chunks.is_empty() {
+            let recording = &mut sides[side as usize].current;
+            if recording.is_empty() {
                 recording.mime_type.clone_from(&blob.mime_type);
                 recording.started = now_timestamp();
             }
             recording.chunks.push(blob.data.clone());
+            recording.pending += blob.data.len();
+            if recording.pending >= SPILL_BYTES {
+                if let Some(dir) = &self.spool_dir {
+                    recording.start_spill(dir);
+                }
+            }
         }
     }
 
-    fn take(&self, side: AudioSide) -> Recording {
+    /// Takes a side's held recordings and the current one, oldest first.
+    fn take(&self, side: AudioSide) -> Vec<Recording> {
         self.inner
             .lock()
-            .map(|mut sides| std::mem::take(&mut sides[side as usize]))
+            .map(|mut sides| {
+                let side = &mut sides[side as usize];
+                let mut recordings = std::mem::take(&mut side.held);
+                recordings.push(std::mem::take(&mut side.current));
+                recordings
+            })
             .unwrap_or_default()
     }
 
-    /// Puts back a recording that could not be saved, ahead of audio cached since.
-    fn restore(&self, side: AudioSide, mut recording: Recording) {
+    /// Keeps a recording whose save failed, to retry at the next flush.
+    fn hold(&self, side: AudioSide, recording: Recording) {
         if let Ok(mut sides) = self.inner.lock() {
-            let newer = std::mem::take(&mut sides[side as usize]);
-            recording.chunks.extend(newer.chunks);
-            sides[side as usize] = recording;
+            sides[side as usize].held.push(recording);
         }
     }
 
     /// Saves the cached audio of the chosen sides and returns the events to yield: a `fileData`
-    /// event per saved recording, or an error event when a save failed (the audio stays cached).
+    /// event per saved recording, or an error event when a save failed (the audio stays cached
+    /// and its save is retried at the next flush).
     pub async fn flush(&self, target: &RecordingTarget, input: bool, output: bool) -> Vec<Event> {
         let mut events = Vec::new();
         let sides = [(input, AudioSide::Input), (output, AudioSide::Output)];
@@ -101,73 +311,303 @@ impl AudioCache {
             let Some(artifacts) = &target.artifacts else {
                 continue;
             };
-            let recording = self.take(side);
-            if recording.chunks.is_empty() {
-                continue;
-            }
-            let mime_type = recording.mime_type.clone();
-            let timestamp = recording.started;
-            let mut data = BytesMut::with_capacity(recording.chunks.iter().map(Bytes::len).sum());
-            for chunk in &recording.chunks {
-                data.extend_from_slice(chunk);
-            }
-            let ext = mime_type
-                .split(';')
-                .next()
-                .and_then(|t| t.split('/').nth(1))
-                .unwrap_or("pcm")
-                .trim()
-                .to_owned();
-            let filename = format!(
-                "adk_live_audio_storage_{}_audio_{}.{ext}",
-                side.label(),
-                (timestamp * 1000.0) as u64
-            );
-            let scope = ArtifactScope {
-                app_name: &target.app_name,
-                user_id: &target.user_id,
-                session_id: &target.session_id,
-            };
-            let artifact = Artifact {
-                data: data.freeze(),
-                mime_type: mime_type.clone(),
-            };
-            match artifacts.save(scope, &filename, artifact).await {
-                Ok(version) => {
-                    let (author, role) = match side {
-                        AudioSide::Input => ("user", "user"),
-                        AudioSide::Output => (target.agent_name.as_str(), "model"),
-                    };
-                    let mut event = Event::new(&target.invocation_id, author);
-                    event.timestamp = timestamp;
-                    event.content = Some(Content {
-                        parts: vec![Part {
-                            file_data: Some(FileData {
-                                display_name: None,
-                                file_uri: format!(
-                                    "artifact://{}/{}/{}/_adk_live/{filename}#{version}",
-                                    target.app_name, target.user_id, target.session_id
-                                ),
-                                mime_type: Some(mime_type),
-                            }),
-                            ..Part::default()
-                        }],
-                        role: Some(role.into()),
-                    });
-                    events.push(event);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
-                    self.restore(side, recording);
-                    events.push(Event::error(
-                        &target.invocation_id,
-                        &target.agent_name,
-                        error.code(),
-                        format!("could not save audio recording {filename}: {error}"),
-                    ));
+            for recording in self.take(side) {
+                if !recording.is_empty() {
+                    self.save(&**artifacts, target, side, recording, &mut events)
+                        .await;
                 }
             }
         }
         events
+    }
+
+    /// Saves one recording, adding its event (or an error event) to `events`.
+    async fn save(
+        &self,
+        artifacts: &dyn ArtifactService,
+        target: &RecordingTarget,
+        side: AudioSide,
+        mut recording: Recording,
+        events: &mut Vec<Event>,
+    ) {
+        recording.finish_spool(self.spool_dir.as_ref()).await;
+        let mime_type = recording.mime_type.clone();
+        let timestamp = recording.started;
+        let ext = mime_type
+            .split(';')
+            .next()
+            .and_then(|t| t.split('/').nth(1))
+            .unwrap_or("pcm")
+            .trim()
+            .to_owned();
+        let filename = format!(
+            "adk_live_audio_storage_{}_audio_{}.{ext}",
+            side.label(),
+            (timestamp * 1000.0) as u64
+        );
+        let scope = ArtifactScope {
+            app_name: &target.app_name,
+            user_id: &target.user_id,
+            session_id: &target.session_id,
+        };
+        match recording.save(artifacts, scope, &filename).await {
+            Ok(version) => {
+                let (author, role) = match side {
+                    AudioSide::Input => ("user", "user"),
+                    AudioSide::Output => (target.agent_name.as_str(), "model"),
+                };
+                let mut event = Event::new(&target.invocation_id, author);
+                event.timestamp = timestamp;
+                event.content = Some(Content {
+                    parts: vec![Part {
+                        file_data: Some(FileData {
+                            display_name: None,
+                            file_uri: format!(
+                                "artifact://{}/{}/{}/_adk_live/{filename}#{version}",
+                                target.app_name, target.user_id, target.session_id
+                            ),
+                            mime_type: Some(mime_type),
+                        }),
+                        ..Part::default()
+                    }],
+                    role: Some(role.into()),
+                });
+                events.push(event);
+            }
+            Err((error, recording)) => {
+                tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
+                self.hold(side, recording);
+                events.push(Event::error(
+                    &target.invocation_id,
+                    &target.agent_name,
+                    error.code(),
+                    format!("could not save audio recording {filename}: {error}"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::artifact::FileArtifactService;
+
+    /// A 20 ms frame of 16 kHz input audio, different for each `n`.
+    fn frame(n: usize) -> Blob {
+        Blob {
+            data: Bytes::from(vec![(n % 251) as u8; 640]),
+            mime_type: "audio/pcm;rate=16000".into(),
+            ..Blob::default()
+        }
+    }
+
+    fn target(artifacts: Arc<dyn ArtifactService>) -> RecordingTarget {
+        RecordingTarget {
+            artifacts: Some(artifacts),
+            app_name: "app".into(),
+            user_id: "u".into(),
+            session_id: "s".into(),
+            invocation_id: "e-1".into(),
+            agent_name: "agent".into(),
+        }
+    }
+
+    const SCOPE: ArtifactScope<'static> = ArtifactScope {
+        app_name: "app",
+        user_id: "u",
+        session_id: "s",
+    };
+
+    /// The artifact an event's `fileData` points at.
+    async fn saved(artifacts: &dyn ArtifactService, event: &Event) -> Artifact {
+        let uri = &event.content.as_ref().unwrap().parts[0]
+            .file_data
+            .as_ref()
+            .unwrap()
+            .file_uri;
+        let (path, version) = uri.rsplit_once('#').unwrap();
+        let filename = path.rsplit('/').next().unwrap();
+        let version = version.parse().unwrap();
+        artifacts
+            .load(SCOPE, filename, Some(version))
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    fn frames(range: std::ops::Range<usize>) -> Vec<u8> {
+        range.flat_map(|n| frame(n).data.to_vec()).collect()
+    }
+
+    /// Asserts equal bytes without printing them.
+    fn assert_same(got: &[u8], want: &[u8]) {
+        assert_eq!(got.len(), want.len(), "length");
+        assert!(got == want, "same length, different bytes");
+    }
+
+    /// Waits for a spill under way, if any, to finish.
+    async fn settle_spill(cache: &AudioCache, side: AudioSide) {
+        let mut recording = std::mem::take(&mut cache.inner.lock().unwrap()[side as usize].current);
+        tokio::time::timeout(std::time::Duration::from_secs(10), recording.await_spill())
+            .await
+            .unwrap();
+        cache.inner.lock().unwrap()[side as usize].current = recording;
+    }
+
+    fn pending(cache: &AudioCache, side: AudioSide) -> usize {
+        cache.inner.lock().unwrap()[side as usize].current.pending
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_recording_is_spooled_to_a_file_that_becomes_the_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FileArtifactService::open(dir.path()).await.unwrap());
+        let spool_dir = store.spool_dir().unwrap().to_path_buf();
+        let cache = AudioCache::new(Some(spool_dir.clone()));
+        // 16 s of input, in 2 s steps: the cache holds at most a spill's worth and one step.
+        for step in 0..8 {
+            for n in step * 100..(step + 1) * 100 {
+                cache.push(AudioSide::Input, &frame(n));
+            }
+            settle_spill(&cache, AudioSide::Input).await;
+            let held = pending(&cache, AudioSide::Input);
+            assert!(held < SPILL_BYTES + 100 * 640, "held {held} bytes");
+        }
+        assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 1);
+
+        let events = cache.flush(&target(store.clone()), true, true).await;
+        assert_eq!(events.len(), 1);
+        let artifact = saved(&*store, &events[0]).await;
+        assert_same(&artifact.data, &frames(0..800));
+        assert_eq!(artifact.mime_type, "audio/pcm;rate=16000");
+        assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 0);
+        assert!(cache.flush(&target(store), true, true).await.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_spool_that_cannot_be_written_keeps_the_audio_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            FileArtifactService::open(dir.path().join("store"))
+                .await
+                .unwrap(),
+        );
+        // A file where the spool folder should be: every spill fails.
+        let blocked = dir.path().join("not-a-dir");
+        std::fs::write(&blocked, b"").unwrap();
+        let cache = AudioCache::new(Some(blocked));
+        for n in 0..300 {
+            cache.push(AudioSide::Output, &frame(n));
+        }
+        let events = cache.flush(&target(store.clone()), true, true).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_same(&saved(&*store, &events[0]).await.data, &frames(0..300));
+    }
+
+    /// A file store whose next save fails.
+    #[derive(Debug)]
+    struct FailOnce {
+        store: FileArtifactService,
+        fail: AtomicBool,
+    }
+
+    impl FailOnce {
+        fn failed(&self) -> Option<ArtifactError> {
+            self.fail
+                .swap(false, Ordering::SeqCst)
+                .then(|| ArtifactError::Io(std::io::Error::other("disk on fire")))
+        }
+    }
+
+    #[async_trait]
+    impl ArtifactService for FailOnce {
+        async fn save(
+            &self,
+            scope: ArtifactScope<'_>,
+            filename: &str,
+            artifact: Artifact,
+        ) -> Result<u64, ArtifactError> {
+            match self.failed() {
+                Some(error) => Err(error),
+                None => self.store.save(scope, filename, artifact).await,
+            }
+        }
+        async fn load(
+            &self,
+            scope: ArtifactScope<'_>,
+            filename: &str,
+            version: Option<u64>,
+        ) -> Result<Option<Artifact>, ArtifactError> {
+            self.store.load(scope, filename, version).await
+        }
+        async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
+            self.store.list_names(scope).await
+        }
+        async fn list_versions(
+            &self,
+            scope: ArtifactScope<'_>,
+            filename: &str,
+        ) -> Result<Vec<u64>, ArtifactError> {
+            self.store.list_versions(scope, filename).await
+        }
+        async fn delete(
+            &self,
+            scope: ArtifactScope<'_>,
+            filename: &str,
+        ) -> Result<(), ArtifactError> {
+            self.store.delete(scope, filename).await
+        }
+        fn spool_dir(&self) -> Option<&Path> {
+            self.store.spool_dir()
+        }
+        async fn save_spooled(
+            &self,
+            scope: ArtifactScope<'_>,
+            filename: &str,
+            mime_type: String,
+            spool: SpoolFile,
+        ) -> Result<u64, (ArtifactError, SpoolFile)> {
+            match self.failed() {
+                Some(error) => Err((error, spool)),
+                None => {
+                    self.store
+                        .save_spooled(scope, filename, mime_type, spool)
+                        .await
+                }
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recording_whose_save_failed_is_saved_whole_at_the_next_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FailOnce {
+            store: FileArtifactService::open(dir.path()).await.unwrap(),
+            fail: AtomicBool::new(true),
+        });
+        let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
+        for n in 0..250 {
+            cache.push(AudioSide::Input, &frame(n));
+        }
+        let events = cache.flush(&target(store.clone()), true, true).await;
+        assert_eq!(events.len(), 1);
+        assert!(events[0].error_code.is_some(), "{:?}", events[0]);
+
+        // The next turn's audio gets its own file; the kept one is saved first, whole.
+        for n in 250..260 {
+            cache.push(AudioSide::Input, &frame(n));
+        }
+        let events = cache.flush(&target(store.clone()), true, true).await;
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_same(&saved(&*store, &events[0]).await.data, &frames(0..250));
+        assert_same(&saved(&*store, &events[1]).await.data, &frames(250..260));
+        assert!(events[0].timestamp <= events[1].timestamp);
+        let spool_dir = store.spool_dir().unwrap();
+        assert_eq!(std::fs::read_dir(spool_dir).unwrap().count(), 0);
     }
 }

@@ -164,7 +164,9 @@ impl LiveFlow {
             let record_audio = run_config.save_live_blob;
             let invocation_id = target.invocation_id.clone();
             let agent_name = target.agent_name.clone();
-            let cache = AudioCache::default();
+            let cache = AudioCache::new(
+                target.artifacts.as_ref().and_then(|a| a.spool_dir()).map(Into::into),
+            );
             let (persist_tx, mut persist_rx) = mpsc::channel::<PersistRequest>(16);
             // Tool responses and streaming-tool results go to the model through the send loop.
             let (internal_tx, internal_rx) = mpsc::channel::<LiveInput>(64);

@@ -1,0 +1,139 @@
+//! Spool files: bytes gathered on disk beside a store while they arrive, then saved as one
+//! artifact version without passing through memory again.
+
+use std::fs::File;
+use std::io::{IoSlice, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+/// The spool folder inside a file store's root. `#` is refused in app names, so it never
+/// collides with one.
+pub(crate) const SPOOL_DIR: &str = "#spool";
+
+/// A temp file holding the first `len()` bytes of an artifact being gathered; removed when
+/// dropped unless a store took it over.
+#[derive(Debug)]
+pub struct SpoolFile {
+    file: File,
+    /// `None` once a store has moved the file into place.
+    path: Option<PathBuf>,
+    len: u64,
+}
+
+impl SpoolFile {
+    /// Creates an empty spool file in `dir` (blocking).
+    pub fn create(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(uuid::Uuid::new_v4().to_string());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok(SpoolFile {
+            file,
+            path: Some(path),
+            len: 0,
+        })
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when nothing is held yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends chunks (blocking). On error nothing counts as appended: the caller still owns the
+    /// chunks and `len()` still covers only whole earlier appends.
+    pub fn append(&mut self, chunks: &[Bytes]) -> std::io::Result<()> {
+        let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
+        let mut rest = &mut slices[..];
+        let mut written = 0u64;
+        let result = loop {
+            if rest.is_empty() {
+                break Ok(());
+            }
+            match self.file.write_vectored(rest) {
+                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    written += n as u64;
+                    IoSlice::advance_slices(&mut rest, n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        match result {
+            Ok(()) => {
+                self.len += written;
+                Ok(())
+            }
+            Err(e) => {
+                // Later appends must land right after the whole ones; only `len` bytes are ever
+                // read or kept, so a partial tail left behind here is never seen.
+                let _ = self.file.seek(SeekFrom::Start(self.len));
+                Err(e)
+            }
+        }
+    }
+
+    /// A handle that reads the bytes held, or syncs them and moves the file, on another thread
+    /// while this spool stays with the caller (so a failure there loses nothing).
+    pub(crate) fn handle(&self) -> std::io::Result<SpoolHandle> {
+        let path = self
+            .path
+            .clone()
+            .ok_or_else(|| std::io::Error::other("spool file already moved"))?;
+        Ok(SpoolHandle {
+            file: self.file.try_clone()?,
+            path,
+            len: self.len,
+        })
+    }
+
+    /// Marks the file as moved by a store: dropping the spool no longer removes it.
+    pub(crate) fn moved(mut self) {
+        self.path = None;
+    }
+}
+
+/// A second handle on a spool file's bytes (see [`SpoolFile::handle`]).
+#[derive(Debug)]
+pub(crate) struct SpoolHandle {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl SpoolHandle {
+    /// Reads the bytes held (blocking).
+    pub(crate) fn read(&self) -> std::io::Result<Vec<u8>> {
+        let len = usize::try_from(self.len).map_err(std::io::Error::other)?;
+        let mut data = vec![0; len];
+        self.file.read_exact_at(&mut data, 0)?;
+        Ok(data)
+    }
+
+    /// Syncs the bytes held and renames the file to `to` (blocking); anything a failed append
+    /// left past them is cut off first.
+    pub(crate) fn persist(&self, to: &Path) -> std::io::Result<()> {
+        self.file.set_len(self.len)?;
+        self.file.sync_all()?;
+        std::fs::rename(&self.path, to)
+    }
+}
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            // Best effort: a leftover is swept when the store opens next.
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
