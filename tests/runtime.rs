@@ -25,6 +25,28 @@ fn sim() -> Arc<dyn LiveModel> {
     Arc::new(SimModel::new(SimConfig::instant()))
 }
 
+/// The sim, noting the history each connection was opened with.
+#[derive(Debug, Default)]
+struct HistoryNoted {
+    sim: Option<Arc<dyn LiveModel>>,
+    histories: std::sync::Mutex<Vec<Vec<Content>>>,
+}
+
+#[async_trait::async_trait]
+impl LiveModel for HistoryNoted {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    async fn connect(
+        &self,
+        config: livegate::model::LiveConnectConfig,
+    ) -> Result<livegate::model::LiveConnection, livegate::model::ModelError> {
+        self.histories.lock().unwrap().push(config.history.clone());
+        self.sim.clone().unwrap_or_else(sim).connect(config).await
+    }
+}
+
 fn runner(agent: impl Into<Agent>) -> Runner {
     Runner::new(
         "app",
@@ -380,8 +402,9 @@ async fn a_before_agent_callback_with_content_skips_the_agent() {
 
 #[tokio::test]
 async fn a_coordinator_transfers_and_a_reconnect_resumes_the_sub_agent() {
-    let billing =
-        LlmAgent::new("billing", "Handle billing.", sim()).with_description("Billing questions.");
+    let noted = Arc::new(HistoryNoted::default());
+    let billing = LlmAgent::new("billing", "Handle billing.", noted.clone())
+        .with_description("Billing questions.");
     let root = LlmAgent::new("coordinator", "Route.", sim()).with_sub_agent(billing);
     let runner = runner(root);
     let mut live = Live::start(&runner, "s").await;
@@ -400,6 +423,19 @@ async fn a_coordinator_transfers_and_a_reconnect_resumes_the_sub_agent() {
     live.say("hello").await;
     let events = live.turn().await;
     assert!(events.iter().all(|e| e.author == "billing"), "{events:#?}");
+    // The sub-agent connected with the conversation so far, as the store has it.
+    let history = noted.histories.lock().unwrap()[0].clone();
+    let texts: Vec<String> = history.iter().map(Content::joined_text).collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.contains("I have a billing question")),
+        "{texts:#?}"
+    );
+    assert!(
+        texts.contains(&"For context:[coordinator] said: Transferring you to billing.".into()),
+        "{texts:#?}"
+    );
     live.queue.close();
     while live.next().await.is_some() {}
 

@@ -13,7 +13,7 @@ use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
 use crate::event::{Content, Event, UsageMetadata};
 use crate::live::flow::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, RecordingTarget};
 use crate::live::{LiveRequestReceiver, RunConfig};
-use crate::session::{Session, SessionService};
+use crate::session::{GetSessionConfig, Session, SessionError, SessionService};
 
 /// How events reach the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,7 @@ impl Drive {
             let mut next = Some(start);
             // Turn-based runs carry usage on the content event it belongs to.
             let mut usage: Option<UsageMetadata> = None;
+            let mut history_loaded = true;
             while let Some(agent) = next.take() {
                 let llm = match &agent {
                     Agent::Sequential(sequence) => {
@@ -86,7 +87,19 @@ impl Drive {
                     None => {}
                 }
                 let Some(agent_requests) = requests.take() else { break };
+                if !history_loaded {
+                    if let Err(error) = self.reload_events(&mut session).await {
+                        tracing::error!(%error, invocation_id = inv, "loading the session's events failed");
+                        let message = format!("could not load the conversation so far: {error}");
+                        yield Event::error(&inv, &llm.name, error.code(), message);
+                    }
+                }
                 let flow = self.flow_for(&llm, &session);
+                // The flow has its history. The run's copy of the session keeps no events from
+                // here on: a live session would otherwise hold every event it commits for as long
+                // as it runs. The next agent's flow reloads them from the store, which has them all.
+                session.events = Vec::new();
+                history_loaded = false;
                 let (items, end) = flow.run(agent_requests);
                 futures::pin_mut!(items);
                 while let Some(item) = items.next().await {
@@ -153,6 +166,23 @@ impl Drive {
             }
             FlowEndReason::Closed | FlowEndReason::Failed | FlowEndReason::InvocationEnded => None,
         }
+    }
+
+    /// Replaces the run's copy of the session's events with every event the store has.
+    async fn reload_events(&self, session: &mut Session) -> Result<(), SessionError> {
+        let inv = &self.invocation;
+        let stored = self
+            .sessions
+            .get_session(
+                &inv.app_name,
+                &inv.user_id,
+                &inv.session_id,
+                &GetSessionConfig::default(),
+            )
+            .await?
+            .ok_or_else(|| SessionError::NotFound(inv.session_id.clone()))?;
+        session.events = stored.events;
+        Ok(())
     }
 
     /// The live flow of one model-backed agent, with history as the session has it now.
