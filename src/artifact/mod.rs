@@ -87,13 +87,7 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
         mime_type: String,
         spool: SpoolFile,
     ) -> Result<u64, (ArtifactError, SpoolFile)> {
-        let read = match spool.handle() {
-            Ok(handle) => tokio::task::spawn_blocking(move || handle.read())
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e))),
-            Err(e) => Err(e),
-        };
-        let data = match read {
+        let data = match spool.read().await {
             Ok(data) => Bytes::from(data),
             Err(e) => return Err((e.into(), spool)),
         };

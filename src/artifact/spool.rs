@@ -97,6 +97,14 @@ impl SpoolFile {
         })
     }
 
+    /// Reads the bytes held back into memory, on the blocking pool.
+    pub async fn read(&self) -> std::io::Result<Vec<u8>> {
+        let handle = self.handle()?;
+        tokio::task::spawn_blocking(move || handle.read())
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
     /// Marks the file as moved by a store: dropping the spool no longer removes it.
     pub(crate) fn moved(mut self) {
         self.path = None;

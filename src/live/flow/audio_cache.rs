@@ -173,13 +173,7 @@ impl Recording {
         // In memory, behind whatever a stuck spool holds.
         let mut data = BytesMut::with_capacity(self.pending);
         if let Spool::Ready(spool) | Spool::Stuck(Some(spool)) = &self.spool {
-            let read = match spool.handle() {
-                Ok(handle) => tokio::task::spawn_blocking(move || handle.read())
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e))),
-                Err(e) => Err(e),
-            };
-            match read {
+            match spool.read().await {
                 Ok(head) => data.extend_from_slice(&head),
                 Err(error) => return Err((error.into(), self)),
             }
