@@ -122,16 +122,17 @@ async fn recorded_bytes(server: &livegate::gateway::Server, session: &str, side:
 
 #[tokio::test]
 async fn recordings_hold_exactly_what_was_sent_and_received() {
-    recordings_hold_exactly_what_was_sent_and_received_in(test_args()).await;
+    recordings_hold_exactly_what_was_sent_and_received_in(test_args(), "hello.wav").await;
 }
 
 #[tokio::test]
 async fn recordings_spooled_to_files_hold_exactly_what_was_sent_and_received() {
-    // The file store spools long recordings to files while the turn runs.
+    // The file store spools long recordings to files while the turn runs (this clip is longer
+    // than one spill).
     let dir = tempfile::tempdir().unwrap();
     let mut args = test_args();
     args.artifact_store = Some(format!("file://{}", dir.path().display()));
-    recordings_hold_exactly_what_was_sent_and_received_in(args).await;
+    recordings_hold_exactly_what_was_sent_and_received_in(args, "count.wav").await;
     let spool = dir.path().join("#spool");
     assert!(spool.is_dir());
     assert_eq!(
@@ -141,10 +142,10 @@ async fn recordings_spooled_to_files_hold_exactly_what_was_sent_and_received() {
     );
 }
 
-async fn recordings_hold_exactly_what_was_sent_and_received_in(args: ServeArgs) {
+async fn recordings_hold_exactly_what_was_sent_and_received_in(args: ServeArgs, clip: &str) {
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "").await;
-    let mut pcm = fixture_pcm("hello.wav");
+    let mut pcm = fixture_pcm(clip);
     pcm.extend(silence(1000));
     client.stream_pcm(&pcm).await;
     client.events_until_turn_complete().await;

@@ -11,9 +11,10 @@ use tokio::task::{JoinError, JoinHandle};
 use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService, SpoolFile};
 use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 
-/// Audio a recording gathers in memory before it is written to its spool file (1 s of 16 kHz
-/// input): a long turn then costs a session this much memory, not the whole turn's audio.
-const SPILL_BYTES: usize = 32 * 1024;
+/// Audio a recording gathers in memory before it is written to its spool file (4 s of 16 kHz
+/// input): a long turn then costs a session this much memory, not the whole turn's audio. Smaller
+/// spills saved a little more memory but cost measurably more CPU (one blocking-pool trip each).
+const SPILL_BYTES: usize = 128 * 1024;
 
 /// One side's audio of the current turn. The first chunk names the file (its time) and the
 /// mime type; later chunks only add bytes, so caching a chunk is one refcounted `Bytes` push.
