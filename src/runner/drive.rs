@@ -28,6 +28,23 @@ pub(super) enum Mode {
     },
 }
 
+/// The run's copy of the session. It drops its events once a flow has its history and after each
+/// commit (which adds one): a live session would otherwise hold every event it commits for as long
+/// as it runs. Only a flow's history needs them, and the next flow reloads them from the store,
+/// which has every committed event (events are committed before the run goes on).
+struct RunSession {
+    session: Session,
+    /// The events are the store's whole list.
+    events_complete: bool,
+}
+
+impl RunSession {
+    fn drop_events(&mut self) {
+        self.session.events = Vec::new();
+        self.events_complete = false;
+    }
+}
+
 /// One run's fixed inputs.
 pub(super) struct Drive {
     pub root: Agent,
@@ -44,7 +61,7 @@ impl Drive {
     /// Runs `start` (and whoever it hands over to) and yields the committed events.
     pub fn run(
         self,
-        mut session: Session,
+        session: Session,
         start: Agent,
         requests: LiveRequestReceiver,
     ) -> impl Stream<Item = Event> + Send + 'static {
@@ -54,7 +71,7 @@ impl Drive {
             let mut next = Some(start);
             // Turn-based runs carry usage on the content event it belongs to.
             let mut usage: Option<UsageMetadata> = None;
-            let mut history_loaded = true;
+            let mut session = RunSession { session, events_complete: true };
             while let Some(agent) = next.take() {
                 let llm = match &agent {
                     Agent::Sequential(sequence) => {
@@ -87,19 +104,16 @@ impl Drive {
                     None => {}
                 }
                 let Some(agent_requests) = requests.take() else { break };
-                if !history_loaded {
+                if !session.events_complete {
                     if let Err(error) = self.reload_events(&mut session).await {
                         tracing::error!(%error, invocation_id = inv, "loading the session's events failed");
                         let message = format!("could not load the conversation so far: {error}");
                         yield Event::error(&inv, &llm.name, error.code(), message);
                     }
                 }
-                let flow = self.flow_for(&llm, &session);
-                // The flow has its history. The run's copy of the session keeps no events from
-                // here on: a live session would otherwise hold every event it commits for as long
-                // as it runs. The next agent's flow reloads them from the store, which has them all.
-                session.events = Vec::new();
-                history_loaded = false;
+                let flow = self.flow_for(&llm, &session.session);
+                // The flow has its history; the events need not stay in memory (see RunSession).
+                session.drop_events();
                 let (items, end) = flow.run(agent_requests);
                 futures::pin_mut!(items);
                 while let Some(item) = items.next().await {
@@ -169,7 +183,7 @@ impl Drive {
     }
 
     /// Replaces the run's copy of the session's events with every event the store has.
-    async fn reload_events(&self, session: &mut Session) -> Result<(), SessionError> {
+    async fn reload_events(&self, session: &mut RunSession) -> Result<(), SessionError> {
         let inv = &self.invocation;
         let stored = self
             .sessions
@@ -181,7 +195,8 @@ impl Drive {
             )
             .await?
             .ok_or_else(|| SessionError::NotFound(inv.session_id.clone()))?;
-        session.events = stored.events;
+        session.session.events = stored.events;
+        session.events_complete = true;
         Ok(())
     }
 
@@ -240,7 +255,7 @@ impl Drive {
 
     /// Commits an event (when ADK's live rule says so) and records its state for the run. Returns
     /// the event, then an error event if the commit failed.
-    async fn commit(&self, session: &mut Session, mut event: Event) -> Vec<Event> {
+    async fn commit(&self, session: &mut RunSession, mut event: Event) -> Vec<Event> {
         if let Some(extra) = &self.run_config.custom_metadata {
             let merged = event.custom_metadata.get_or_insert_with(Map::new);
             for (k, v) in extra {
@@ -252,7 +267,12 @@ impl Drive {
         }
         // `temp:` keys are stripped from what is stored but the rest of the run still sees them.
         let delta = event.actions.state_delta.clone();
-        match self.sessions.append_event(session, event.clone()).await {
+        let appended = self
+            .sessions
+            .append_event(&mut session.session, event.clone())
+            .await;
+        session.drop_events();
+        match appended {
             Ok(stored) => {
                 self.invocation.commit_state(&delta);
                 vec![stored]
