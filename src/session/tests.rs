@@ -258,17 +258,20 @@ async fn conformance(svc: &dyn SessionService) {
     svc.ping().await.unwrap();
 }
 
+/// Creates sessions `{prefix}0`… of user `u` in `app`.
+async fn new_sessions(svc: &dyn SessionService, app: &str, prefix: &str, n: usize) -> Vec<Session> {
+    let mut sessions = Vec::new();
+    for i in 0..n {
+        let id = format!("{prefix}{i}");
+        let session = svc.create_session(app, "u", Some(&id), Map::new()).await;
+        sessions.push(session.unwrap());
+    }
+    sessions
+}
+
 /// Concurrent appends to one session and to sibling sessions lose no event and no state key.
 async fn concurrent_appends(svc: &dyn SessionService) {
-    let mut sessions = Vec::new();
-    for i in 0..4 {
-        let id = format!("c{i}");
-        sessions.push(
-            svc.create_session("capp", "u", Some(&id), Map::new())
-                .await
-                .unwrap(),
-        );
-    }
+    let sessions = new_sessions(svc, "capp", "c", 4).await;
     let writers = sessions
         .into_iter()
         .enumerate()
@@ -294,15 +297,7 @@ async fn concurrent_appends(svc: &dyn SessionService) {
 /// Plain appends (no state) from many writers at once, which the SQLite writer batches into one
 /// statement: a re-delivery and an append to a deleted session in the same burst fail alone.
 async fn concurrent_plain_appends(svc: &dyn SessionService) {
-    let mut sessions = Vec::new();
-    for i in 0..4 {
-        let id = format!("p{i}");
-        sessions.push(
-            svc.create_session("papp", "u", Some(&id), Map::new())
-                .await
-                .unwrap(),
-        );
-    }
+    let sessions = new_sessions(svc, "papp", "p", 4).await;
     let mut gone = svc
         .create_session("papp", "u", Some("gone"), Map::new())
         .await

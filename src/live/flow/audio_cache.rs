@@ -74,7 +74,7 @@ fn spill(spool: Option<SpoolFile>, dir: &Path, chunks: Vec<Bytes>) -> Spilled {
 
 impl Recording {
     fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && matches!(self.spool, Spool::None)
+        self.chunks.is_empty() && matches!(self.spool, Spool::None | Spool::Stuck(None))
     }
 
     /// Starts writing the chunks to the spool file unless a write is still under way.
@@ -155,21 +155,22 @@ impl Recording {
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<u64, (ArtifactError, Recording)> {
-        if self.chunks.is_empty() && matches!(self.spool, Spool::Ready(_)) {
-            let Spool::Ready(spool) = std::mem::take(&mut self.spool) else {
-                unreachable!("matched just above")
-            };
-            let mime_type = self.mime_type.clone();
-            return match artifacts
-                .save_spooled(scope, filename, mime_type, spool)
-                .await
-            {
-                Ok(version) => Ok(version),
-                Err((error, spool)) => {
-                    self.spool = Spool::Ready(spool);
-                    Err((error, self))
-                }
-            };
+        match std::mem::take(&mut self.spool) {
+            // All of it is in the file: the store takes the file over.
+            Spool::Ready(spool) if self.chunks.is_empty() => {
+                let mime_type = self.mime_type.clone();
+                return match artifacts
+                    .save_spooled(scope, filename, mime_type, spool)
+                    .await
+                {
+                    Ok(version) => Ok(version),
+                    Err((error, spool)) => {
+                        self.spool = Spool::Ready(spool);
+                        Err((error, self))
+                    }
+                };
+            }
+            other => self.spool = other,
         }
         // In memory, behind whatever a stuck spool holds.
         let mut data = BytesMut::with_capacity(self.pending);
