@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use futures::FutureExt;
-use tokio::task::{JoinError, JoinHandle};
+use tokio::sync::oneshot::{self, error::TryRecvError};
 
+use super::spill::{self, SpillJob, Spilled};
 use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService, SpoolFile};
 use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 
 /// Audio a recording gathers in memory before it is written to its spool file (2 s of 16 kHz
 /// input): a long turn then costs a session this much memory, not the whole turn's audio. At 1,000
 /// load-test sessions, 64 KiB held ~40 KiB less per session than 128 KiB for no measurable CPU;
-/// 32 KiB saved only ~10 KiB more, and each spill is one blocking-pool trip.
+/// 32 KiB saved only ~10 KiB more, and each spill is a write on the spill thread.
 const SPILL_BYTES: usize = 64 * 1024;
 
 /// One side's audio of the current turn. The first chunk names the file (its time) and the
@@ -39,38 +39,10 @@ enum Spool {
     /// In a spool file that takes more.
     Ready(SpoolFile),
     /// A write of earlier chunks to the spool is under way.
-    Writing(JoinHandle<Spilled>),
+    Writing(oneshot::Receiver<Spilled>),
     /// In a spool file that failed a write (if any), which takes no more: later audio stays in
     /// memory.
     Stuck(Option<SpoolFile>),
-}
-
-/// What a spill hands back: the spool file and, if the write failed, its chunks.
-#[derive(Debug)]
-struct Spilled {
-    spool: Option<SpoolFile>,
-    failed: Option<(std::io::Error, Vec<Bytes>)>,
-}
-
-/// Appends chunks to a recording's spool file, creating it in `dir` first if needed (blocking).
-fn spill(spool: Option<SpoolFile>, dir: &Path, chunks: Vec<Bytes>) -> Spilled {
-    let mut spool = match spool {
-        Some(spool) => spool,
-        None => match SpoolFile::create(dir) {
-            Ok(spool) => spool,
-            Err(e) => {
-                return Spilled {
-                    spool: None,
-                    failed: Some((e, chunks)),
-                }
-            }
-        },
-    };
-    let failed = spool.append(&chunks).err().map(|e| (e, chunks));
-    Spilled {
-        spool: Some(spool),
-        failed,
-    }
 }
 
 impl Recording {
@@ -78,12 +50,14 @@ impl Recording {
         self.chunks.is_empty() && matches!(self.spool, Spool::None | Spool::Stuck(None))
     }
 
-    /// Starts writing the chunks to the spool file unless a write is still under way.
-    fn start_spill(&mut self, dir: &Arc<Path>) {
-        if let Spool::Writing(handle) = &mut self.spool {
-            match handle.now_or_never() {
-                Some(spilled) => self.settle(spilled),
-                None => return,
+    /// Starts writing the chunks to the spool file unless a write is still under way: on the spill
+    /// thread, or on the blocking pool when the write is about to be awaited (`now`).
+    fn start_spill(&mut self, dir: &Arc<Path>, now: bool) {
+        if let Spool::Writing(done) = &mut self.spool {
+            match done.try_recv() {
+                Ok(spilled) => self.settle(Some(spilled)),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Closed) => self.settle(None),
             }
         }
         let spool = match std::mem::take(&mut self.spool) {
@@ -94,24 +68,35 @@ impl Recording {
                 return;
             }
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.spool = spool.map_or(Spool::None, Spool::Ready);
-            return;
+        let (done, spilled) = oneshot::channel();
+        let job = SpillJob {
+            spool,
+            dir: Arc::clone(dir),
+            chunks: std::mem::take(&mut self.chunks),
+            done,
         };
-        let chunks = std::mem::take(&mut self.chunks);
+        let job = if now { Err(job) } else { spill::submit(job) };
+        if let Err(job) = job {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                self.chunks = job.chunks;
+                self.spool = job.spool.map_or(Spool::None, Spool::Ready);
+                return;
+            };
+            runtime.spawn_blocking(move || job.run());
+        }
         self.pending = 0;
-        let dir = Arc::clone(dir);
-        self.spool = Spool::Writing(runtime.spawn_blocking(move || spill(spool, &dir, chunks)));
+        self.spool = Spool::Writing(spilled);
     }
 
-    /// Takes back the spool after a write; chunks a failed write returns go back in front.
-    fn settle(&mut self, spilled: Result<Spilled, JoinError>) {
+    /// Takes back the spool after a write (`None`: the write was dropped before it ran); chunks a
+    /// failed write returns go back in front.
+    fn settle(&mut self, spilled: Option<Spilled>) {
         match spilled {
-            Ok(Spilled {
+            Some(Spilled {
                 spool,
                 failed: None,
             }) => self.spool = spool.map_or(Spool::None, Spool::Ready),
-            Ok(Spilled {
+            Some(Spilled {
                 spool,
                 failed: Some((error, mut chunks)),
             }) => {
@@ -121,9 +106,9 @@ impl Recording {
                 self.chunks = chunks;
                 self.spool = Spool::Stuck(spool);
             }
-            Err(error) => {
-                // Only a runtime shutting down cancels a blocking task that cannot panic.
-                tracing::error!(%error, "a spool write was cancelled; its audio is lost");
+            None => {
+                // Only a runtime shutting down drops a blocking task before it runs.
+                tracing::error!("a spool write was cancelled; its audio is lost");
                 self.spool = Spool::Stuck(None);
             }
         }
@@ -135,7 +120,7 @@ impl Recording {
         self.await_spill().await;
         if let (Some(dir), Spool::Ready(_)) = (dir, &self.spool) {
             if !self.chunks.is_empty() {
-                self.start_spill(dir);
+                self.start_spill(dir, true);
                 self.await_spill().await;
             }
         }
@@ -143,8 +128,8 @@ impl Recording {
 
     /// Waits for a write under way, if any, and takes back its spool.
     async fn await_spill(&mut self) {
-        if let Spool::Writing(handle) = &mut self.spool {
-            let spilled = handle.await;
+        if let Spool::Writing(done) = &mut self.spool {
+            let spilled = done.await.ok();
             self.settle(spilled);
         }
     }
@@ -223,8 +208,8 @@ impl AudioSide {
 /// Cached audio of the current turn, shared by the send loop (input) and receive loop (output).
 ///
 /// The lock is only held to push or swap out a recording, never across an `.await`. With a spool
-/// folder, a recording's audio goes to a file there every [`SPILL_BYTES`], written on the blocking
-/// pool, and the file becomes the artifact.
+/// folder, a recording's audio goes to a file there every [`SPILL_BYTES`], written on the spill
+/// thread, and the file becomes the artifact.
 #[derive(Debug, Clone, Default)]
 pub struct AudioCache {
     inner: Arc<Mutex<[Side; 2]>>,
@@ -272,7 +257,7 @@ impl AudioCache {
             recording.pending += blob.data.len();
             if recording.pending >= SPILL_BYTES {
                 if let Some(dir) = &self.spool_dir {
-                    recording.start_spill(dir);
+                    recording.start_spill(dir, false);
                 }
             }
         }

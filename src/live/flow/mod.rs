@@ -8,6 +8,7 @@ mod audio_cache;
 mod hooks;
 mod receive;
 mod send;
+mod spill;
 #[cfg(test)]
 mod tests;
 
