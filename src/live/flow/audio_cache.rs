@@ -45,14 +45,22 @@ enum Spool {
     Stuck(Option<SpoolFile>),
 }
 
+/// Where a spill's write runs.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// The spill thread, in a batch with other sessions' spills (nobody waits for it yet).
+    SpillThread,
+    /// The blocking pool, at once (the write is about to be awaited).
+    BlockingPool,
+}
+
 impl Recording {
     fn is_empty(&self) -> bool {
         self.chunks.is_empty() && matches!(self.spool, Spool::None | Spool::Stuck(None))
     }
 
-    /// Starts writing the chunks to the spool file unless a write is still under way: on the spill
-    /// thread, or on the blocking pool when the write is about to be awaited (`now`).
-    fn start_spill(&mut self, dir: &Arc<Path>, now: bool) {
+    /// Starts writing the chunks to the spool file unless a write is still under way.
+    fn start_spill(&mut self, dir: &Arc<Path>, via: Via) {
         if let Spool::Writing(done) = &mut self.spool {
             match done.try_recv() {
                 Ok(spilled) => self.settle(Some(spilled)),
@@ -75,7 +83,10 @@ impl Recording {
             chunks: std::mem::take(&mut self.chunks),
             done,
         };
-        let job = if now { Err(job) } else { spill::submit(job) };
+        let job = match via {
+            Via::SpillThread => spill::submit(job),
+            Via::BlockingPool => Err(job),
+        };
         if let Err(job) = job {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 self.chunks = job.chunks;
@@ -107,7 +118,8 @@ impl Recording {
                 self.spool = Spool::Stuck(spool);
             }
             None => {
-                // Only a runtime shutting down drops a blocking task before it runs.
+                // Only a runtime shutting down (or a spill thread that died) drops a write
+                // before it runs.
                 tracing::error!("a spool write was cancelled; its audio is lost");
                 self.spool = Spool::Stuck(None);
             }
@@ -120,7 +132,7 @@ impl Recording {
         self.await_spill().await;
         if let (Some(dir), Spool::Ready(_)) = (dir, &self.spool) {
             if !self.chunks.is_empty() {
-                self.start_spill(dir, true);
+                self.start_spill(dir, Via::BlockingPool);
                 self.await_spill().await;
             }
         }
@@ -257,7 +269,7 @@ impl AudioCache {
             recording.pending += blob.data.len();
             if recording.pending >= SPILL_BYTES {
                 if let Some(dir) = &self.spool_dir {
-                    recording.start_spill(dir, false);
+                    recording.start_spill(dir, Via::SpillThread);
                 }
             }
         }

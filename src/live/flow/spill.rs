@@ -4,7 +4,7 @@
 //! second at 1,000 sessions), and each wake-up could preempt a runtime worker. The spill thread
 //! lingers after each batch so that, under load, one wake-up writes many spills. Spills are never
 //! awaited on a latency path, only when a turn's recording is saved, and that last write goes to
-//! the blocking pool instead (see `AudioCache::flush`).
+//! the blocking pool instead (see `Recording::finish_spool` in `audio_cache`).
 
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -18,7 +18,7 @@ use crate::artifact::SpoolFile;
 
 /// How long the thread waits for more work after a batch before it sleeps until the next job.
 const LINGER: Duration = Duration::from_millis(10);
-/// Spills that may wait for the thread; when it is this far behind, audio stays in memory.
+/// Spills that may wait for the thread; when it is this far behind, they go to the blocking pool.
 const QUEUE: usize = 4096;
 
 /// What a spill hands back: the spool file and, if the write failed, its chunks.
