@@ -34,7 +34,7 @@ pub use config::ServeArgs;
 pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
 pub use registry::SessionRegistry;
-pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit};
+pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
 use crate::artifact::open_artifact_service;
@@ -44,8 +44,6 @@ use crate::session::open_session_service;
 
 /// Bytes read from a client socket at a time (larger messages still arrive whole).
 const SOCKET_READ_BUFFER: usize = 2048;
-/// Bytes of outgoing frames gathered before a write to the socket.
-const SOCKET_WRITE_BUFFER: usize = 8192;
 
 /// Instruction of the built-in default agent.
 pub const DEFAULT_INSTRUCTION: &str = "You are a helpful, concise voice assistant.";

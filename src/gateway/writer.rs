@@ -15,6 +15,10 @@ use super::codec::OutFrame;
 /// Close code for a client that stopped reading (policy violation).
 pub const CLOSE_POLICY: u16 = 1008;
 
+/// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
+/// a bigger frame is written at once.
+pub const SOCKET_WRITE_BUFFER: usize = 8192;
+
 /// What the connection asks the writer to do.
 #[derive(Debug)]
 pub enum WriterCommand {
@@ -212,7 +216,20 @@ where
         }
         let fed = async {
             if let Some(pcm) = frame.binary {
+                // An audio frame bigger than the write buffer goes out alone: tungstenite keeps
+                // its write buffer's capacity for good, and one that had to hold an audio frame
+                // together with events (queued before it, or fed while the socket had not taken
+                // all of it) stayed at twice the frame, ~19 KiB per connection at 200 ms chunks.
+                // The frame is written at once anyway, so this costs a write only when events
+                // were waiting.
+                let alone = pcm.len() > SOCKET_WRITE_BUFFER;
+                if alone && unflushed {
+                    sink.flush().await?;
+                }
                 sink.feed(Message::Binary(pcm)).await?;
+                if alone {
+                    sink.flush().await?;
+                }
             }
             sink.feed(Message::Text(frame.json.into())).await
         };
@@ -286,6 +303,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use futures::channel::mpsc as fmpsc;
     use futures::StreamExt;
 
@@ -368,6 +386,83 @@ mod tests {
         assert!(
             matches!(&rest[..], [Message::Close(Some(f))] if f.code == 4000),
             "{rest:?}"
+        );
+    }
+
+    /// A sink that logs what it is given and each flush.
+    #[derive(Default)]
+    struct LogSink(Vec<String>);
+
+    impl Sink<Message> for LogSink {
+        type Error = String;
+
+        fn poll_ready(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), String>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn start_send(mut self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), String> {
+            let entry = match item {
+                Message::Binary(pcm) => format!("binary {}", pcm.len()),
+                Message::Text(text) => format!("text {}", text.as_str()),
+                other => format!("{other:?}"),
+            };
+            self.0.push(entry);
+            Ok(())
+        }
+
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), String>> {
+            self.0.push("flush".into());
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), String>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_audio_frame_bigger_than_the_write_buffer_goes_out_alone() {
+        let (tx, rx) = mpsc::channel(8);
+        let audio = |json: &str, bytes: usize| {
+            let mut f = frame(json, 40, false);
+            f.binary = Some(Bytes::from(vec![0; bytes]));
+            WriterCommand::Frame(f)
+        };
+        tx.send(WriterCommand::Frame(frame("t", 0, false)))
+            .await
+            .unwrap();
+        tx.send(audio("big", SOCKET_WRITE_BUFFER + 1))
+            .await
+            .unwrap();
+        tx.send(audio("small", 1920)).await.unwrap();
+        drop(tx);
+        let (_abort_tx, abort) = oneshot::channel();
+        let mut sink = LogSink::default();
+        let (exit, _) = run_writer(&mut sink, rx, WriterConfig::default(), abort).await;
+        assert_eq!(exit, WriterExit::Closed);
+        let big = format!("binary {}", SOCKET_WRITE_BUFFER + 1);
+        assert_eq!(
+            sink.0,
+            [
+                "text t",
+                "flush",
+                &big,
+                "flush",
+                "text big",
+                "binary 1920",
+                "text small",
+                "flush"
+            ],
+            "the events before the big frame are written first, the small frame is gathered"
         );
     }
 
