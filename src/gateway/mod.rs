@@ -34,7 +34,8 @@ pub use config::ServeArgs;
 pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
 pub use registry::SessionRegistry;
-pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
+use writer::SOCKET_WRITE_BUFFER;
+pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
 use crate::artifact::open_artifact_service;

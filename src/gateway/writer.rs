@@ -17,7 +17,7 @@ pub const CLOSE_POLICY: u16 = 1008;
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
 /// a bigger frame is written at once.
-pub const SOCKET_WRITE_BUFFER: usize = 8192;
+pub(super) const SOCKET_WRITE_BUFFER: usize = 8192;
 
 /// What the connection asks the writer to do.
 #[derive(Debug)]
@@ -214,18 +214,21 @@ where
         if frame.is_audio() {
             playback.sent(frame.audio);
         }
+        // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its write
+        // buffer's capacity for good, and one that had held such a frame together with events
+        // stayed at twice the frame, ~19 KiB per connection at 200 ms chunks. The frame is
+        // written at once anyway, so this costs a write only when events were waiting.
+        let alone = frame
+            .binary
+            .as_ref()
+            .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
+        if alone {
+            if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
+                return exit;
+            }
+        }
         let fed = async {
             if let Some(pcm) = frame.binary {
-                // An audio frame bigger than the write buffer goes out alone: tungstenite keeps
-                // its write buffer's capacity for good, and one that had to hold an audio frame
-                // together with events (queued before it, or fed while the socket had not taken
-                // all of it) stayed at twice the frame, ~19 KiB per connection at 200 ms chunks.
-                // The frame is written at once anyway, so this costs a write only when events
-                // were waiting.
-                let alone = pcm.len() > SOCKET_WRITE_BUFFER;
-                if alone && unflushed {
-                    sink.flush().await?;
-                }
                 sink.feed(Message::Binary(pcm)).await?;
                 if alone {
                     sink.flush().await?;
