@@ -1,5 +1,6 @@
-//! Hot paths of one audio chunk: client frame decode (up), event encode (down, binary and base64),
-//! the live flow's response processing, and the sim's voice activity detection per 20 ms frame.
+//! Hot paths of one audio chunk: client frame decode and metering (up), event encode (down, binary
+//! and base64), the live flow's response processing, and the sim's voice activity detection per
+//! 20 ms frame.
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -77,6 +78,11 @@ fn bench_up(c: &mut Criterion) {
     );
     group.bench_function("decode_base64_audio_frame", |b| {
         b.iter(|| decode_text(black_box(&json)))
+    });
+    // What the reader counts for `/metrics` per client frame.
+    let meter = livegate::gateway::metrics::Metrics::default().meter();
+    group.bench_function("meter_received_frame", |b| {
+        b.iter(|| meter.received(black_box(true), black_box(640)))
     });
     group.bench_function("decode_text_frame", |b| {
         b.iter(|| {

@@ -160,6 +160,10 @@ pub struct OutFrame {
     pub audio: Duration,
     /// The event says the model's answer was interrupted.
     pub interrupted: bool,
+    /// The event completes or interrupts the model's turn.
+    pub ends_turn: bool,
+    /// When the event was made (Unix seconds): how long the gateway took to forward it.
+    pub created: f64,
 }
 
 impl OutFrame {
@@ -194,6 +198,8 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
         binary,
         audio,
         interrupted: event.interrupted == Some(true),
+        ends_turn: event.interrupted == Some(true) || event.turn_complete == Some(true),
+        created: event.timestamp,
     })
 }
 

@@ -83,6 +83,8 @@ pub async fn serve_connection<S, R>(
             .registry
             .acquire(user_id.as_str(), session_id.as_str(), RUN_DRAIN_GRACE)
             .await;
+        let _counted = gateway.metrics.connection();
+        let meter = gateway.metrics.meter();
         let (writer_tx, writer_rx) = mpsc::channel(WRITER_CHANNEL_CAPACITY);
         let (abort_writer, abort) = oneshot::channel();
         // The reader stops as soon as the writer does: a stalled or vanished client ends the
@@ -91,8 +93,9 @@ pub async fn serve_connection<S, R>(
         let writer = tokio::spawn({
             let writer_done = writer_done.clone();
             let config = gateway.writer_config;
+            let meter = meter.clone();
             async move {
-                let result = run_writer(sink, writer_rx, config, abort).await;
+                let result = run_writer(sink, writer_rx, config, abort, meter).await;
                 writer_done.fire();
                 result
             }
@@ -172,8 +175,14 @@ pub async fn serve_connection<S, R>(
                 message = stream.next() => message,
             };
             let decoded: Result<LiveRequest, FrameError> = match message {
-                Some(Ok(Message::Binary(data))) => decode_binary(data),
-                Some(Ok(Message::Text(text))) => decode_text(text.as_str()),
+                Some(Ok(Message::Binary(data))) => {
+                    meter.received(true, data.len());
+                    decode_binary(data)
+                }
+                Some(Ok(Message::Text(text))) => {
+                    meter.received(false, text.len());
+                    decode_text(text.as_str())
+                }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                 Some(Ok(Message::Close(_))) | None => break End::ClientGone,
                 Some(Err(error)) => {

@@ -7,6 +7,7 @@ mod codec;
 pub mod config;
 mod connection;
 mod ids;
+pub mod metrics;
 mod registry;
 mod rest;
 mod run_api;
@@ -72,6 +73,8 @@ pub struct Gateway {
     pub max_message_bytes: usize,
     /// Serve the web client from this folder instead of the embedded one.
     pub web_root: Option<std::path::PathBuf>,
+    /// What `/metrics` reports.
+    pub metrics: metrics::Metrics,
     connections: TaskTracker,
 }
 
@@ -155,6 +158,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
+        metrics: metrics::Metrics::default(),
         connections: TaskTracker::new(),
     });
     let listener = TcpListener::bind(args.bind)
@@ -228,6 +232,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/", get(assets::index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .merge(protected)
         .route("/static/{*path}", get(assets::file))
         .route("/{file}", get(assets::file))
@@ -236,6 +241,17 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
 
 async fn healthz() -> &'static str {
     "ok"
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gateway.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {

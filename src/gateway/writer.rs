@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
 
 use super::codec::OutFrame;
+use super::metrics::Meter;
 
 /// Close code for a client that stopped reading (policy violation).
 pub const CLOSE_POLICY: u16 = 1008;
@@ -111,12 +112,14 @@ pub type Abort = Option<(u16, String)>;
 /// Runs the writer until closed, aborted, or the client is gone.
 ///
 /// `Close` commands are ordered after the frames before them; `abort` is not: it cuts the queue
-/// (a taken-over, shut-down or vanished client does not need the rest of the answer).
+/// (a taken-over, shut-down or vanished client does not need the rest of the answer). What it
+/// sends is counted in `meter`.
 pub async fn run_writer<S>(
     mut sink: S,
     commands: mpsc::Receiver<WriterCommand>,
     config: WriterConfig,
     mut abort: oneshot::Receiver<Abort>,
+    meter: Meter,
 ) -> (WriterExit, WriterStats)
 where
     S: Sink<Message> + Unpin,
@@ -131,9 +134,10 @@ where
             }
             WriterExit::Closed
         }
-        exit = write_loop(&mut sink, commands, config, &mut stats) => exit,
+        exit = write_loop(&mut sink, commands, config, &mut stats, &meter) => exit,
     };
     if let WriterExit::Stalled(reason) = &exit {
+        meter.stalled();
         send_close(&mut sink, CLOSE_POLICY, reason.clone()).await;
     }
     (exit, stats)
@@ -144,6 +148,7 @@ async fn write_loop<S>(
     mut commands: mpsc::Receiver<WriterCommand>,
     config: WriterConfig,
     stats: &mut WriterStats,
+    meter: &Meter,
 ) -> WriterExit
 where
     S: Sink<Message> + Unpin,
@@ -156,6 +161,8 @@ where
     // Frames fed to the sink but not yet flushed: everything ready goes out in one write, and
     // the sink is flushed before the writer waits.
     let mut unflushed = false;
+    // Audio of the current answer has gone out (until its turn completes or is interrupted).
+    let mut answering = false;
     // Never more than half the lead, so a short lead still keeps the client fed.
     let batch = config.audio_batch.min(config.audio_lead / 2);
 
@@ -227,6 +234,16 @@ where
                 return exit;
             }
         }
+        // How long the gateway took to bring an answer's first audio from the model is what a
+        // listener waits for beyond the model (later audio is held back for pacing on purpose).
+        if frame.is_audio() && !answering {
+            meter.answer_forwarded(frame.created);
+        }
+        answering = (answering || frame.is_audio()) && !frame.ends_turn;
+        if let Some(pcm) = &frame.binary {
+            meter.sent(true, pcm.len());
+        }
+        meter.sent(false, frame.json.len());
         let fed = async {
             if let Some(pcm) = frame.binary {
                 sink.feed(Message::Binary(pcm)).await?;
@@ -316,6 +333,8 @@ mod tests {
             json: json.into(),
             audio: Duration::from_millis(audio_ms),
             interrupted,
+            ends_turn: interrupted,
+            created: 0.0,
         })
     }
 
@@ -330,7 +349,13 @@ mod tests {
                 .unwrap();
         }
         let (_abort_tx, abort) = oneshot::channel();
-        let writer = tokio::spawn(run_writer(sink, rx, WriterConfig::default(), abort));
+        let writer = tokio::spawn(run_writer(
+            sink,
+            rx,
+            WriterConfig::default(),
+            abort,
+            Meter::default(),
+        ));
         // The first chunk goes out at once.
         let first = out.next().await.unwrap();
         assert_eq!(first, Message::Text("a0".into()));
@@ -366,7 +391,14 @@ mod tests {
             .await
             .unwrap();
         let (_abort_tx, abort) = oneshot::channel();
-        let (exit, _) = run_writer(Box::pin(sink), rx, WriterConfig::default(), abort).await;
+        let (exit, _) = run_writer(
+            Box::pin(sink),
+            rx,
+            WriterConfig::default(),
+            abort,
+            Meter::default(),
+        )
+        .await;
         assert!(matches!(exit, WriterExit::Stalled(_)));
     }
 
@@ -380,7 +412,13 @@ mod tests {
                 .unwrap();
         }
         let (abort_tx, abort) = oneshot::channel();
-        let writer = tokio::spawn(run_writer(sink, rx, WriterConfig::default(), abort));
+        let writer = tokio::spawn(run_writer(
+            sink,
+            rx,
+            WriterConfig::default(),
+            abort,
+            Meter::default(),
+        ));
         assert_eq!(out.next().await.unwrap(), Message::Text("a0".into()));
         abort_tx.send(Some((4000, "taken over".into()))).unwrap();
         let (exit, _) = writer.await.unwrap();
@@ -389,6 +427,44 @@ mod tests {
         assert!(
             matches!(&rest[..], [Message::Close(Some(f))] if f.code == 4000),
             "{rest:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_first_audio_of_each_answer_is_timed() {
+        let metrics = crate::gateway::metrics::Metrics::default();
+        let (sink, out) = fmpsc::unbounded::<Message>();
+        let (tx, rx) = mpsc::channel(64);
+        let turn_complete = Box::new(OutFrame {
+            ends_turn: true,
+            ..*frame("done", 0, false)
+        });
+        // Two answers of two chunks each: only the first chunk of each is timed.
+        for command in [
+            frame("a1", 20, false),
+            frame("a2", 20, false),
+            turn_complete.clone(),
+            frame("b1", 20, false),
+            frame("b2", 20, false),
+            turn_complete,
+        ] {
+            tx.send(WriterCommand::Frame(command)).await.unwrap();
+        }
+        drop(tx);
+        let (_abort_tx, abort) = oneshot::channel();
+        let (exit, _) = run_writer(sink, rx, WriterConfig::default(), abort, metrics.meter()).await;
+        assert_eq!(exit, WriterExit::Closed);
+        assert_eq!(out.count().await, 6);
+        let text = metrics.render();
+        assert!(
+            text.lines()
+                .any(|l| l == "livegate_answer_forward_latency_seconds_count 2"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 6"#),
+            "{text}"
         );
     }
 
@@ -450,7 +526,14 @@ mod tests {
         drop(tx);
         let (_abort_tx, abort) = oneshot::channel();
         let mut sink = LogSink::default();
-        let (exit, _) = run_writer(&mut sink, rx, WriterConfig::default(), abort).await;
+        let (exit, _) = run_writer(
+            &mut sink,
+            rx,
+            WriterConfig::default(),
+            abort,
+            Meter::default(),
+        )
+        .await;
         assert_eq!(exit, WriterExit::Closed);
         let big = format!("binary {}", SOCKET_WRITE_BUFFER + 1);
         assert_eq!(
@@ -483,7 +566,7 @@ mod tests {
         let (_abort_tx, abort) = oneshot::channel();
         let config = WriterConfig::default();
         let start = Instant::now();
-        let writer = tokio::spawn(run_writer(sink, rx, config, abort));
+        let writer = tokio::spawn(run_writer(sink, rx, config, abort, Meter::default()));
         let mut sent_at = Vec::new();
         while let Some(message) = out.next().await {
             assert_eq!(message, Message::Text(format!("a{}", sent_at.len()).into()));
