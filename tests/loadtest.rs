@@ -77,6 +77,17 @@ async fn a_small_load_reports_consistent_counts() {
     );
     assert_eq!(output, report.audio_bytes_received);
 
+    // The gateway's own metrics agree: it received every frame, and timed each answer's first
+    // audio on its way from the model to the socket.
+    let gateway = report
+        .gateway
+        .as_ref()
+        .expect("the gateway serves /metrics");
+    assert_eq!(gateway.audio_frames_received, report.sent.frames);
+    assert_eq!(gateway.answer_forward_ms.count, 20, "{gateway:?}");
+    assert!(gateway.answer_forward_ms.p50 > 0.0, "{gateway:?}");
+    assert!(report.machine_cpu_busy.is_some_and(|b| b > 0.0 && b <= 1.0));
+
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     for field in [
@@ -89,6 +100,8 @@ async fn a_small_load_reports_consistent_counts() {
         "schedule_lag_ms",
         "server",
         "generator_cpu_cores",
+        "machine_cpu_busy",
+        "gateway",
     ] {
         assert!(json.get(field).is_some(), "the report has {field}");
     }

@@ -1,9 +1,11 @@
 //! `livegate loadtest`: many simulated users streaming real speech to a gateway at once, and what
 //! it cost: latency to the first answer audio, audio gaps, errors, traffic, and (given its pid) the
-//! server's CPU and memory. Knows the gateway only by its WebSocket protocol.
+//! server's CPU and memory. Knows the gateway by its WebSocket protocol, and reads its `/metrics`
+//! when it serves them.
 
 mod procfs;
 pub mod report;
+pub mod scrape;
 mod session;
 
 use std::path::PathBuf;
@@ -218,6 +220,13 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         model_delay_frames: (args.model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64)
             .round() as u32,
     });
+    let http = reqwest::Client::new();
+    let metrics_url = scrape::metrics_url(&plan.base_url);
+    let metrics_before = match &metrics_url {
+        Some(url) => scrape::scrape(&http, url).await,
+        None => None,
+    };
+    let machine_before = procfs::machine_cpu();
     let live = Arc::new(Live::default());
     let sampler = procfs::Sampler::start(args.server_pid, live.clone(), start, !args.quiet);
 
@@ -239,8 +248,19 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let sampled = sampler.finish().await;
+    let machine_after = procfs::machine_cpu();
+    let metrics_after = match (&metrics_url, &metrics_before) {
+        (Some(url), Some(_)) => scrape::scrape(&http, url).await,
+        _ => None,
+    };
     let mut report = summarize(args, &outcomes, elapsed, sampled);
     report.run_id = plan.run_id.clone();
+    report.machine_cpu_busy = machine_before
+        .zip(machine_after)
+        .map(|((busy0, total0), (busy1, total1))| (busy1 - busy0) / (total1 - total0).max(1.0));
+    report.gateway = metrics_before
+        .zip(metrics_after)
+        .map(|(before, after)| scrape::between(&before, &after));
     let latencies: Vec<f64> = outcomes
         .iter()
         .flat_map(|o| o.latencies_ms.iter().copied())
@@ -319,6 +339,8 @@ fn summarize(
         sessions_over_time: sampled.sessions,
         server: sampled.server,
         generator_cpu_cores: sampled.generator_cpu_cores,
+        machine_cpu_busy: None,
+        gateway: None,
     }
 }
 

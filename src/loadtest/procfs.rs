@@ -47,6 +47,22 @@ fn read_process(pid: u32) -> Option<(f64, u64)> {
     Some(((utime + stime) / CLOCK_TICKS, rss_kib))
 }
 
+/// Busy and total time of all the machine's CPUs so far, in clock ticks, from `/proc/stat`.
+pub fn machine_cpu() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let times: Vec<f64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let total: f64 = times.iter().take(8).sum();
+    let idle = times.get(3)? + times.get(4).unwrap_or(&0.0);
+    Some((total - idle, total))
+}
+
 /// Clock ticks per second for `/proc/*/stat` times (100 on every Linux that matters).
 const CLOCK_TICKS: f64 = 100.0;
 

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use super::scrape::GatewayView;
+
 /// Percentiles of a set of samples, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Percentiles {
@@ -144,6 +146,12 @@ pub struct Report {
     /// Cores the generator itself kept busy: with the server on the same machine, server plus
     /// generator near the machine's core count means latencies include waiting for a CPU.
     pub generator_cpu_cores: Option<f64>,
+    /// Share of all the machine's CPU time that was busy during the run (0 to 1): near 1, every
+    /// latency includes waiting for a CPU.
+    pub machine_cpu_busy: Option<f64>,
+    /// The gateway's own counts over the run, from its `/metrics` (all its clients, not only
+    /// this run's), when it serves them.
+    pub gateway: Option<GatewayView>,
 }
 
 fn row(name: &str, p: &Percentiles) -> String {
@@ -198,6 +206,16 @@ impl Report {
         }
         if let Some(cores) = self.generator_cpu_cores {
             out.push_str(&format!("generator CPU {cores:.2} cores\n"));
+        }
+        if let Some(busy) = self.machine_cpu_busy {
+            out.push_str(&format!("machine CPU {:.0}% busy\n", busy * 100.0));
+        }
+        if let Some(gateway) = &self.gateway {
+            let q = &gateway.answer_forward_ms;
+            out.push_str(&format!(
+                "gateway's own view: {} audio frames received; answer audio forwarded in p50 {:.2} / p95 {:.2} / p99 {:.2} ms (mean {:.2}, {} answers)\n",
+                gateway.audio_frames_received, q.p50, q.p95, q.p99, q.mean, q.count
+            ));
         }
         for error in &self.error_samples {
             out.push_str(&format!("error: {error}\n"));

@@ -1,0 +1,212 @@
+//! The gateway's own view of a run, from its `/metrics` before and after: client frames it
+//! received, and how long it took to forward answers' first audio (free of the generator's delays).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::gateway::metrics::ANSWER_FORWARD_LATENCY;
+
+/// What the gateway's metrics say happened during the run (all its clients, not only ours).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GatewayView {
+    /// Binary (audio) messages the gateway received from clients.
+    pub audio_frames_received: u64,
+    /// Text messages the gateway received from clients.
+    pub text_frames_received: u64,
+    /// From the model producing an answer's first audio to the gateway writing it to the socket,
+    /// estimated from the histogram's buckets.
+    pub answer_forward_ms: BucketQuantiles,
+}
+
+/// Quantiles read off a Prometheus histogram (linear within a bucket, as `histogram_quantile`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BucketQuantiles {
+    /// Observations.
+    pub count: u64,
+    /// Mean (exact: from the histogram's sum).
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// One scrape: the counters and histogram this module reads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scrape {
+    audio_in: f64,
+    text_in: f64,
+    /// Cumulative `(upper bound in seconds, count)`, in the order given (ascending, `+Inf` last).
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+    count: f64,
+}
+
+/// The gateway's `/metrics` URL for a WebSocket base URL (`ws://host:port/ws` ⇒
+/// `http://host:port/metrics`).
+pub fn metrics_url(ws_url: &str) -> Option<String> {
+    let (scheme, rest) = if let Some(rest) = ws_url.strip_prefix("ws://") {
+        ("http", rest)
+    } else {
+        ("https", ws_url.strip_prefix("wss://")?)
+    };
+    let host = rest.split(['/', '?']).next().filter(|h| !h.is_empty())?;
+    Some(format!("{scheme}://{host}/metrics"))
+}
+
+/// Fetches and parses the metrics; `None` if the gateway does not serve them.
+pub async fn scrape(client: &reqwest::Client, url: &str) -> Option<Scrape> {
+    let response = client
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    Some(parse(&response.text().await.ok()?))
+}
+
+/// Parses the lines of a metrics text this module reads.
+pub fn parse(text: &str) -> Scrape {
+    let mut scrape = Scrape::default();
+    let bucket = format!("{ANSWER_FORWARD_LATENCY}_bucket{{le=\"");
+    for line in text.lines() {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        match name {
+            r#"livegate_frames_total{direction="in",kind="audio"}"# => scrape.audio_in = value,
+            r#"livegate_frames_total{direction="in",kind="text"}"# => scrape.text_in = value,
+            _ if name == format!("{ANSWER_FORWARD_LATENCY}_sum") => scrape.sum = value,
+            _ if name == format!("{ANSWER_FORWARD_LATENCY}_count") => scrape.count = value,
+            _ => {
+                if let Some(le) = name
+                    .strip_prefix(bucket.as_str())
+                    .and_then(|r| r.strip_suffix("\"}"))
+                {
+                    let bound = if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        match le.parse() {
+                            Ok(bound) => bound,
+                            Err(_) => continue,
+                        }
+                    };
+                    scrape.buckets.push((bound, value));
+                }
+            }
+        }
+    }
+    scrape
+}
+
+/// What happened between two scrapes.
+pub fn between(before: &Scrape, after: &Scrape) -> GatewayView {
+    let count = (after.count - before.count).max(0.0);
+    let buckets: Vec<(f64, f64)> = after
+        .buckets
+        .iter()
+        .map(|&(bound, n)| {
+            let earlier = before
+                .buckets
+                .iter()
+                .find(|(b, _)| *b == bound)
+                .map_or(0.0, |(_, n)| *n);
+            (bound, (n - earlier).max(0.0))
+        })
+        .collect();
+    let ms = |q| quantile(&buckets, count, q) * 1000.0;
+    GatewayView {
+        audio_frames_received: (after.audio_in - before.audio_in).max(0.0) as u64,
+        text_frames_received: (after.text_in - before.text_in).max(0.0) as u64,
+        answer_forward_ms: BucketQuantiles {
+            count: count as u64,
+            mean: if count > 0.0 {
+                (after.sum - before.sum) / count * 1000.0
+            } else {
+                0.0
+            },
+            p50: ms(0.50),
+            p95: ms(0.95),
+            p99: ms(0.99),
+        },
+    }
+}
+
+/// The `q` quantile (seconds) of cumulative buckets holding `count` observations; past the last
+/// finite bound it is that bound (the histogram knows no more).
+fn quantile(buckets: &[(f64, f64)], count: f64, q: f64) -> f64 {
+    if count <= 0.0 {
+        return 0.0;
+    }
+    let rank = q * count;
+    let mut lower = (0.0, 0.0);
+    for &(bound, cumulative) in buckets {
+        if cumulative >= rank {
+            if bound.is_infinite() {
+                return lower.0;
+            }
+            let within = cumulative - lower.1;
+            let share = if within > 0.0 {
+                (rank - lower.1) / within
+            } else {
+                1.0
+            };
+            return lower.0 + (bound - lower.0) * share;
+        }
+        lower = (bound, cumulative);
+    }
+    lower.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_url_follows_the_websocket_url() {
+        assert_eq!(
+            metrics_url("ws://127.0.0.1:8080/ws").as_deref(),
+            Some("http://127.0.0.1:8080/metrics")
+        );
+        assert_eq!(
+            metrics_url("wss://example.com/live/ws?x=1").as_deref(),
+            Some("https://example.com/metrics")
+        );
+        assert_eq!(metrics_url("http://example.com/ws"), None);
+    }
+
+    #[test]
+    fn quantiles_come_from_the_buckets_between_two_scrapes() {
+        let text = |below_1ms: u32, below_2ms: u32, all: u32, sum: f64| {
+            format!(
+                "# HELP x\n\
+                 livegate_frames_total{{direction=\"in\",kind=\"audio\"}} {all}\n\
+                 {ANSWER_FORWARD_LATENCY}_sum {sum}\n\
+                 {ANSWER_FORWARD_LATENCY}_count {all}\n\
+                 {ANSWER_FORWARD_LATENCY}_bucket{{le=\"0.001\"}} {below_1ms}\n\
+                 {ANSWER_FORWARD_LATENCY}_bucket{{le=\"0.002\"}} {below_2ms}\n\
+                 {ANSWER_FORWARD_LATENCY}_bucket{{le=\"+Inf\"}} {all}\n"
+            )
+        };
+        let before = parse(&text(10, 10, 10, 0.005));
+        // Then 100 more: 50 under 1 ms, 49 between 1 and 2 ms, 1 slower than any bound.
+        let after = parse(&text(60, 109, 110, 0.105));
+        let view = between(&before, &after);
+        assert_eq!(view.audio_frames_received, 100);
+        let q = &view.answer_forward_ms;
+        assert_eq!(q.count, 100);
+        assert!((q.mean - 1.0).abs() < 1e-9, "{q:?}");
+        assert!((q.p50 - 1.0).abs() < 1e-9, "{q:?}");
+        assert!(q.p95 > 1.8 && q.p95 < 2.0, "{q:?}");
+        assert!((q.p99 - 2.0).abs() < 1e-9, "{q:?}");
+    }
+}
