@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::fs;
 
-use super::spool::SPOOL_DIR;
+use super::spool::{sync_and_uncache, SPOOL_DIR};
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
     SpoolFile, USER_PREFIX,
@@ -165,7 +165,7 @@ impl FileArtifactService {
         let written = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(data)?;
-            file.sync_all()?;
+            sync_and_uncache(&file)?;
             drop(file);
             std::fs::rename(&tmp, to)
         })();

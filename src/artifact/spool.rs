@@ -132,9 +132,24 @@ impl SpoolHandle {
     /// left past them is cut off first.
     pub(crate) fn persist(&self, to: &Path) -> std::io::Result<()> {
         self.file.set_len(self.len)?;
-        self.file.sync_all()?;
+        sync_and_uncache(&self.file)?;
         std::fs::rename(&self.path, to)
     }
+}
+
+/// Syncs a file that is written once and seldom read soon (a recording), then lets the kernel
+/// drop its pages from the cache (blocking).
+///
+/// Recordings arrive at ~40 MB/s at 1,000 sessions. Left cached, they take a fresh page for every
+/// 4 KiB written, long unused and in a VM perhaps not even backed by the host any more, and they
+/// crowd out pages that are read again (the session database). Dropped once clean, their pages go
+/// back to the allocator warm, and the next recording's writes reuse them.
+pub(crate) fn sync_and_uncache(file: &File) -> std::io::Result<()> {
+    file.sync_all()?;
+    // Only advice: a kernel that ignores it keeps the pages, which is merely slower.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed);
+    Ok(())
 }
 
 impl Drop for SpoolFile {
