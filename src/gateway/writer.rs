@@ -349,13 +349,7 @@ mod tests {
                 .unwrap();
         }
         let (_abort_tx, abort) = oneshot::channel();
-        let writer = tokio::spawn(run_writer(
-            sink,
-            rx,
-            WriterConfig::default(),
-            abort,
-            Meter::default(),
-        ));
+        let writer = tokio::spawn(run_default(sink, rx, abort));
         // The first chunk goes out at once.
         let first = out.next().await.unwrap();
         assert_eq!(first, Message::Text("a0".into()));
@@ -412,13 +406,7 @@ mod tests {
                 .unwrap();
         }
         let (abort_tx, abort) = oneshot::channel();
-        let writer = tokio::spawn(run_writer(
-            sink,
-            rx,
-            WriterConfig::default(),
-            abort,
-            Meter::default(),
-        ));
+        let writer = tokio::spawn(run_default(sink, rx, abort));
         assert_eq!(out.next().await.unwrap(), Message::Text("a0".into()));
         abort_tx.send(Some((4000, "taken over".into()))).unwrap();
         let (exit, _) = writer.await.unwrap();
@@ -466,6 +454,19 @@ mod tests {
                 .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 6"#),
             "{text}"
         );
+    }
+
+    /// A writer with the default settings, counting into metrics nobody reads.
+    fn run_default<S>(
+        sink: S,
+        rx: mpsc::Receiver<WriterCommand>,
+        abort: oneshot::Receiver<Abort>,
+    ) -> impl std::future::Future<Output = (WriterExit, WriterStats)>
+    where
+        S: Sink<Message> + Unpin,
+        S::Error: std::fmt::Display,
+    {
+        run_writer(sink, rx, WriterConfig::default(), abort, Meter::default())
     }
 
     /// A sink that logs what it is given and each flush.
@@ -526,14 +527,7 @@ mod tests {
         drop(tx);
         let (_abort_tx, abort) = oneshot::channel();
         let mut sink = LogSink::default();
-        let (exit, _) = run_writer(
-            &mut sink,
-            rx,
-            WriterConfig::default(),
-            abort,
-            Meter::default(),
-        )
-        .await;
+        let (exit, _) = run_default(&mut sink, rx, abort).await;
         assert_eq!(exit, WriterExit::Closed);
         let big = format!("binary {}", SOCKET_WRITE_BUFFER + 1);
         assert_eq!(
