@@ -1,4 +1,4 @@
-//! The gateway's plain HTTP routes: health, readiness, and the embedded web client.
+//! The gateway's plain HTTP routes: health, readiness, metrics, and the embedded web client.
 
 mod common;
 
@@ -80,4 +80,62 @@ fn the_web_client_names_no_external_url() {
         checked += 1;
     }
     assert!(checked >= 5, "static files found");
+}
+
+/// The value of one unlabelled or labelled sample line of a metrics text.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_connections_client_frames_and_answer_forwarding() {
+    let server = start(test_args()).await;
+    let metrics = get(server.addr, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics
+        .to_ascii_lowercase()
+        .contains("content-type: application/openmetrics-text"));
+    assert_eq!(sample(&metrics, "livegate_connections"), Some(0.0));
+
+    let mut client = Client::connect(server.addr, "u1", "metrics", "").await;
+    for _ in 0..3 {
+        client.send_binary(silence(20)).await;
+    }
+    // The reader takes messages in order: once the text turn is answered, all four are counted.
+    client.send_text("hello").await;
+    client.events_until_turn_complete().await;
+    let metrics = get(server.addr, "/metrics").await;
+    assert_eq!(sample(&metrics, "livegate_connections"), Some(1.0));
+    let audio_in = r#"livegate_frames_total{direction="in",kind="audio"}"#;
+    let text_in = r#"livegate_frames_total{direction="in",kind="text"}"#;
+    assert_eq!(sample(&metrics, audio_in), Some(3.0), "{metrics}");
+    assert_eq!(sample(&metrics, text_in), Some(1.0), "{metrics}");
+    let bytes_in = r#"livegate_bytes_total{direction="in"}"#;
+    assert!(sample(&metrics, bytes_in).is_some_and(|b| b >= 3.0 * 640.0));
+    assert!(
+        client.audio_bytes > 0,
+        "the sim answers a text turn in audio"
+    );
+    assert_eq!(
+        sample(&metrics, "livegate_answer_forward_latency_seconds_count"),
+        Some(1.0),
+        "{metrics}"
+    );
+
+    // Leaving is counted too (the server notices the close on its own time: poll, bounded).
+    client.close().await;
+    let gone = tokio::time::timeout(WAIT, async {
+        loop {
+            let metrics = get(server.addr, "/metrics").await;
+            if sample(&metrics, "livegate_connections") == Some(0.0) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the connection gauge went back to 0");
+    server.shutdown(WAIT).await;
 }
