@@ -62,19 +62,23 @@ impl Default for Metrics {
             "From the model producing the first audio of an answer to the gateway writing it to the client socket",
             answer_forward.clone(),
         );
+        // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
+        // second call in the same expression, which may need the write lock, would wait forever.
         let frame = |direction, kind| {
             frames
                 .get_or_create(&[("direction", direction), ("kind", kind)])
                 .clone()
         };
-        let bytes = |direction| bytes.get_or_create(&[("direction", direction)]).clone();
+        let byte = |direction| bytes.get_or_create(&[("direction", direction)]).clone();
+        let way = |direction| {
+            let audio = frame(direction, "audio");
+            let text = frame(direction, "text");
+            let bytes = byte(direction);
+            Way { audio, text, bytes }
+        };
         let meter = Meter {
-            audio_in: frame("in", "audio"),
-            text_in: frame("in", "text"),
-            bytes_in: bytes("in"),
-            audio_out: frame("out", "audio"),
-            text_out: frame("out", "text"),
-            bytes_out: bytes("out"),
+            inbound: way("in"),
+            outbound: way("out"),
             stalled,
             answer_forward,
         };
@@ -121,12 +125,8 @@ impl Drop for ConnectionGuard {
 /// reads (for writers run outside a gateway, as in tests).
 #[derive(Debug, Clone)]
 pub struct Meter {
-    audio_in: Counter,
-    text_in: Counter,
-    bytes_in: Counter,
-    audio_out: Counter,
-    text_out: Counter,
-    bytes_out: Counter,
+    inbound: Way,
+    outbound: Way,
     stalled: Counter,
     answer_forward: Histogram,
 }
@@ -137,25 +137,30 @@ impl Default for Meter {
     }
 }
 
+/// The counters of one direction: binary (audio) and text messages, and their payload bytes.
+#[derive(Debug, Clone)]
+struct Way {
+    audio: Counter,
+    text: Counter,
+    bytes: Counter,
+}
+
+impl Way {
+    fn count(&self, binary: bool, bytes: usize) {
+        if binary { &self.audio } else { &self.text }.inc();
+        self.bytes.inc_by(bytes as u64);
+    }
+}
+
 impl Meter {
     /// A message from the client: binary (audio) or text, with its payload size.
     pub fn received(&self, binary: bool, bytes: usize) {
-        if binary {
-            self.audio_in.inc();
-        } else {
-            self.text_in.inc();
-        }
-        self.bytes_in.inc_by(bytes as u64);
+        self.inbound.count(binary, bytes);
     }
 
     /// A message to the client.
     pub fn sent(&self, binary: bool, bytes: usize) {
-        if binary {
-            self.audio_out.inc();
-        } else {
-            self.text_out.inc();
-        }
-        self.bytes_out.inc_by(bytes as u64);
+        self.outbound.count(binary, bytes);
     }
 
     /// A client was cut off for not reading.

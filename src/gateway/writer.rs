@@ -10,6 +10,8 @@ use futures::{Sink, SinkExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
 
+use bytes::Bytes;
+
 use super::codec::OutFrame;
 use super::metrics::Meter;
 
@@ -234,16 +236,8 @@ where
                 return exit;
             }
         }
-        // How long the gateway took to bring an answer's first audio from the model is what a
-        // listener waits for beyond the model (later audio is held back for pacing on purpose).
-        if frame.is_audio() && !answering {
-            meter.answer_forwarded(frame.created);
-        }
-        answering = (answering || frame.is_audio()) && !frame.ends_turn;
-        if let Some(pcm) = &frame.binary {
-            meter.sent(true, pcm.len());
-        }
-        meter.sent(false, frame.json.len());
+        let (is_audio, ends_turn, created) = (frame.is_audio(), frame.ends_turn, frame.created);
+        let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
         let fed = async {
             if let Some(pcm) = frame.binary {
                 sink.feed(Message::Binary(pcm)).await?;
@@ -257,6 +251,16 @@ where
             return exit;
         }
         unflushed = true;
+        // How long the gateway took to bring an answer's first audio from the model is what a
+        // listener waits for beyond the model (later audio is held back for pacing on purpose).
+        if is_audio && !answering {
+            meter.answer_forwarded(created);
+        }
+        answering = (answering || is_audio) && !ends_turn;
+        if let Some(pcm) = sizes.0 {
+            meter.sent(true, pcm);
+        }
+        meter.sent(false, sizes.1);
     }
 }
 
