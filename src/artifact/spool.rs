@@ -137,8 +137,8 @@ impl SpoolHandle {
     }
 }
 
-/// Syncs a file that is written once and seldom read soon (a recording), then lets the kernel
-/// drop its pages from the cache (blocking).
+/// Syncs an artifact version's file, written once and seldom read soon (recordings above all),
+/// then lets the kernel drop its pages from the cache (blocking).
 ///
 /// Recordings arrive at ~40 MB/s at 1,000 sessions. Left cached, they take a fresh page for every
 /// 4 KiB written, long unused and in a VM perhaps not even backed by the host any more, and they

@@ -75,6 +75,8 @@ pub async fn scrape(client: &reqwest::Client, url: &str) -> Option<Scrape> {
 pub fn parse(text: &str) -> Scrape {
     let mut scrape = Scrape::default();
     let bucket = format!("{ANSWER_FORWARD_LATENCY}_bucket{{le=\"");
+    let sum = format!("{ANSWER_FORWARD_LATENCY}_sum");
+    let count = format!("{ANSWER_FORWARD_LATENCY}_count");
     for line in text.lines() {
         let Some((name, value)) = line.rsplit_once(' ') else {
             continue;
@@ -85,8 +87,8 @@ pub fn parse(text: &str) -> Scrape {
         match name {
             r#"livegate_frames_total{direction="in",kind="audio"}"# => scrape.audio_in = value,
             r#"livegate_frames_total{direction="in",kind="text"}"# => scrape.text_in = value,
-            _ if name == format!("{ANSWER_FORWARD_LATENCY}_sum") => scrape.sum = value,
-            _ if name == format!("{ANSWER_FORWARD_LATENCY}_count") => scrape.count = value,
+            _ if name == sum => scrape.sum = value,
+            _ if name == count => scrape.count = value,
             _ => {
                 if let Some(le) = name
                     .strip_prefix(bucket.as_str())
