@@ -141,7 +141,7 @@ export class EventLog {
     search.addEventListener("input", () => {
       this.query = search.value.trim().toLowerCase();
       for (const li of list.children) this.applyQuery(li);
-      this.updateCount();
+      this.renderCount();
     });
   }
 
@@ -150,7 +150,7 @@ export class EventLog {
     if (visible) this.hidden.delete(group);
     else this.hidden.add(group);
     this.list.classList.toggle(`hide-${group}`, !visible);
-    this.updateCount();
+    this.renderCount();
   }
 
   applyQuery(li) {
@@ -210,13 +210,18 @@ export class EventLog {
     this.countQueued = true;
     requestAnimationFrame(() => {
       this.countQueued = false;
-      const total = this.list.childElementCount;
-      let shown = 0;
-      for (const li of this.list.children) {
-        if (!this.hidden.has(li.dataset.group) && !li.classList.contains("no-match")) shown += 1;
-      }
-      this.counter.textContent = shown === total ? `(${total})` : `(${shown} of ${total})`;
+      this.renderCount();
     });
+  }
+
+  /** Writes "(shown of total)" now; filter changes use it so the count never lags what is shown. */
+  renderCount() {
+    const total = this.list.childElementCount;
+    let shown = 0;
+    for (const li of this.list.children) {
+      if (!this.hidden.has(li.dataset.group) && !li.classList.contains("no-match")) shown += 1;
+    }
+    this.counter.textContent = shown === total ? `(${total})` : `(${shown} of ${total})`;
   }
 
   /** A downstream event; `audioBytes` is the PCM that came with it (binary frame or base64). */

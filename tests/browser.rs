@@ -390,8 +390,13 @@ async fn a_text_turn_streams_into_one_final_answer() {
         click(&page, "#log-filters input[value=text]").await;
         // The filter applies as the console re-renders; wait for it rather than race it.
         wait_until(&page, "text events filtered out", &format!("({visible_text}) === 0"), WAIT).await;
-        let count = eval(&page, "document.querySelector('#log-count').textContent").await;
-        assert!(count.as_str().unwrap_or_default().contains(" of "), "{count}");
+        wait_until(
+            &page,
+            "the console count shows the filter",
+            "document.querySelector('#log-count').textContent.includes(' of ')",
+            WAIT,
+        )
+        .await;
     })
     .await;
     server.shutdown(WAIT).await;
@@ -436,8 +441,14 @@ async fn speech_from_the_microphone_is_transcribed_answered_and_played() {
 
         // Audio chunks are counted but not listed in the console by default.
         assert_eq!(eval(&page, "document.querySelectorAll('#log .g-audio').length").await, json!(0));
-        let stats = eval(&page, "document.querySelector('#audio-stats').textContent").await;
-        assert!(stats.as_str().unwrap_or_default().contains("audio"), "{stats}");
+        // The counters are redrawn once per animation frame, so wait for the drawing.
+        wait_until(
+            &page,
+            "the audio chunk counters",
+            "document.querySelector('#audio-stats').textContent.includes('↓ audio')",
+            WAIT,
+        )
+        .await;
 
         // The same button stops the microphone.
         click(&page, "#mic").await;
