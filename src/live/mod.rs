@@ -9,4 +9,4 @@ pub use queue::{
     live_request_queue, LiveRequest, LiveRequestQueue, LiveRequestReceiver, QueueClosed,
     DEFAULT_QUEUE_CAPACITY,
 };
-pub use run_config::RunConfig;
+pub use run_config::{OnReconnect, RunConfig};

@@ -1,5 +1,7 @@
 //! `RunConfig`: how a live run behaves, with ADK's defaults.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::model::{Modality, RealtimeInputConfig, SessionResumptionConfig};
@@ -31,6 +33,44 @@ pub struct RunConfig {
     pub max_llm_calls: u32,
     /// Metadata merged into every yielded event's `customMetadata`.
     pub custom_metadata: Option<Map<String, Value>>,
+    /// Told each time the run connects to the model again (livegate's, for metrics).
+    pub on_reconnect: OnReconnect,
+}
+
+/// A callback for a run's upstream reconnects; none by default.
+///
+/// It only observes, so two configs that differ in it alone compare equal.
+#[derive(Clone, Default)]
+pub struct OnReconnect(Option<Arc<dyn Fn() + Send + Sync>>);
+
+impl OnReconnect {
+    /// Calls `f` at each reconnect.
+    pub fn new(f: impl Fn() + Send + Sync + 'static) -> Self {
+        OnReconnect(Some(Arc::new(f)))
+    }
+
+    /// Reports a reconnect.
+    pub(crate) fn reconnected(&self) {
+        if let Some(f) = &self.0 {
+            f();
+        }
+    }
+}
+
+impl std::fmt::Debug for OnReconnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "OnReconnect(set)"
+        } else {
+            "OnReconnect(none)"
+        })
+    }
+}
+
+impl PartialEq for OnReconnect {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Default for RunConfig {
@@ -48,6 +88,7 @@ impl Default for RunConfig {
             save_live_blob: false,
             max_llm_calls: 500,
             custom_metadata: None,
+            on_reconnect: OnReconnect::default(),
         }
     }
 }

@@ -210,6 +210,9 @@ impl LiveFlow {
                 } else if !first_connect {
                     tracing::info!(invocation_id, "reconnecting without a resumption handle; replaying history");
                 }
+                if !first_connect {
+                    run_config.on_reconnect.reconnected();
+                }
                 first_connect = false;
 
                 let LiveConnection { sender, mut receiver } = match model.connect(config).await {

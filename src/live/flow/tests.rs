@@ -12,7 +12,7 @@ use tokio::time::timeout;
 use super::*;
 use crate::artifact::{ArtifactScope, ArtifactService, InMemoryArtifactService};
 use crate::event::{Blob, Content, SessionResumptionUpdate};
-use crate::live::live_request_queue;
+use crate::live::{live_request_queue, OnReconnect};
 use crate::model::{GoAway, LiveInput};
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -274,6 +274,13 @@ async fn a_model_that_keeps_hanging_up_ends_the_run_with_an_error() {
         handle: Some("h".into()),
         transparent: None,
     });
+    let reconnects = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    flow.run_config.on_reconnect = OnReconnect::new({
+        let reconnects = Arc::clone(&reconnects);
+        move || {
+            reconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
     let (_queue, requests) = live_request_queue(8);
     let run = drain(flow, requests);
     let mut connects = 0;
@@ -286,6 +293,11 @@ async fn a_model_that_keeps_hanging_up_ends_the_run_with_an_error() {
     }
     let out = timeout(WAIT, run).await.expect("the run ends").unwrap();
     assert_eq!(connects, MAX_RECONNECT_ATTEMPTS + 1);
+    assert_eq!(
+        reconnects.load(std::sync::atomic::Ordering::Relaxed),
+        MAX_RECONNECT_ATTEMPTS,
+        "every connect after the first is reported"
+    );
     assert_eq!(
         out.last().and_then(|i| i.event.error_code.as_deref()),
         Some("UNAVAILABLE")
