@@ -1,6 +1,6 @@
-//! Hot paths of one audio chunk: client frame decode and metering (up), event encode (down, binary
-//! and base64), the live flow's response processing, and the sim's voice activity detection per
-//! 20 ms frame.
+//! Hot paths of one audio chunk: client frame decode and metering (up), event encode and metering
+//! (down, binary and base64), the live flow's response processing, and the sim's voice activity
+//! detection per 20 ms frame.
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -39,6 +39,11 @@ fn bench_down(c: &mut Criterion) {
     };
     group.bench_function("encode_transcription_event", |b| {
         b.iter(|| encode_event(black_box(transcript.clone()), AudioFrames::Binary))
+    });
+    // What the gateway counts for `/metrics` per event of a run (kind, error code, artifacts).
+    let meter = livegate::gateway::metrics::Metrics::default().meter();
+    group.bench_function("meter_audio_event", |b| {
+        b.iter(|| meter.event(black_box(&event)))
     });
     group.bench_function("process_audio_response", |b| {
         let mut processor = ResponseProcessor::new("e-1", "assistant", false);

@@ -220,6 +220,15 @@ async fn go_away_reconnects_with_the_handle_and_the_conversation_goes_on() {
         client.events.iter().all(|e| e.get("errorCode").is_none()),
         "the reconnects are transparent"
     );
+    // ... but counted. The gateway counts an attempt before the mock sees it, so a reconnect
+    // under way may be counted already, never the other way round.
+    let metrics = http_get(server.addr, "/metrics").await;
+    let reconnects = metric(&metrics, "livegate_upstream_reconnects_total").unwrap_or(0.0);
+    assert!(
+        reconnects >= 1.0 && reconnects >= (upstream.connections() - 1) as f64,
+        "{reconnects} reconnects counted for {} connections",
+        upstream.connections()
+    );
     // Handles keep counting across connections: the resumed session is the same one.
     let counts: Vec<u64> = handles
         .iter()
@@ -255,6 +264,9 @@ async fn an_upstream_1011_is_an_error_event_then_the_end() {
     };
     assert_eq!(error["errorCode"], "INTERNAL");
     assert!(error["errorMessage"].as_str().unwrap().contains("1011"));
+    let metrics = http_get(server.addr, "/metrics").await;
+    let internal = r#"livegate_errors_total{code="INTERNAL"}"#;
+    assert_eq!(metric(&metrics, internal), Some(1.0), "{metrics}");
     // The run is over: the gateway closes the socket, without reconnecting (there is no handle).
     loop {
         if let Frame::Closed(_) = client.next_frame().await {

@@ -3,39 +3,25 @@
 mod common;
 
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// One HTTP/1.1 GET over a real socket; returns the status line, headers and body as text.
-async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
-        .await
-        .unwrap()
-        .unwrap();
-    String::from_utf8_lossy(&response).into_owned()
-}
 
 #[tokio::test]
 async fn health_readiness_and_the_web_client_are_served() {
     let server = start(test_args()).await;
-    let health = get(server.addr, "/healthz").await;
+    let health = http_get(server.addr, "/healthz").await;
     assert!(
         health.starts_with("HTTP/1.1 200") && health.ends_with("ok"),
         "{health}"
     );
-    let ready = get(server.addr, "/readyz").await;
+    let ready = http_get(server.addr, "/readyz").await;
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
 
-    let page = get(server.addr, "/").await;
+    let page = http_get(server.addr, "/").await;
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page
         .to_ascii_lowercase()
         .contains("content-type: text/html"));
     assert!(page.contains("<title>livegate</title>") && page.contains("app.js"));
-    let script = get(server.addr, "/app.js").await;
+    let script = http_get(server.addr, "/app.js").await;
     assert!(
         script
             .to_ascii_lowercase()
@@ -44,11 +30,13 @@ async fn health_readiness_and_the_web_client_are_served() {
     );
     for worklet in ["/pcm-recorder-processor.js", "/pcm-player-processor.js"] {
         assert!(
-            get(server.addr, worklet).await.starts_with("HTTP/1.1 200"),
+            http_get(server.addr, worklet)
+                .await
+                .starts_with("HTTP/1.1 200"),
             "{worklet}"
         );
     }
-    assert!(get(server.addr, "/missing.js")
+    assert!(http_get(server.addr, "/missing.js")
         .await
         .starts_with("HTTP/1.1 404"));
     server.shutdown(WAIT).await;
@@ -82,22 +70,15 @@ fn the_web_client_names_no_external_url() {
     assert!(checked >= 5, "static files found");
 }
 
-/// The value of one unlabelled or labelled sample line of a metrics text.
-fn sample(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
 #[tokio::test]
 async fn metrics_count_connections_client_frames_and_answer_forwarding() {
     let server = start(test_args()).await;
-    let metrics = get(server.addr, "/metrics").await;
+    let metrics = http_get(server.addr, "/metrics").await;
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(metrics
         .to_ascii_lowercase()
         .contains("content-type: application/openmetrics-text"));
-    assert_eq!(sample(&metrics, "livegate_connections"), Some(0.0));
+    assert_eq!(metric(&metrics, "livegate_connections"), Some(0.0));
 
     let mut client = Client::connect(server.addr, "u1", "metrics", "").await;
     for _ in 0..3 {
@@ -106,36 +87,83 @@ async fn metrics_count_connections_client_frames_and_answer_forwarding() {
     // The reader takes messages in order: once the text turn is answered, all four are counted.
     client.send_text("hello").await;
     client.events_until_turn_complete().await;
-    let metrics = get(server.addr, "/metrics").await;
-    assert_eq!(sample(&metrics, "livegate_connections"), Some(1.0));
+    let metrics = http_get(server.addr, "/metrics").await;
+    assert_eq!(metric(&metrics, "livegate_connections"), Some(1.0));
     let audio_in = r#"livegate_frames_total{direction="in",kind="audio"}"#;
     let text_in = r#"livegate_frames_total{direction="in",kind="text"}"#;
-    assert_eq!(sample(&metrics, audio_in), Some(3.0), "{metrics}");
-    assert_eq!(sample(&metrics, text_in), Some(1.0), "{metrics}");
+    assert_eq!(metric(&metrics, audio_in), Some(3.0), "{metrics}");
+    assert_eq!(metric(&metrics, text_in), Some(1.0), "{metrics}");
     let bytes_in = r#"livegate_bytes_total{direction="in"}"#;
-    assert!(sample(&metrics, bytes_in).is_some_and(|b| b >= 3.0 * 640.0));
+    assert!(metric(&metrics, bytes_in).is_some_and(|b| b >= 3.0 * 640.0));
     assert!(
         client.audio_bytes > 0,
         "the sim answers a text turn in audio"
     );
     assert_eq!(
-        sample(&metrics, "livegate_answer_forward_latency_seconds_count"),
+        metric(&metrics, "livegate_answer_forward_latency_seconds_count"),
         Some(1.0),
         "{metrics}"
     );
 
-    // Leaving is counted too (the server notices the close on its own time: poll, bounded).
+    // Leaving is counted too.
     client.close().await;
-    let gone = tokio::time::timeout(WAIT, async {
+    metric_reaches(server.addr, "livegate_connections", 0.0).await;
+    server.shutdown(WAIT).await;
+}
+
+/// Waits until a metric has `value`. The server notices a close on its own time and tells no
+/// one, so this polls, bounded by [`WAIT`].
+async fn metric_reaches(addr: std::net::SocketAddr, name: &str, value: f64) {
+    let reached = tokio::time::timeout(WAIT, async {
         loop {
-            let metrics = get(server.addr, "/metrics").await;
-            if sample(&metrics, "livegate_connections") == Some(0.0) {
+            let metrics = http_get(addr, "/metrics").await;
+            if metric(&metrics, name) == Some(value) {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     })
     .await;
-    assert!(gone.is_ok(), "the connection gauge went back to 0");
+    assert!(reached.is_ok(), "{name} reached {value}");
+}
+
+#[tokio::test]
+async fn metrics_count_runs_events_errors_and_saved_recordings() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "events", "").await;
+    for _ in 0..3 {
+        client.send_binary(silence(20)).await;
+    }
+    client.send_text("hello").await;
+    let turn = client.events_until_turn_complete().await;
+    client.send_raw_text("{not json").await;
+    client
+        .frames_until(|e| e["errorCode"] == "INVALID_ARGUMENT")
+        .await;
+
+    let metrics = http_get(server.addr, "/metrics").await;
+    assert_eq!(
+        metric(&metrics, "livegate_live_runs"),
+        Some(1.0),
+        "{metrics}"
+    );
+    let kind = |k: &str| metric(&metrics, &format!(r#"livegate_events_total{{kind="{k}"}}"#));
+    assert_eq!(kind("turn_complete"), Some(1.0), "{metrics}");
+    assert_eq!(kind("error"), Some(1.0), "{metrics}");
+    assert!(kind("audio").is_some_and(|n| n >= 1.0), "{metrics}");
+    let errors = r#"livegate_errors_total{code="INVALID_ARGUMENT"}"#;
+    assert_eq!(metric(&metrics, errors), Some(1.0), "{metrics}");
+    // Every recording the client was told about is counted as saved, and there was one.
+    let announced = turn
+        .iter()
+        .filter(|e| e.to_string().contains("\"fileUri\":\"artifact://"))
+        .count() as f64;
+    assert!(announced >= 1.0, "{turn:#?}");
+    let saved = r#"livegate_artifacts_saved_total{source="recording"}"#;
+    assert_eq!(metric(&metrics, saved), Some(announced), "{metrics}");
+    assert_eq!(kind("file_data"), Some(announced), "{metrics}");
+
+    client.close().await;
+    metric_reaches(server.addr, "livegate_live_runs", 0.0).await;
     server.shutdown(WAIT).await;
 }

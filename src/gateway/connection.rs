@@ -103,7 +103,10 @@ pub async fn serve_connection<S, R>(
         });
 
         let (queue, requests) = live_request_queue(gateway.queue_capacity);
-        let run_config = options.run_config(gateway.save_audio);
+        let run_config = RunConfig {
+            on_reconnect: gateway.metrics.on_reconnect(),
+            ..options.run_config(gateway.save_audio)
+        };
         let run = match gateway
             .runner
             .run_live(user_id.as_str(), session_id.as_str(), requests, run_config)
@@ -118,6 +121,7 @@ pub async fn serve_connection<S, R>(
                     error.code(),
                     format!("could not start the live run: {error}"),
                 );
+                meter.event(&event);
                 send_event(&writer_tx, event, options.audio).await;
                 let _ = writer_tx
                     .send(WriterCommand::Close {
@@ -146,13 +150,17 @@ pub async fn serve_connection<S, R>(
             let run_done = run_done.clone();
             let mode = options.audio;
             let mut events = run.events;
+            let meter = meter.clone();
+            let counted = gateway.metrics.run();
             async move {
                 let mut writer_open = true;
                 while let Some(event) = events.next().await {
+                    meter.event(&event);
                     if writer_open {
                         writer_open = send_event(&writer_tx, event, mode).await;
                     }
                 }
+                drop(counted);
                 run_done.fire();
             }
             .in_current_span()
@@ -210,6 +218,7 @@ pub async fn serve_connection<S, R>(
                     tracing::info!(%error, "bad client frame");
                     let event =
                         Event::error(&invocation_id, &agent, error.code(), error.to_string());
+                    meter.event(&event);
                     if !send_event(&writer_tx, event, options.audio).await {
                         break End::ClientGone;
                     }

@@ -1,5 +1,8 @@
-//! The gateway's Prometheus metrics, served at `/metrics`: connections, client frames and bytes
-//! each way, slow clients cut off, and how long the gateway takes to forward an answer's audio.
+//! The gateway's Prometheus metrics, served at `/metrics`: connections and live runs, client
+//! frames and bytes each way, the runs' events by kind, errors by code, artifacts saved, upstream
+//! reconnects, slow clients cut off, and how long the gateway takes to forward an answer's audio.
+
+use std::sync::Arc;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -8,7 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::event::now_timestamp;
+use crate::event::{now_timestamp, Event};
+use crate::live::OnReconnect;
 
 /// Name of the answer forward latency histogram (the load generator reads it by this name).
 pub const ANSWER_FORWARD_LATENCY: &str = "livegate_answer_forward_latency_seconds";
@@ -21,11 +25,107 @@ const LATENCY_BUCKETS: [f64; 20] = [
 
 type Labels = [(&'static str, &'static str); 2];
 
+/// What an event counts as in `livegate_events_total{kind}`: the first of these that it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventKind {
+    Error,
+    Interrupted,
+    TurnComplete,
+    ToolCall,
+    ToolResponse,
+    FileData,
+    Audio,
+    Text,
+    InputTranscription,
+    OutputTranscription,
+    Other,
+}
+
+impl EventKind {
+    const ALL: [EventKind; 11] = [
+        EventKind::Error,
+        EventKind::Interrupted,
+        EventKind::TurnComplete,
+        EventKind::ToolCall,
+        EventKind::ToolResponse,
+        EventKind::FileData,
+        EventKind::Audio,
+        EventKind::Text,
+        EventKind::InputTranscription,
+        EventKind::OutputTranscription,
+        EventKind::Other,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            EventKind::Error => "error",
+            EventKind::Interrupted => "interrupted",
+            EventKind::TurnComplete => "turn_complete",
+            EventKind::ToolCall => "tool_call",
+            EventKind::ToolResponse => "tool_response",
+            EventKind::FileData => "file_data",
+            EventKind::Audio => "audio",
+            EventKind::Text => "text",
+            EventKind::InputTranscription => "input_transcription",
+            EventKind::OutputTranscription => "output_transcription",
+            EventKind::Other => "other",
+        }
+    }
+
+    fn of(event: &Event) -> EventKind {
+        if event.error_code.is_some() {
+            return EventKind::Error;
+        }
+        if event.interrupted == Some(true) {
+            return EventKind::Interrupted;
+        }
+        if event.turn_complete == Some(true) {
+            return EventKind::TurnComplete;
+        }
+        let parts = || event.content.iter().flat_map(|c| &c.parts);
+        if parts().any(|p| p.function_call.is_some()) {
+            EventKind::ToolCall
+        } else if parts().any(|p| p.function_response.is_some()) {
+            EventKind::ToolResponse
+        } else if parts().any(|p| p.file_data.is_some()) {
+            EventKind::FileData
+        } else if parts().any(|p| p.inline_data.is_some()) {
+            EventKind::Audio
+        } else if parts().any(|p| p.text.is_some()) {
+            EventKind::Text
+        } else if event.input_transcription.is_some() {
+            EventKind::InputTranscription
+        } else if event.output_transcription.is_some() {
+            EventKind::OutputTranscription
+        } else {
+            EventKind::Other
+        }
+    }
+}
+
+/// The label an event's error code is counted under: the code if it looks like one (ADK's and
+/// gRPC's are `UPPER_SNAKE`), `OTHER` otherwise, so an odd upstream cannot grow the label set
+/// with free text.
+fn error_label(code: &str) -> &str {
+    let plausible = !code.is_empty()
+        && code.len() <= 40
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if plausible {
+        code
+    } else {
+        "OTHER"
+    }
+}
+
 /// Every metric of one gateway, and the registry that renders them.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     connections: Gauge,
+    runs: Gauge,
+    reconnects: Counter,
     meter: Meter,
 }
 
@@ -56,6 +156,32 @@ impl Default for Metrics {
             "Clients cut off because they stopped reading",
             stalled.clone(),
         );
+        let runs = Gauge::default();
+        registry.register("live_runs", "Live runs in progress", runs.clone());
+        let kinds = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "events",
+            "Events of live runs by kind (all of them, also after their client left)",
+            kinds.clone(),
+        );
+        let errors = Family::<[(&'static str, String); 1], Counter>::default();
+        registry.register(
+            "errors",
+            "Error events of live runs by error code",
+            errors.clone(),
+        );
+        let artifacts = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "artifacts_saved",
+            "Artifact versions saved by live runs (recording: audio recordings; agent: tools and callbacks)",
+            artifacts.clone(),
+        );
+        let reconnects = Counter::default();
+        registry.register(
+            "upstream_reconnects",
+            "Attempts of live runs to connect to the model again (goAway, dropped connection, restart)",
+            reconnects.clone(),
+        );
         let answer_forward = Histogram::new(LATENCY_BUCKETS);
         registry.register(
             "answer_forward_latency_seconds",
@@ -76,15 +202,28 @@ impl Default for Metrics {
             let bytes = byte(direction);
             Way { audio, text, bytes }
         };
+        // Made once, like the frame counters: counting an event is then an index and an add.
+        let saved = |source| artifacts.get_or_create(&[("source", source)]).clone();
+        let recordings = saved("recording");
+        let agent_artifacts = saved("agent");
+        let events = EventCounters {
+            kinds: EventKind::ALL.map(|k| kinds.get_or_create(&[("kind", k.label())]).clone()),
+            errors,
+            recordings,
+            agent_artifacts,
+        };
         let meter = Meter {
             inbound: way("in"),
             outbound: way("out"),
             stalled,
             answer_forward,
+            events: Arc::new(events),
         };
         Metrics {
             registry,
             connections,
+            runs,
+            reconnects,
             meter,
         }
     }
@@ -105,6 +244,20 @@ impl Metrics {
         ConnectionGuard(self.connections.clone())
     }
 
+    /// Counts a live run in progress until the returned guard is dropped.
+    pub fn run(&self) -> RunGuard {
+        self.runs.inc();
+        RunGuard(self.runs.clone())
+    }
+
+    /// A run config hook that counts the run's upstream reconnects.
+    pub fn on_reconnect(&self) -> OnReconnect {
+        let reconnects = self.reconnects.clone();
+        OnReconnect::new(move || {
+            reconnects.inc();
+        })
+    }
+
     /// Handles a connection's reader and writer update (cheap clones of shared counters).
     pub fn meter(&self) -> Meter {
         self.meter.clone()
@@ -121,6 +274,26 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// Keeps a live run counted as in progress.
+#[derive(Debug)]
+pub struct RunGuard(Gauge);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The counters a run's events go to.
+#[derive(Debug)]
+struct EventCounters {
+    /// By kind, in [`EventKind::ALL`]'s order.
+    kinds: [Counter; EventKind::ALL.len()],
+    errors: Family<[(&'static str, String); 1], Counter>,
+    recordings: Counter,
+    agent_artifacts: Counter,
+}
+
 /// What one connection's reader and writer count. The default counts into metrics nobody
 /// reads (for writers run outside a gateway, as in tests).
 #[derive(Debug, Clone)]
@@ -129,6 +302,7 @@ pub struct Meter {
     outbound: Way,
     stalled: Counter,
     answer_forward: Histogram,
+    events: Arc<EventCounters>,
 }
 
 impl Default for Meter {
@@ -161,6 +335,33 @@ impl Meter {
     /// A message to the client.
     pub fn sent(&self, binary: bool, bytes: usize) {
         self.outbound.count(binary, bytes);
+    }
+
+    /// An event of the connection's run: its kind, its error code, the artifacts it reports saved.
+    pub fn event(&self, event: &Event) {
+        let counters = &*self.events;
+        let kind = EventKind::of(event);
+        // `ALL` lists the kinds in declaration order, so a kind's discriminant is its index.
+        counters.kinds[kind as usize].inc();
+        if let Some(code) = &event.error_code {
+            counters
+                .errors
+                .get_or_create(&[("code", error_label(code).to_owned())])
+                .inc();
+        }
+        // Recordings are announced as `fileData` parts pointing at artifacts; tools and callbacks
+        // report what they saved in the artifact delta.
+        let recordings = event
+            .content
+            .iter()
+            .flat_map(|c| &c.parts)
+            .filter_map(|p| p.file_data.as_ref())
+            .filter(|f| f.file_uri.starts_with("artifact://"))
+            .count();
+        counters.recordings.inc_by(recordings as u64);
+        counters
+            .agent_artifacts
+            .inc_by(event.actions.artifact_delta.len() as u64);
     }
 
     /// A client was cut off for not reading.
@@ -210,5 +411,78 @@ mod tests {
             .render()
             .lines()
             .any(|l| l == "livegate_connections 0"));
+    }
+
+    #[test]
+    fn event_kinds_are_indexed_in_declaration_order() {
+        for (i, kind) in EventKind::ALL.iter().enumerate() {
+            assert_eq!(*kind as usize, i, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn events_count_by_kind_error_code_and_artifacts_saved() {
+        use crate::event::{Blob, Content, FileData, Part};
+
+        let metrics = Metrics::default();
+        let meter = metrics.meter();
+        let run = metrics.run();
+        let mut turn = Event::new("e-1", "agent");
+        turn.turn_complete = Some(true);
+        meter.event(&turn);
+        let audio = Event {
+            content: Some(Content::blob(
+                "model",
+                Blob::new(vec![0; 4].into(), "audio/pcm"),
+            )),
+            ..Event::new("e-1", "agent")
+        };
+        meter.event(&audio);
+        let mut recording = Event::new("e-1", "user");
+        recording.content = Some(Content {
+            parts: vec![Part {
+                file_data: Some(FileData {
+                    display_name: None,
+                    file_uri: "artifact://app/u/s/_adk_live/in.pcm#0".into(),
+                    mime_type: None,
+                }),
+                ..Part::default()
+            }],
+            role: Some("user".into()),
+        });
+        meter.event(&recording);
+        let mut tool = Event::new("e-1", "agent");
+        tool.actions
+            .artifact_delta
+            .insert("note.txt".into(), serde_json::json!(0));
+        meter.event(&tool);
+        meter.event(&Event::error("e-1", "agent", "INVALID_ARGUMENT", "bad"));
+        meter.event(&Event::error("e-1", "agent", "no such thing: \"x\"", "odd"));
+        metrics.on_reconnect().reconnected();
+        let text = metrics.render();
+        for line in [
+            "livegate_live_runs 1",
+            r#"livegate_events_total{kind="turn_complete"} 1"#,
+            r#"livegate_events_total{kind="audio"} 1"#,
+            r#"livegate_events_total{kind="file_data"} 1"#,
+            r#"livegate_events_total{kind="other"} 1"#,
+            r#"livegate_events_total{kind="error"} 2"#,
+            r#"livegate_events_total{kind="text"} 0"#,
+            r#"livegate_errors_total{code="INVALID_ARGUMENT"} 1"#,
+            r#"livegate_errors_total{code="OTHER"} 1"#,
+            r#"livegate_artifacts_saved_total{source="recording"} 1"#,
+            r#"livegate_artifacts_saved_total{source="agent"} 1"#,
+            "livegate_upstream_reconnects_total 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+        drop(run);
+        assert!(metrics
+            .render()
+            .lines()
+            .any(|l| l == "livegate_live_runs 0"));
     }
 }

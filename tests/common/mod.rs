@@ -14,6 +14,7 @@ use futures::{SinkExt, StreamExt};
 use livegate::gateway::config::SimPacingArg;
 use livegate::gateway::{self, ServeArgs, Server};
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -258,4 +259,24 @@ pub async fn recorded_audio(server: &Server, user: &str, session: &str) -> (usiz
         }
     }
     recorded
+}
+
+/// One HTTP/1.1 GET over a real socket; returns the status line, headers and body as text.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    timeout(WAIT, stream.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// The value of one sample line of a metrics text, named with its labels if it has any.
+pub fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
