@@ -1,5 +1,7 @@
 //! genai's `Content` and its parts, as they appear inside ADK events.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -92,7 +94,7 @@ impl Part {
 }
 
 /// Inline bytes with their mime type (`audio/pcm;rate=24000`, `image/jpeg`, …).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Blob {
     /// The raw bytes; base64 in JSON. Absent in binary-audio mode metadata.
@@ -108,6 +110,19 @@ pub struct Blob {
     /// Mime type, including parameters such as `rate=`.
     #[serde(default)]
     pub mime_type: String,
+    /// When livegate received this client audio; on a model's answer audio, when it received the
+    /// client audio that prompted the answer. Only for latency metrics; never serialized.
+    #[serde(skip)]
+    pub received: Option<Instant>,
+}
+
+/// Blobs are equal by what they hold, whenever they arrived.
+impl PartialEq for Blob {
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+            && self.display_name == other.display_name
+            && self.mime_type == other.mime_type
+    }
 }
 
 impl Blob {
@@ -117,6 +132,7 @@ impl Blob {
             data,
             display_name: None,
             mime_type: mime_type.into(),
+            received: None,
         }
     }
 

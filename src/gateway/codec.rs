@@ -1,7 +1,7 @@
 //! The client frame codec: WebSocket frames to `LiveRequest`s and events to outbound frames.
 //! Plain data, no sockets, so every wire shape is testable alone.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -164,6 +164,9 @@ pub struct OutFrame {
     pub ends_turn: bool,
     /// When the event was made (Unix seconds): how long the gateway took to forward it.
     pub created: f64,
+    /// On an answer's first audio, when the gateway received the client audio that prompted it
+    /// (if the model says): the first-audio latency.
+    pub prompted_by: Option<Instant>,
 }
 
 impl OutFrame {
@@ -178,6 +181,7 @@ impl OutFrame {
 pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, serde_json::Error> {
     let mut binary = None;
     let mut audio = Duration::ZERO;
+    let mut prompted_by = None;
     if let Some(content) = event.content.as_mut() {
         for part in &mut content.parts {
             let Some(blob) = part
@@ -188,6 +192,7 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
                 continue;
             };
             audio += pcm_duration(blob.data.len(), blob.sample_rate().unwrap_or(24_000));
+            prompted_by = prompted_by.or(blob.received);
             if mode == AudioFrames::Binary && binary.is_none() {
                 binary = Some(std::mem::take(&mut blob.data));
             }
@@ -200,6 +205,7 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
         interrupted: event.interrupted == Some(true),
         ends_turn: event.interrupted == Some(true) || event.turn_complete == Some(true),
         created: event.timestamp,
+        prompted_by,
     })
 }
 

@@ -2,7 +2,7 @@
 //! run's events to the writer, and the writer task that owns the sink.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::signal::Signal;
 use axum::extract::ws::Message;
@@ -182,6 +182,7 @@ pub async fn serve_connection<S, R>(
                 () = &mut client_gone => break End::ClientGone,
                 message = stream.next() => message,
             };
+            let received = Instant::now();
             let decoded: Result<LiveRequest, FrameError> = match message {
                 Some(Ok(Message::Binary(data))) => {
                     meter.received(true, data.len());
@@ -202,7 +203,10 @@ pub async fn serve_connection<S, R>(
                 }
             };
             match decoded {
-                Ok(request) => {
+                Ok(mut request) => {
+                    if let Some(blob) = &mut request.blob {
+                        blob.received = Some(received);
+                    }
                     // Backpressure: a slow model stops us reading the socket.
                     let sent = tokio::select! {
                         biased;

@@ -16,6 +16,8 @@ use crate::live::OnReconnect;
 
 /// Name of the answer forward latency histogram (the load generator reads it by this name).
 pub const ANSWER_FORWARD_LATENCY: &str = "livegate_answer_forward_latency_seconds";
+/// Name of the first-audio latency histogram (the load generator reads it by this name).
+pub const FIRST_AUDIO_LATENCY: &str = "livegate_first_audio_latency_seconds";
 
 /// Upper bounds of the latency buckets, in seconds: fine around the 5 ms target, coarse beyond.
 const LATENCY_BUCKETS: [f64; 20] = [
@@ -188,6 +190,12 @@ impl Default for Metrics {
             "From the model producing the first audio of an answer to the gateway writing it to the client socket",
             answer_forward.clone(),
         );
+        let first_audio = Histogram::new(LATENCY_BUCKETS);
+        registry.register(
+            "first_audio_latency_seconds",
+            "From receiving the client audio that ended an utterance to writing the first audio of its answer to the client socket (models that say which input they answer: sim)",
+            first_audio.clone(),
+        );
         // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
         // second call in the same expression, which may need the write lock, would wait forever.
         let frame = |direction, kind| {
@@ -217,6 +225,7 @@ impl Default for Metrics {
             outbound: way("out"),
             stalled,
             answer_forward,
+            first_audio,
             events: Arc::new(events),
         };
         Metrics {
@@ -302,6 +311,7 @@ pub struct Meter {
     outbound: Way,
     stalled: Counter,
     answer_forward: Histogram,
+    first_audio: Histogram,
     events: Arc<EventCounters>,
 }
 
@@ -335,6 +345,12 @@ impl Meter {
     /// A message to the client.
     pub fn sent(&self, binary: bool, bytes: usize) {
         self.outbound.count(binary, bytes);
+    }
+
+    /// The first audio of an answer is being written to the socket `latency` after the gateway
+    /// received the client audio that prompted it.
+    pub fn first_audio(&self, latency: std::time::Duration) {
+        self.first_audio.observe(latency.as_secs_f64());
     }
 
     /// An event of the connection's run: its kind, its error code, the artifacts it reports saved.
@@ -392,25 +408,30 @@ mod tests {
         meter.received(false, 20);
         meter.sent(true, 9600);
         meter.answer_forwarded(now_timestamp());
+        assert_rendered(
+            &metrics,
+            &[
+                "livegate_connections 1",
+                r#"livegate_frames_total{direction="in",kind="audio"} 2"#,
+                r#"livegate_frames_total{direction="in",kind="text"} 1"#,
+                r#"livegate_bytes_total{direction="in"} 1300"#,
+                r#"livegate_bytes_total{direction="out"} 9600"#,
+                "livegate_answer_forward_latency_seconds_count 1",
+            ],
+        );
+        drop(guard);
+        assert_rendered(&metrics, &["livegate_connections 0"]);
+    }
+
+    /// Asserts that each of `lines` is a line of the metrics' text.
+    fn assert_rendered(metrics: &Metrics, lines: &[&str]) {
         let text = metrics.render();
-        for line in [
-            "livegate_connections 1",
-            r#"livegate_frames_total{direction="in",kind="audio"} 2"#,
-            r#"livegate_frames_total{direction="in",kind="text"} 1"#,
-            r#"livegate_bytes_total{direction="in"} 1300"#,
-            r#"livegate_bytes_total{direction="out"} 9600"#,
-            "livegate_answer_forward_latency_seconds_count 1",
-        ] {
+        for line in lines {
             assert!(
-                text.lines().any(|l| l == line),
+                text.lines().any(|l| l == *line),
                 "{line} missing in:\n{text}"
             );
         }
-        drop(guard);
-        assert!(metrics
-            .render()
-            .lines()
-            .any(|l| l == "livegate_connections 0"));
     }
 
     #[test]
@@ -459,30 +480,24 @@ mod tests {
         meter.event(&Event::error("e-1", "agent", "INVALID_ARGUMENT", "bad"));
         meter.event(&Event::error("e-1", "agent", "no such thing: \"x\"", "odd"));
         metrics.on_reconnect().reconnected();
-        let text = metrics.render();
-        for line in [
-            "livegate_live_runs 1",
-            r#"livegate_events_total{kind="turn_complete"} 1"#,
-            r#"livegate_events_total{kind="audio"} 1"#,
-            r#"livegate_events_total{kind="file_data"} 1"#,
-            r#"livegate_events_total{kind="other"} 1"#,
-            r#"livegate_events_total{kind="error"} 2"#,
-            r#"livegate_events_total{kind="text"} 0"#,
-            r#"livegate_errors_total{code="INVALID_ARGUMENT"} 1"#,
-            r#"livegate_errors_total{code="OTHER"} 1"#,
-            r#"livegate_artifacts_saved_total{source="recording"} 1"#,
-            r#"livegate_artifacts_saved_total{source="agent"} 1"#,
-            "livegate_upstream_reconnects_total 1",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "{line} missing in:\n{text}"
-            );
-        }
+        assert_rendered(
+            &metrics,
+            &[
+                "livegate_live_runs 1",
+                r#"livegate_events_total{kind="turn_complete"} 1"#,
+                r#"livegate_events_total{kind="audio"} 1"#,
+                r#"livegate_events_total{kind="file_data"} 1"#,
+                r#"livegate_events_total{kind="other"} 1"#,
+                r#"livegate_events_total{kind="error"} 2"#,
+                r#"livegate_events_total{kind="text"} 0"#,
+                r#"livegate_errors_total{code="INVALID_ARGUMENT"} 1"#,
+                r#"livegate_errors_total{code="OTHER"} 1"#,
+                r#"livegate_artifacts_saved_total{source="recording"} 1"#,
+                r#"livegate_artifacts_saved_total{source="agent"} 1"#,
+                "livegate_upstream_reconnects_total 1",
+            ],
+        );
         drop(run);
-        assert!(metrics
-            .render()
-            .lines()
-            .any(|l| l == "livegate_live_runs 0"));
+        assert_rendered(&metrics, &["livegate_live_runs 0"]);
     }
 }

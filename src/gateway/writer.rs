@@ -237,6 +237,7 @@ where
             }
         }
         let (is_audio, ends_turn, created) = (frame.is_audio(), frame.ends_turn, frame.created);
+        let prompted_by = frame.prompted_by;
         let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
         let fed = async {
             if let Some(pcm) = frame.binary {
@@ -255,6 +256,9 @@ where
         // listener waits for beyond the model (later audio is held back for pacing on purpose).
         if is_audio && !answering {
             meter.answer_forwarded(created);
+        }
+        if let Some(received) = prompted_by {
+            meter.first_audio(received.elapsed());
         }
         answering = (answering || is_audio) && !ends_turn;
         if let Some(pcm) = sizes.0 {
@@ -339,6 +343,7 @@ mod tests {
             interrupted,
             ends_turn: interrupted,
             created: 0.0,
+            prompted_by: None,
         })
     }
 
@@ -431,9 +436,14 @@ mod tests {
             ends_turn: true,
             ..*frame("done", 0, false)
         });
-        // Two answers of two chunks each: only the first chunk of each is timed.
+        // Two answers of two chunks each: only the first chunk of each is timed, and from the
+        // client's audio only where the model said which audio it answers (the first answer).
+        let prompted = Box::new(OutFrame {
+            prompted_by: Some(std::time::Instant::now()),
+            ..*frame("a1", 20, false)
+        });
         for command in [
-            frame("a1", 20, false),
+            prompted,
             frame("a2", 20, false),
             turn_complete.clone(),
             frame("b1", 20, false),
@@ -451,6 +461,11 @@ mod tests {
         assert!(
             text.lines()
                 .any(|l| l == "livegate_answer_forward_latency_seconds_count 2"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l == "livegate_first_audio_latency_seconds_count 1"),
             "{text}"
         );
         assert!(

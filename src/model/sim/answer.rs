@@ -65,6 +65,8 @@ pub struct Answer {
     duration: Duration,
     started: bool,
     candidates: u64,
+    /// When livegate received the client audio this answers; given to the first audio chunk.
+    pub prompted_by: Option<std::time::Instant>,
 }
 
 /// The time `samples` output samples take to play.
@@ -157,6 +159,7 @@ impl Answer {
             duration,
             started: false,
             candidates,
+            prompted_by: None,
         }
     }
 
@@ -204,7 +207,11 @@ impl Answer {
                     .as_ref()
                     .map(|v| v.render(start, end))
                     .unwrap_or_default();
-                message.content = Some(Content::blob("model", Blob::new(data, OUTPUT_MIME)));
+                let blob = Blob {
+                    received: self.prompted_by.take(),
+                    ..Blob::new(data, OUTPUT_MIME)
+                };
+                message.content = Some(Content::blob("model", blob));
             }
             Step::Usage(usage) => message.usage_metadata = Some(usage),
             Step::GenerationComplete => message.generation_complete = true,

@@ -92,6 +92,9 @@ struct Session {
     track: Track,
     vad: Vad,
     vad_events: Vec<VadEvent>,
+    /// While a client audio chunk is heard: when livegate received it. An utterance it ends is
+    /// answered with it on the first audio, for the first-audio latency metric.
+    hearing: Option<std::time::Instant>,
     /// Manual mode: the first sample of the activity in progress.
     activity_start: Option<u64>,
     /// Text of content turns sent without `turn_complete`, for the next turn.
@@ -188,6 +191,7 @@ impl Session {
             activity_interrupts,
             track: Track::default(),
             vad_events: Vec::new(),
+            hearing: None,
             activity_start: None,
             pending_text: Vec::new(),
             context: PromptTokens {
@@ -333,6 +337,7 @@ impl Session {
         self.track.push(data.clone());
         let mut events = std::mem::take(&mut self.vad_events);
         self.vad.push(&data, &mut events);
+        self.hearing = blob.received;
         for event in events.drain(..) {
             match event {
                 VadEvent::Start => self.user_started_speaking(),
@@ -342,6 +347,7 @@ impl Session {
                 }
             }
         }
+        self.hearing = None;
         self.vad_events = events;
         self.track.forget_before(self.vad.keep_from());
     }
@@ -479,7 +485,8 @@ impl Session {
         if let Some(last) = self.answers.back() {
             base = base.max(last.ends_at());
         }
-        let answer = Answer::new(text, echo, prompt, style, base);
+        let mut answer = Answer::new(text, echo, prompt, style, base);
+        answer.prompted_by = self.hearing;
         // The conversation grows by this turn and the answer, re-read by the next prompt.
         self.context.text += turn.text;
         self.context.audio += turn.audio;

@@ -588,3 +588,46 @@ async fn without_barge_in_the_answer_finishes_before_the_next() {
         echo_len((end - start) as usize, 16_000)
     );
 }
+
+#[tokio::test]
+async fn the_first_answer_audio_names_the_input_that_ended_the_utterance() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut connection = model
+        .connect(connect_config(Modality::Audio))
+        .await
+        .unwrap();
+    let audio = [clip("hello.wav"), silence(1000)].concat();
+    // Chunk i is stamped as received i ms after t0, so a stamp tells which chunk it was.
+    let t0 = std::time::Instant::now();
+    let sender = connection.sender.clone();
+    let chunks: Vec<Vec<i16>> = audio.chunks(320).map(<[i16]>::to_vec).collect();
+    let count = chunks.len();
+    tokio::spawn(async move {
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let blob = Blob {
+                received: Some(t0 + Duration::from_millis(i as u64)),
+                ..Blob::new(pcm_bytes(&chunk), "audio/pcm;rate=16000")
+            };
+            if sender.send(LiveInput::Realtime(blob)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let messages = turn(&mut connection).await;
+    let stamps: Vec<Option<std::time::Instant>> = messages
+        .iter()
+        .filter_map(audio_of)
+        .map(|b| b.received)
+        .collect();
+    assert!(stamps.len() > 1, "{} audio chunks", stamps.len());
+    let first = stamps[0].expect("the first chunk names its input");
+    assert!(stamps[1..].iter().all(Option::is_none), "only the first");
+    // The chunk that ended the utterance comes after its last speech, before the audio ran out.
+    let chunk = (first - t0).as_millis() as usize;
+    let (_, end) = vad_cut(&audio);
+    assert!(
+        chunk >= end as usize / 320 && chunk < count,
+        "chunk {chunk}, speech ends in chunk {}",
+        end / 320
+    );
+}
