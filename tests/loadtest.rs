@@ -78,7 +78,7 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(output, report.audio_bytes_received);
 
     // The gateway's own metrics agree: it received every frame, and timed each answer's first
-    // audio on its way from the model to the socket.
+    // audio from the client audio that ended the utterance, and from the model, to the socket.
     let gateway = report
         .gateway
         .as_ref()
@@ -86,6 +86,12 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(gateway.audio_frames_received, report.sent.frames);
     assert_eq!(gateway.answer_forward_ms.count, 20, "{gateway:?}");
     assert!(gateway.answer_forward_ms.p50 > 0.0, "{gateway:?}");
+    assert_eq!(gateway.first_audio_ms.count, 20, "{gateway:?}");
+    // The whole includes the downstream part.
+    assert!(
+        gateway.first_audio_ms.mean >= gateway.answer_forward_ms.mean,
+        "{gateway:?}"
+    );
     assert!(report.machine_cpu_busy.is_some_and(|b| b > 0.0 && b <= 1.0));
 
     let json: serde_json::Value =

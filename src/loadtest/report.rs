@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::scrape::GatewayView;
+use super::scrape::{BucketQuantiles, GatewayView};
 
 /// Percentiles of a set of samples, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -211,10 +211,23 @@ impl Report {
             out.push_str(&format!("machine CPU {:.0}% busy\n", busy * 100.0));
         }
         if let Some(gateway) = &self.gateway {
-            let q = &gateway.answer_forward_ms;
+            let line = |what: &str, q: &BucketQuantiles| {
+                format!(
+                    "  {what} p50 {:.2} / p95 {:.2} / p99 {:.2} ms (mean {:.2}, {} answers)\n",
+                    q.p50, q.p95, q.p99, q.mean, q.count
+                )
+            };
             out.push_str(&format!(
-                "gateway's own view: {} audio frames received; answer audio forwarded in p50 {:.2} / p95 {:.2} / p99 {:.2} ms (mean {:.2}, {} answers)\n",
-                gateway.audio_frames_received, q.p50, q.p95, q.p99, q.mean, q.count
+                "gateway's own view: {} audio frames received\n",
+                gateway.audio_frames_received
+            ));
+            out.push_str(&line(
+                "gateway-added (utterance end received -> first audio written)",
+                &gateway.first_audio_ms,
+            ));
+            out.push_str(&line(
+                "of which downstream (model's first audio -> written)",
+                &gateway.answer_forward_ms,
             ));
         }
         for error in &self.error_samples {
