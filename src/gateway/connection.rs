@@ -121,8 +121,7 @@ pub async fn serve_connection<S, R>(
                     error.code(),
                     format!("could not start the live run: {error}"),
                 );
-                meter.event(&event);
-                send_event(&writer_tx, event, options.audio).await;
+                send_event(&writer_tx, meter.counted(event), options.audio).await;
                 let _ = writer_tx
                     .send(WriterCommand::Close {
                         code: 1011,
@@ -150,17 +149,16 @@ pub async fn serve_connection<S, R>(
             let run_done = run_done.clone();
             let mode = options.audio;
             let mut events = run.events;
-            let meter = meter.clone();
-            let counted = gateway.metrics.run();
+            let run_meter = meter.run();
             async move {
                 let mut writer_open = true;
                 while let Some(event) = events.next().await {
-                    meter.event(&event);
+                    let event = run_meter.counted(event);
                     if writer_open {
                         writer_open = send_event(&writer_tx, event, mode).await;
                     }
                 }
-                drop(counted);
+                drop(run_meter);
                 run_done.fire();
             }
             .in_current_span()
@@ -220,9 +218,12 @@ pub async fn serve_connection<S, R>(
                 }
                 Err(error) => {
                     tracing::info!(%error, "bad client frame");
-                    let event =
-                        Event::error(&invocation_id, &agent, error.code(), error.to_string());
-                    meter.event(&event);
+                    let event = meter.counted(Event::error(
+                        &invocation_id,
+                        &agent,
+                        error.code(),
+                        error.to_string(),
+                    ));
                     if !send_event(&writer_tx, event, options.audio).await {
                         break End::ClientGone;
                     }

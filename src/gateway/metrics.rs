@@ -126,7 +126,6 @@ fn error_label(code: &str) -> &str {
 pub struct Metrics {
     registry: Registry,
     connections: Gauge,
-    runs: Gauge,
     reconnects: Counter,
     meter: Meter,
 }
@@ -215,6 +214,7 @@ impl Default for Metrics {
         let recordings = saved("recording");
         let agent_artifacts = saved("agent");
         let events = EventCounters {
+            runs,
             kinds: EventKind::ALL.map(|k| kinds.get_or_create(&[("kind", k.label())]).clone()),
             errors,
             recordings,
@@ -231,7 +231,6 @@ impl Default for Metrics {
         Metrics {
             registry,
             connections,
-            runs,
             reconnects,
             meter,
         }
@@ -251,12 +250,6 @@ impl Metrics {
     pub fn connection(&self) -> ConnectionGuard {
         self.connections.inc();
         ConnectionGuard(self.connections.clone())
-    }
-
-    /// Counts a live run in progress until the returned guard is dropped.
-    pub fn run(&self) -> RunGuard {
-        self.runs.inc();
-        RunGuard(self.runs.clone())
     }
 
     /// A run config hook that counts the run's upstream reconnects.
@@ -283,24 +276,66 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// Keeps a live run counted as in progress.
+/// Counts a live run as in progress while it is alive, and the run's events.
+///
+/// One pointer, because the connection's forward task holds it for the whole run: that task's
+/// future was a few bytes under an allocator size class, and a whole [`Meter`] took it over.
 #[derive(Debug)]
-pub struct RunGuard(Gauge);
+pub struct RunMeter(Arc<EventCounters>);
 
-impl Drop for RunGuard {
+impl RunMeter {
+    /// Counts an event (see [`Meter::counted`]) and hands it back.
+    pub fn counted(&self, event: Event) -> Event {
+        self.0.count(&event);
+        event
+    }
+}
+
+impl Drop for RunMeter {
     fn drop(&mut self) {
-        self.0.dec();
+        self.0.runs.dec();
     }
 }
 
 /// The counters a run's events go to.
 #[derive(Debug)]
 struct EventCounters {
+    /// Live runs in progress.
+    runs: Gauge,
     /// By kind, in [`EventKind::ALL`]'s order.
     kinds: [Counter; EventKind::ALL.len()],
     errors: Family<[(&'static str, String); 1], Counter>,
     recordings: Counter,
     agent_artifacts: Counter,
+}
+
+impl EventCounters {
+    /// Counts an event: its kind, its error code, the artifacts it reports saved.
+    fn count(&self, event: &Event) {
+        let counters = self;
+        let kind = EventKind::of(event);
+        // `ALL` lists the kinds in declaration order, so a kind's discriminant is its index.
+        counters.kinds[kind as usize].inc();
+        if let Some(code) = &event.error_code {
+            counters
+                .errors
+                .get_or_create(&[("code", error_label(code).to_owned())])
+                .inc();
+        }
+        // Recordings are announced as `fileData` parts pointing at artifacts; tools and callbacks
+        // report what they saved in the artifact delta.
+        let recordings = event
+            .content
+            .iter()
+            .flat_map(|c| &c.parts)
+            .filter_map(|p| p.file_data.as_ref())
+            .filter(|f| f.file_uri.starts_with("artifact://"))
+            .count();
+        counters.recordings.inc_by(recordings as u64);
+        counters
+            .agent_artifacts
+            .inc_by(event.actions.artifact_delta.len() as u64);
+    }
 }
 
 /// What one connection's reader and writer count. The default counts into metrics nobody
@@ -353,31 +388,26 @@ impl Meter {
         self.first_audio.observe(latency.as_secs_f64());
     }
 
+    /// Counts an event (see [`Meter::event`]) and hands it back.
+    ///
+    /// Async code should count this way: a local that is borrowed, even briefly, keeps its place
+    /// in the future across every later `.await` in its scope (rustc lays out futures that way),
+    /// and an `Event` is 736 bytes of every connection's future.
+    pub fn counted(&self, event: Event) -> Event {
+        self.event(&event);
+        event
+    }
+
     /// An event of the connection's run: its kind, its error code, the artifacts it reports saved.
     pub fn event(&self, event: &Event) {
-        let counters = &*self.events;
-        let kind = EventKind::of(event);
-        // `ALL` lists the kinds in declaration order, so a kind's discriminant is its index.
-        counters.kinds[kind as usize].inc();
-        if let Some(code) = &event.error_code {
-            counters
-                .errors
-                .get_or_create(&[("code", error_label(code).to_owned())])
-                .inc();
-        }
-        // Recordings are announced as `fileData` parts pointing at artifacts; tools and callbacks
-        // report what they saved in the artifact delta.
-        let recordings = event
-            .content
-            .iter()
-            .flat_map(|c| &c.parts)
-            .filter_map(|p| p.file_data.as_ref())
-            .filter(|f| f.file_uri.starts_with("artifact://"))
-            .count();
-        counters.recordings.inc_by(recordings as u64);
-        counters
-            .agent_artifacts
-            .inc_by(event.actions.artifact_delta.len() as u64);
+        self.events.count(event);
+    }
+
+    /// Counts a live run as in progress until the returned meter, which counts its events, is
+    /// dropped.
+    pub fn run(&self) -> RunMeter {
+        self.events.runs.inc();
+        RunMeter(Arc::clone(&self.events))
     }
 
     /// A client was cut off for not reading.
@@ -447,7 +477,7 @@ mod tests {
 
         let metrics = Metrics::default();
         let meter = metrics.meter();
-        let run = metrics.run();
+        let run = meter.run();
         let mut turn = Event::new("e-1", "agent");
         turn.turn_complete = Some(true);
         meter.event(&turn);
