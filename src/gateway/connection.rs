@@ -180,7 +180,6 @@ pub async fn serve_connection<S, R>(
                 () = &mut client_gone => break End::ClientGone,
                 message = stream.next() => message,
             };
-            let received = Instant::now();
             let decoded: Result<LiveRequest, FrameError> = match message {
                 Some(Ok(Message::Binary(data))) => {
                     meter.received(true, data.len());
@@ -202,8 +201,9 @@ pub async fn serve_connection<S, R>(
             };
             match decoded {
                 Ok(mut request) => {
+                    // The moment it was read, give or take a decode: the start of first-audio latency.
                     if let Some(blob) = &mut request.blob {
-                        blob.received = Some(received);
+                        blob.received = Some(Instant::now());
                     }
                     // Backpressure: a slow model stops us reading the socket.
                     let sent = tokio::select! {

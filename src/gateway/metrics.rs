@@ -286,8 +286,7 @@ pub struct RunMeter(Arc<EventCounters>);
 impl RunMeter {
     /// Counts an event (see [`Meter::counted`]) and hands it back.
     pub fn counted(&self, event: Event) -> Event {
-        self.0.count(&event);
-        event
+        self.0.counted(event)
     }
 }
 
@@ -310,15 +309,19 @@ struct EventCounters {
 }
 
 impl EventCounters {
+    /// Counts an event and hands it back (by value: see [`Meter::counted`]).
+    fn counted(&self, event: Event) -> Event {
+        self.count(&event);
+        event
+    }
+
     /// Counts an event: its kind, its error code, the artifacts it reports saved.
     fn count(&self, event: &Event) {
-        let counters = self;
         let kind = EventKind::of(event);
         // `ALL` lists the kinds in declaration order, so a kind's discriminant is its index.
-        counters.kinds[kind as usize].inc();
+        self.kinds[kind as usize].inc();
         if let Some(code) = &event.error_code {
-            counters
-                .errors
+            self.errors
                 .get_or_create(&[("code", error_label(code).to_owned())])
                 .inc();
         }
@@ -331,9 +334,8 @@ impl EventCounters {
             .filter_map(|p| p.file_data.as_ref())
             .filter(|f| f.file_uri.starts_with("artifact://"))
             .count();
-        counters.recordings.inc_by(recordings as u64);
-        counters
-            .agent_artifacts
+        self.recordings.inc_by(recordings as u64);
+        self.agent_artifacts
             .inc_by(event.actions.artifact_delta.len() as u64);
     }
 }
@@ -394,8 +396,7 @@ impl Meter {
     /// in the future across every later `.await` in its scope (rustc lays out futures that way),
     /// and an `Event` is 736 bytes of every connection's future.
     pub fn counted(&self, event: Event) -> Event {
-        self.event(&event);
-        event
+        self.events.counted(event)
     }
 
     /// An event of the connection's run: its kind, its error code, the artifacts it reports saved.

@@ -6,11 +6,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
+use bytes::Bytes;
 use futures::{Sink, SinkExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
-
-use bytes::Bytes;
 
 use super::codec::OutFrame;
 use super::metrics::Meter;

@@ -150,15 +150,20 @@ fn position(messages: &[LlmResponse], test: impl Fn(&LlmResponse) -> bool) -> us
     messages.iter().position(test).expect("message present")
 }
 
-/// The utterance the sim's VAD cuts from `audio` (default settings), as stream sample indices.
-fn vad_cut(audio: &[i16]) -> (u64, u64) {
+/// A VAD with the sim's default settings, at 16 kHz.
+fn default_vad() -> Vad {
     let sim = SimConfig::default();
     let settings = VadSettings {
         threshold_dbfs: sim.vad_threshold_dbfs,
         min_speech_ms: sim.vad_min_speech_ms,
         silence_ms: sim.vad_silence_ms,
     };
-    let mut vad = Vad::new(settings, 16_000);
+    Vad::new(settings, 16_000)
+}
+
+/// The utterance the sim's VAD cuts from `audio` (default settings), as stream sample indices.
+fn vad_cut(audio: &[i16]) -> (u64, u64) {
+    let mut vad = default_vad();
     let mut events = Vec::new();
     vad.push(&super::pcm::to_pcm(audio), &mut events);
     match events.as_slice() {
@@ -601,7 +606,16 @@ async fn the_first_answer_audio_names_the_input_that_ended_the_utterance() {
     let t0 = std::time::Instant::now();
     let sender = connection.sender.clone();
     let chunks: Vec<Vec<i16>> = audio.chunks(320).map(<[i16]>::to_vec).collect();
-    let count = chunks.len();
+    // The chunk on which the VAD ends the utterance, fed as the sim is fed.
+    let mut vad = default_vad();
+    let mut events = Vec::new();
+    let ended_on = chunks
+        .iter()
+        .position(|chunk| {
+            vad.push(&super::pcm::to_pcm(chunk), &mut events);
+            events.iter().any(|e| matches!(e, VadEvent::End { .. }))
+        })
+        .expect("the utterance ends within the audio");
     tokio::spawn(async move {
         for (i, chunk) in chunks.into_iter().enumerate() {
             let blob = Blob {
@@ -622,12 +636,8 @@ async fn the_first_answer_audio_names_the_input_that_ended_the_utterance() {
     assert!(stamps.len() > 1, "{} audio chunks", stamps.len());
     let first = stamps[0].expect("the first chunk names its input");
     assert!(stamps[1..].iter().all(Option::is_none), "only the first");
-    // The chunk that ended the utterance comes after its last speech, before the audio ran out.
-    let chunk = (first - t0).as_millis() as usize;
+    // Exactly the chunk that ended the utterance: the last of its trailing silence.
+    assert_eq!((first - t0).as_millis() as usize, ended_on);
     let (_, end) = vad_cut(&audio);
-    assert!(
-        chunk >= end as usize / 320 && chunk < count,
-        "chunk {chunk}, speech ends in chunk {}",
-        end / 320
-    );
+    assert!(ended_on > end as usize / 320, "after the speech itself");
 }
