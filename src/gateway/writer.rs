@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
 use bytes::Bytes;
-use futures::{Sink, SinkExt};
-use tokio::sync::{mpsc, oneshot};
+use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt};
+use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
 use super::codec::OutFrame;
@@ -112,12 +112,12 @@ pub type Abort = Option<(u16, String)>;
 
 /// Runs the writer until closed, aborted, or the client is gone.
 ///
-/// `Close` commands are ordered after the frames before them; `abort` is not: it cuts the queue
-/// (a taken-over, shut-down or vanished client does not need the rest of the answer). What it
-/// sends is counted in `meter`.
-pub async fn run_writer<S>(
+/// `commands` ends when nothing more will come. `Close` commands are ordered after the frames
+/// before them; `abort` is not: it cuts the queue (a taken-over, shut-down or vanished client does
+/// not need the rest of the answer). What it sends is counted in `meter`.
+pub async fn run_writer<S, C>(
     mut sink: S,
-    commands: mpsc::Receiver<WriterCommand>,
+    commands: C,
     config: WriterConfig,
     mut abort: oneshot::Receiver<Abort>,
     meter: Meter,
@@ -125,6 +125,7 @@ pub async fn run_writer<S>(
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
+    C: Stream<Item = WriterCommand> + Unpin,
 {
     let mut stats = WriterStats::default();
     let exit = tokio::select! {
@@ -144,9 +145,9 @@ where
     (exit, stats)
 }
 
-async fn write_loop<S>(
+async fn write_loop<S, C>(
     sink: &mut S,
-    mut commands: mpsc::Receiver<WriterCommand>,
+    mut commands: C,
     config: WriterConfig,
     stats: &mut WriterStats,
     meter: &Meter,
@@ -154,6 +155,7 @@ async fn write_loop<S>(
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
+    C: Stream<Item = WriterCommand> + Unpin,
 {
     let mut pending: VecDeque<OutFrame> = VecDeque::new();
     let mut playback = Playback::default();
@@ -170,10 +172,13 @@ where
     loop {
         // Take what is queued, so an `interrupted` can drop the audio it overtakes.
         while open && close.is_none() && pending.len() < config.max_pending {
-            match commands.try_recv() {
-                Ok(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            // Polled without a waker: whenever the writer waits, it awaits `commands` again.
+            match commands.next().now_or_never() {
+                Some(Some(command)) => {
+                    accept(command, &mut pending, &mut close, stats, &mut playback)
+                }
+                Some(None) => open = false,
+                None => break,
             }
         }
         let Some(front) = pending.front() else {
@@ -187,7 +192,7 @@ where
             if !open {
                 return WriterExit::Closed;
             }
-            match commands.recv().await {
+            match commands.next().await {
                 Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
                 None => open = false,
             }
@@ -207,7 +212,7 @@ where
                 // limit), but keep listening: an interrupt may arrive.
                 tokio::select! {
                     _ = tokio::time::sleep_until(at + batch) => {}
-                    command = commands.recv(), if open && pending.len() < config.max_pending => match command {
+                    command = commands.next(), if open && pending.len() < config.max_pending => match command {
                         Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
                         None => open = false,
                     },
@@ -332,7 +337,8 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use futures::channel::mpsc as fmpsc;
-    use futures::StreamExt;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
 
     fn frame(json: &str, audio_ms: u64, interrupted: bool) -> Box<OutFrame> {
         Box::new(OutFrame {
@@ -395,7 +401,7 @@ mod tests {
         let (_abort_tx, abort) = oneshot::channel();
         let (exit, _) = run_writer(
             Box::pin(sink),
-            rx,
+            ReceiverStream::new(rx),
             WriterConfig::default(),
             abort,
             Meter::default(),
@@ -453,7 +459,14 @@ mod tests {
         }
         drop(tx);
         let (_abort_tx, abort) = oneshot::channel();
-        let (exit, _) = run_writer(sink, rx, WriterConfig::default(), abort, metrics.meter()).await;
+        let (exit, _) = run_writer(
+            sink,
+            ReceiverStream::new(rx),
+            WriterConfig::default(),
+            abort,
+            metrics.meter(),
+        )
+        .await;
         assert_eq!(exit, WriterExit::Closed);
         assert_eq!(out.count().await, 6);
         let text = metrics.render();
@@ -484,7 +497,13 @@ mod tests {
         S: Sink<Message> + Unpin,
         S::Error: std::fmt::Display,
     {
-        run_writer(sink, rx, WriterConfig::default(), abort, Meter::default())
+        run_writer(
+            sink,
+            ReceiverStream::new(rx),
+            WriterConfig::default(),
+            abort,
+            Meter::default(),
+        )
     }
 
     /// A sink that logs what it is given and each flush.
@@ -578,7 +597,13 @@ mod tests {
         let (_abort_tx, abort) = oneshot::channel();
         let config = WriterConfig::default();
         let start = Instant::now();
-        let writer = tokio::spawn(run_writer(sink, rx, config, abort, Meter::default()));
+        let writer = tokio::spawn(run_writer(
+            sink,
+            ReceiverStream::new(rx),
+            config,
+            abort,
+            Meter::default(),
+        ));
         let mut sent_at = Vec::new();
         while let Some(message) = out.next().await {
             assert_eq!(message, Message::Text(format!("a{}", sent_at.len()).into()));
