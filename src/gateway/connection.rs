@@ -1,5 +1,5 @@
-//! One client connection: a reader loop feeding the run's request queue, a task forwarding the
-//! run's events to the writer, and the writer task that owns the sink.
+//! One client connection: a reader loop feeding the run's request queue, and the writer task that
+//! owns the sink and takes the run's events.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ use crate::signal::Signal;
 
 /// Close code sent to a connection whose session was taken over by a newer one.
 pub const CLOSE_TAKEN_OVER: u16 = 4000;
-/// Capacity of the channel from the run to the writer.
+/// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.
 const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);

@@ -278,8 +278,8 @@ impl Drop for ConnectionGuard {
 
 /// Counts a live run as in progress while it is alive, and the run's events.
 ///
-/// One pointer, because the connection's forward task holds it for the whole run: that task's
-/// future was a few bytes under an allocator size class, and a whole [`Meter`] took it over.
+/// One pointer, because the connection's writer task holds it for the whole run: a task's future
+/// can sit a few bytes under an allocator size class, and a whole [`Meter`] took one over.
 #[derive(Debug)]
 pub struct RunMeter(Arc<EventCounters>);
 
