@@ -3,6 +3,7 @@
 //! server's CPU and memory. Knows the gateway by its WebSocket protocol, and reads its `/metrics`
 //! when it serves them.
 
+mod arrival;
 mod procfs;
 pub mod report;
 pub mod scrape;

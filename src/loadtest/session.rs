@@ -13,8 +13,12 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, timeout, Instant};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::arrival::{Arrivals, StampedTcp};
 
 /// 20 ms of 16 kHz PCM16.
 pub const FRAME_BYTES: usize = 640;
@@ -27,7 +31,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest wait for a WebSocket to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Socket = WebSocketStream<MaybeTlsStream<StampedTcp>>;
 
 /// What every session shares.
 #[derive(Debug)]
@@ -129,12 +133,13 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     );
     let started = Instant::now();
     // No Nagle: each 20 ms frame must leave when it is due.
-    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+    let config = WebSocketConfig::default()
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
-    let connecting = tokio_tungstenite::connect_async_with_config(&url, Some(config), true);
+    let arrivals = Arrivals::new();
+    let connecting = connect(&url, config, arrivals.clone());
     let socket = match timeout(CONNECT_TIMEOUT, connecting).await {
-        Ok(Ok((socket, _))) => socket,
+        Ok(Ok(socket)) => socket,
         Ok(Err(error)) => {
             outcome.errors.push(format!("connect failed: {error}"));
             live.errors.fetch_add(1, Ordering::Relaxed);
@@ -154,7 +159,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         turn_done: Notify::new(),
         closing: false.into(),
     });
-    let reader = tokio::spawn(read(stream, shared.clone(), live.clone()));
+    let reader = tokio::spawn(read(stream, shared.clone(), live.clone(), arrivals));
 
     if plan.idle {
         sleep_until(plan.deadline).await;
@@ -182,6 +187,40 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     outcome.gaps_ms = turn.gaps_ms;
     live.connected.fetch_sub(1, Ordering::Relaxed);
     outcome
+}
+
+/// Opens the WebSocket over a TCP stream whose reads are stamped with their arrival.
+async fn connect(
+    url: &str,
+    config: WebSocketConfig,
+    arrivals: Arc<Arrivals>,
+) -> Result<Socket, String> {
+    let request = url.into_client_request().map_err(|e| e.to_string())?;
+    let uri = request.uri();
+    let host = uri.host().ok_or("the URL has no host")?;
+    // An IPv6 literal comes bracketed in a URI, not in a socket address.
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("wss") {
+            443
+        } else {
+            80
+        });
+    let tcp = TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| e.to_string())?;
+    // No Nagle: each 20 ms frame must leave when it is due.
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let stream = StampedTcp::new(tcp, arrivals).map_err(|e| e.to_string())?;
+    let (socket, _) =
+        tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), None)
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok(socket)
 }
 
 /// The writer: utterance, then silence until the answer is complete, until the deadline.
@@ -212,13 +251,13 @@ async fn speak(
         let mut marks = Marks::default();
         for chunk in (0..clip.len()).step_by(FRAME_BYTES) {
             let frame = clip.slice(chunk..(chunk + FRAME_BYTES).min(clip.len()));
-            send_frame(start, &mut n, frame, sink, outcome, live).await?;
+            let sent = send_frame(start, &mut n, frame, sink, outcome, live).await?;
             // Latency counts from the last frame with speech in it, not from trailing silence.
             if chunk + FRAME_BYTES >= *speech_end && marks.speech_end_slot.is_none() {
                 marks.speech_end_slot = Some(n - 1);
-                shared.turn().speech_end = Some(Instant::now());
+                shared.turn().speech_end = Some(sent);
             }
-            marks.after_frame(shared, plan, n);
+            marks.after_frame(shared, plan, n, sent);
         }
         // The microphone stays open: silence until the answer is complete.
         let give_up = Instant::now() + ANSWER_TIMEOUT;
@@ -230,8 +269,8 @@ async fn speak(
                     if Instant::now() > give_up {
                         return Err(format!("no turnComplete within {ANSWER_TIMEOUT:?}"));
                     }
-                    send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
-                    marks.after_frame(shared, plan, n);
+                    let sent = send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
+                    marks.after_frame(shared, plan, n, sent);
                 }
             }
         }
@@ -250,18 +289,20 @@ struct Marks {
 }
 
 impl Marks {
-    /// Notes when the frame completing the model's delay went out (`n` frames sent so far).
-    fn after_frame(&mut self, shared: &Shared, plan: &Plan, n: u32) {
+    /// Notes when the frame completing the model's delay went out (`n` frames sent so far, the
+    /// last at `sent`).
+    fn after_frame(&mut self, shared: &Shared, plan: &Plan, n: u32, sent: Instant) {
         if let (Some(end), false) = (self.speech_end_slot, self.answerable) {
             if n > end.saturating_add(plan.model_delay_frames) {
                 self.answerable = true;
-                shared.turn().answerable = Some(Instant::now());
+                shared.turn().answerable = Some(sent);
             }
         }
     }
 }
 
-/// Sends frame `n` at its slot on the session's clock, recording how late it went out.
+/// Sends frame `n` at its slot on the session's clock, recording how late it went out; returns
+/// the instant just before the send, so latencies timed from it are never short.
 async fn send_frame(
     start: Instant,
     n: &mut u32,
@@ -269,12 +310,13 @@ async fn send_frame(
     sink: &mut futures::stream::SplitSink<Socket, Message>,
     outcome: &mut Outcome,
     live: &Live,
-) -> Result<(), String> {
+) -> Result<Instant, String> {
     let slot = start + FRAME * *n;
     sleep_until(slot).await;
+    let sent = Instant::now();
     outcome
         .lags_ms
-        .push(Instant::now().saturating_duration_since(slot).as_secs_f64() * 1000.0);
+        .push(sent.saturating_duration_since(slot).as_secs_f64() * 1000.0);
     let len = frame.len() as u64;
     sink.send(Message::Binary(frame))
         .await
@@ -284,7 +326,7 @@ async fn send_frame(
     outcome.bytes_sent += len;
     outcome.audio_bytes_sent += len;
     live.frames_sent.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    Ok(sent)
 }
 
 #[derive(Debug, Default)]
@@ -299,7 +341,12 @@ struct Read {
 }
 
 /// The reader: counts what arrives and times answer audio.
-async fn read(mut stream: SplitStream<Socket>, shared: Arc<Shared>, live: Arc<Live>) -> Read {
+async fn read(
+    mut stream: SplitStream<Socket>,
+    shared: Arc<Shared>,
+    live: Arc<Live>,
+    arrivals: Arc<Arrivals>,
+) -> Read {
     let mut read = Read::default();
     loop {
         let message = match stream.next().await {
@@ -322,11 +369,13 @@ async fn read(mut stream: SplitStream<Socket>, shared: Arc<Shared>, live: Arc<Li
         match message {
             Message::Binary(data) => {
                 read.bytes += data.len() as u64;
-                audio(&shared, &mut read, data.len(), OUTPUT_RATE);
+                let arrived = Instant::from_std(arrivals.latest_or_now());
+                audio(&shared, &mut read, data.len(), OUTPUT_RATE, arrived);
             }
             Message::Text(text) => {
                 read.bytes += text.len() as u64;
-                event(text.as_str(), &shared, &live, &mut read);
+                let arrived = Instant::from_std(arrivals.latest_or_now());
+                event(text.as_str(), &shared, &live, &mut read, arrived);
             }
             Message::Close(_) => {
                 if !shared.closing.load(Ordering::Relaxed) {
@@ -342,7 +391,7 @@ async fn read(mut stream: SplitStream<Socket>, shared: Arc<Shared>, live: Arc<Li
 
 /// One JSON event. Only a few flags matter here, so it is scanned, not parsed: at a thousand
 /// sessions a full parse of every event costs the generator more CPU than the gateway uses.
-fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read) {
+fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrived: Instant) {
     if text.contains("\"errorCode\"") {
         live.errors.fetch_add(1, Ordering::Relaxed);
         if read.errors.len() < 5 {
@@ -364,7 +413,7 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read) {
     if let Some(start) = text.find(AUDIO) {
         let data = &text[start + AUDIO.len()..];
         let len = data.find('"').unwrap_or(0);
-        audio(shared, read, len * 3 / 4, OUTPUT_RATE);
+        audio(shared, read, len * 3 / 4, OUTPUT_RATE, arrived);
     }
     if text.contains("\"interrupted\":true") {
         read.interrupted += 1;
@@ -376,10 +425,10 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read) {
     }
 }
 
-/// Answer audio arrived: time the first of the turn and track playback underruns.
-fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64) {
+/// Answer audio arrived (at the socket, at `now`): time the first of the turn and track playback
+/// underruns.
+fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, now: Instant) {
     read.audio_bytes += bytes as u64;
-    let now = Instant::now();
     let mut turn = shared.turn();
     if let (Some(end), false) = (turn.speech_end, turn.answered) {
         turn.answered = true;
