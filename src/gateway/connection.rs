@@ -1,11 +1,10 @@
 //! One client connection: a reader loop feeding the run's request queue, and the writer task that
 //! owns the sink and takes the run's events.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::extract::ws::Message;
 use futures::stream::BoxStream;
