@@ -198,3 +198,43 @@ async fn a_message_over_the_size_limit_closes_with_1009() {
     assert_eq!(close.map(|(code, _)| code), Some(1009));
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test]
+async fn a_run_that_cannot_start_is_reported_and_closed_with_1011() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("livegate.db");
+    let mut args = test_args();
+    args.session_store = Some(format!("sqlite://{}", db.display()));
+    let server = start(args).await;
+    // Break the session store under the running gateway: loading the session fails.
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    for table in ["events", "sessions"] {
+        sqlx::query(&format!("DROP TABLE {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool.close().await;
+
+    let mut client = Client::connect(server.addr, "u1", "broken", "").await;
+    let Frame::Event(error) = client.next_frame().await else {
+        panic!("expected the error event first");
+    };
+    assert!(
+        error["errorCode"].as_str().is_some_and(|c| !c.is_empty()),
+        "{error}"
+    );
+    assert!(
+        error["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not start the live run")),
+        "{error}"
+    );
+    match client.next_frame().await {
+        Frame::Closed(Some((code, _))) => assert_eq!(code, 1011),
+        other => panic!("expected a 1011 close, got {other:?}"),
+    }
+    server.shutdown(WAIT).await;
+}
