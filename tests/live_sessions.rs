@@ -20,6 +20,14 @@ async fn one_turn(args: &ServeArgs, session: &str, query: &str, text: &str) -> V
     events
 }
 
+/// Test args with the session store in a SQLite file in `dir`; the file's path.
+fn sqlite_args(dir: &std::path::Path) -> (ServeArgs, std::path::PathBuf) {
+    let db = dir.join("livegate.db");
+    let mut args = test_args();
+    args.session_store = Some(format!("sqlite://{}", db.display()));
+    (args, db)
+}
+
 /// The events stored for a session, read straight from the SQLite file.
 async fn stored_events(db: &std::path::Path, session: &str) -> Vec<Event> {
     let store = SqliteSessionService::open(db).await.unwrap();
@@ -41,9 +49,7 @@ fn prompt_tokens(events: &[Value]) -> u64 {
 #[tokio::test]
 async fn session_history_persists_in_sqlite_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("livegate.db");
-    let mut args = test_args();
-    args.session_store = Some(format!("sqlite://{}", db.display()));
+    let (mut args, db) = sqlite_args(dir.path());
     args.artifact_store = Some(format!("file://{}", dir.path().join("artifacts").display()));
 
     one_turn(&args, "chat", "modality=AUDIO", "hello").await;
@@ -202,9 +208,7 @@ async fn a_message_over_the_size_limit_closes_with_1009() {
 #[tokio::test]
 async fn a_run_that_cannot_start_is_reported_and_closed_with_1011() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("livegate.db");
-    let mut args = test_args();
-    args.session_store = Some(format!("sqlite://{}", db.display()));
+    let (args, db) = sqlite_args(dir.path());
     let server = start(args).await;
     // Break the session store under the running gateway: loading the session fails.
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))

@@ -382,10 +382,11 @@ impl Stream for RunFrames {
         let this = &mut *self;
         while let Some(meter) = &this.meter {
             match ready!(this.events.poll_next_unpin(cx)) {
-                Some(event) => match encode_event(meter.counted(event), this.mode) {
-                    Ok(frame) => return Poll::Ready(Some(WriterCommand::Frame(Box::new(frame)))),
-                    Err(error) => tracing::error!(%error, "could not encode an event"),
-                },
+                Some(event) => {
+                    if let Some(command) = encoded(meter.counted(event), this.mode) {
+                        return Poll::Ready(Some(command));
+                    }
+                }
                 None => this.finish(),
             }
         }
@@ -393,16 +394,21 @@ impl Stream for RunFrames {
     }
 }
 
-/// Encodes and queues an event for the writer; false once the writer is gone.
-async fn send_event(writer: &mpsc::Sender<WriterCommand>, event: Event, mode: AudioFrames) -> bool {
+/// The writer's command for an event; `None` (logged) if it cannot be encoded.
+fn encoded(event: Event, mode: AudioFrames) -> Option<WriterCommand> {
     match encode_event(event, mode) {
-        Ok(frame) => writer
-            .send(WriterCommand::Frame(Box::new(frame)))
-            .await
-            .is_ok(),
+        Ok(frame) => Some(WriterCommand::Frame(Box::new(frame))),
         Err(error) => {
             tracing::error!(%error, "could not encode an event");
-            true
+            None
         }
+    }
+}
+
+/// Encodes and queues an event for the writer; false once the writer is gone.
+async fn send_event(writer: &mpsc::Sender<WriterCommand>, event: Event, mode: AudioFrames) -> bool {
+    match encoded(event, mode) {
+        Some(command) => writer.send(command).await.is_ok(),
+        None => true,
     }
 }

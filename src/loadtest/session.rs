@@ -132,7 +132,6 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         }
     );
     let started = Instant::now();
-    // No Nagle: each 20 ms frame must leave when it is due.
     let config = WebSocketConfig::default()
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
@@ -369,13 +368,11 @@ async fn read(
         match message {
             Message::Binary(data) => {
                 read.bytes += data.len() as u64;
-                let arrived = Instant::from_std(arrivals.latest_or_now());
-                audio(&shared, &mut read, data.len(), OUTPUT_RATE, arrived);
+                audio(&shared, &mut read, data.len(), OUTPUT_RATE, &arrivals);
             }
             Message::Text(text) => {
                 read.bytes += text.len() as u64;
-                let arrived = Instant::from_std(arrivals.latest_or_now());
-                event(text.as_str(), &shared, &live, &mut read, arrived);
+                event(text.as_str(), &shared, &live, &mut read, &arrivals);
             }
             Message::Close(_) => {
                 if !shared.closing.load(Ordering::Relaxed) {
@@ -391,7 +388,7 @@ async fn read(
 
 /// One JSON event. Only a few flags matter here, so it is scanned, not parsed: at a thousand
 /// sessions a full parse of every event costs the generator more CPU than the gateway uses.
-fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrived: Instant) {
+fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &Arrivals) {
     if text.contains("\"errorCode\"") {
         live.errors.fetch_add(1, Ordering::Relaxed);
         if read.errors.len() < 5 {
@@ -413,7 +410,7 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrived: Ins
     if let Some(start) = text.find(AUDIO) {
         let data = &text[start + AUDIO.len()..];
         let len = data.find('"').unwrap_or(0);
-        audio(shared, read, len * 3 / 4, OUTPUT_RATE, arrived);
+        audio(shared, read, len * 3 / 4, OUTPUT_RATE, arrivals);
     }
     if text.contains("\"interrupted\":true") {
         read.interrupted += 1;
@@ -425,10 +422,11 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrived: Ins
     }
 }
 
-/// Answer audio arrived (at the socket, at `now`): time the first of the turn and track playback
-/// underruns.
-fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, now: Instant) {
+/// Answer audio arrived (at the socket when `arrivals` says): time the first of the turn and track
+/// playback underruns.
+fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &Arrivals) {
     read.audio_bytes += bytes as u64;
+    let now = Instant::from_std(arrivals.latest_or_now());
     let mut turn = shared.turn();
     if let (Some(end), false) = (turn.speech_end, turn.answered) {
         turn.answered = true;
