@@ -22,6 +22,7 @@ async fn a_small_load_reports_consistent_counts() {
         ],
         turns: 1,
         idle: false,
+        in_phase: false,
         query: String::new(),
         model_delay_ms: 500.0,
         server_pid: Some(std::process::id()),

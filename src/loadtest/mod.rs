@@ -61,6 +61,11 @@ pub struct LoadtestArgs {
     /// Sessions connect and stay silent (to measure idle memory).
     #[arg(long)]
     pub idle: bool,
+    /// Every session's 20 ms frame clock on the same phase, so all sessions' frames go out
+    /// together (worst-case bursts). By default phases are spread over the frame period, as
+    /// independent microphones are.
+    #[arg(long)]
+    pub in_phase: bool,
     /// Extra query string for each connection, e.g. `audio=base64`.
     #[arg(long, default_value = "")]
     pub query: String,
@@ -217,6 +222,8 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         deadline: start + args.duration,
         turns: args.turns,
         idle: args.idle,
+        epoch: start,
+        in_phase: args.in_phase,
         run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
         model_delay_frames: (args.model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64)
             .round() as u32,
@@ -312,6 +319,7 @@ fn summarize(
         sessions: args.sessions,
         duration_seconds: args.duration.as_secs_f64(),
         ramp_per_second: args.ramp,
+        in_phase: args.in_phase,
         idle: args.idle,
         elapsed_seconds: elapsed,
         connect_ms: Percentiles::of(&connects),

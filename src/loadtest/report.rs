@@ -103,6 +103,8 @@ pub struct Report {
     pub duration_seconds: f64,
     /// Sessions opened per second.
     pub ramp_per_second: f64,
+    /// Every session's frame clock on one phase (`--in-phase`) rather than spread.
+    pub in_phase: bool,
     /// Sessions only connect and wait (no audio).
     pub idle: bool,
     /// Seconds the run really took.

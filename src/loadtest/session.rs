@@ -48,11 +48,45 @@ pub struct Plan {
     pub turns: u32,
     /// Connect and wait only.
     pub idle: bool,
+    /// The run's start: frame clocks are phased against it.
+    pub epoch: Instant,
+    /// All frame clocks on one phase instead of spread over the frame period.
+    pub in_phase: bool,
     /// Run id, so repeated runs never reuse sessions.
     pub run_id: String,
     /// Frames after the last speech frame that the model waits before answering (its
     /// end-of-speech silence): sending the last of them is when the model can answer.
     pub model_delay_frames: u32,
+}
+
+/// The golden ratio's fraction: its multiples modulo 1 spread evenly over [0, 1) for any count.
+const GOLDEN_FRACTION: f64 = 0.618_033_988_749_895;
+
+impl Plan {
+    /// When session `index`'s frame clock starts: the first instant from `now` on at the
+    /// session's phase of the 20 ms frame period.
+    ///
+    /// Phases are spread evenly over the period whatever the ramp: a session started each
+    /// 10 ms (`--ramp 100`) would otherwise put every frame of the run on two phases, 500
+    /// frames landing together each 10 ms, a burst no set of independent microphones makes.
+    pub fn clock_start(&self, index: usize, now: Instant) -> Instant {
+        let phase = if self.in_phase {
+            0.0
+        } else {
+            (index as f64 * GOLDEN_FRACTION).fract()
+        };
+        let offset = FRAME.mul_f64(phase);
+        // Below 20 ms, so the cast keeps it whole.
+        let into_period = Duration::from_nanos(
+            (now.saturating_duration_since(self.epoch).as_nanos() % FRAME.as_nanos()) as u64,
+        );
+        let at = now - into_period + offset;
+        if offset < into_period {
+            at + FRAME
+        } else {
+            at
+        }
+    }
 }
 
 /// Counters the progress line reads while the run goes on.
@@ -232,7 +266,7 @@ async fn speak(
     outcome: &mut Outcome,
 ) -> Result<(), String> {
     let silence = Bytes::from(vec![0u8; FRAME_BYTES]);
-    let start = Instant::now();
+    let start = plan.clock_start(index, Instant::now());
     let mut n: u32 = 0;
     let mut turn: u32 = 0;
     while Instant::now() < plan.deadline && (plan.turns == 0 || turn < plan.turns) {
@@ -448,4 +482,58 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
     let plays = Duration::from_secs_f64(bytes as f64 / 2.0 / rate);
     let from = turn.playback_end.map_or(now, |end| end.max(now));
     turn.playback_end = Some(from + plays);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(in_phase: bool) -> Plan {
+        Plan {
+            base_url: String::new(),
+            query: String::new(),
+            clips: Vec::new(),
+            deadline: Instant::now(),
+            turns: 0,
+            idle: false,
+            epoch: Instant::now(),
+            in_phase,
+            run_id: String::new(),
+            model_delay_frames: 0,
+        }
+    }
+
+    /// Where in the frame period a clock starts, in whole microseconds.
+    fn phase_us(plan: &Plan, start: Instant) -> u128 {
+        (start - plan.epoch).as_micros() % FRAME.as_micros()
+    }
+
+    #[test]
+    fn clocks_start_within_a_frame_at_phases_spread_over_the_period() {
+        let plan = plan(false);
+        let mut phases = Vec::new();
+        for index in 0..100 {
+            // Sessions started every 10 ms, as `--ramp 100` starts them.
+            let now = plan.epoch + Duration::from_millis(10) * index as u32;
+            let start = plan.clock_start(index, now);
+            assert!(start >= now && start < now + FRAME, "session {index}");
+            phases.push(phase_us(&plan, start));
+        }
+        // Every 2 ms tenth of the period holds about a tenth of the clocks.
+        for tenth in 0..10u128 {
+            let count = phases.iter().filter(|p| **p / 2_000 == tenth).count();
+            assert!((7..=13).contains(&count), "tenth {tenth}: {count} clocks");
+        }
+    }
+
+    #[test]
+    fn in_phase_clocks_all_start_on_one_phase() {
+        let plan = plan(true);
+        for index in 0..20 {
+            let now = plan.epoch + Duration::from_micros(10_300) * index as u32;
+            let start = plan.clock_start(index, now);
+            assert!(start >= now && start < now + FRAME, "session {index}");
+            assert_eq!(phase_us(&plan, start), 0, "session {index}");
+        }
+    }
 }
