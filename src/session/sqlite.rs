@@ -99,8 +99,11 @@ impl SqliteSessionService {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5));
+        // No test on acquire: it is a round trip to the connection's thread that can only find
+        // an in-process database alive, made before every batch of appends and every read.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         let mut tx = writer.begin_with(BEGIN_WRITE).await?;
@@ -110,6 +113,7 @@ impl SqliteSessionService {
         tx.commit().await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         let (appends, queue) = mpsc::channel(MAX_BATCH * 4);
