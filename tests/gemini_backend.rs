@@ -72,7 +72,22 @@ async fn a_text_turn_streams_then_merges_then_completes() {
 
 #[tokio::test]
 async fn an_audio_turn_is_transcribed_answered_and_recorded() {
-    let upstream = mock(instant()).await;
+    audio_turn_round_trip(instant()).await;
+}
+
+#[tokio::test]
+async fn answer_messages_many_times_the_read_buffer_arrive_whole() {
+    // One second of 24 kHz audio per message: about 64 KB of JSON against the backend's 8 KiB
+    // socket reads.
+    let mut config = instant();
+    config.sim.chunk_ms = 1000;
+    audio_turn_round_trip(config).await;
+}
+
+/// Speaks a clip through the gateway to `config`'s mock and checks it is heard, answered in
+/// full, and recorded both ways.
+async fn audio_turn_round_trip(config: MockGeminiConfig) {
+    let upstream = mock(config).await;
     let server = start(gateway_args(&upstream)).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "").await;
     let mut pcm = fixture_pcm("hello.wav");

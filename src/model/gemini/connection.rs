@@ -37,6 +37,11 @@ const PING_INTERVAL: Duration = Duration::from_secs(20);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest server message accepted (the SDKs' limit is 1 MiB; leave room).
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes taken from the socket per read. tungstenite zero-fills its read buffer up to this
+/// size before every read, so each session keeps it resident: its default of 128 KiB was most of
+/// an idle Gemini session's memory. A bigger message still arrives whole (the buffer grows to fit
+/// it); an answer's audio message (200–240 ms, about 11 KB as JSON) takes two reads.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Where and how to connect; `headers` carry credentials and are never logged.
 pub(super) struct Endpoint {
@@ -65,7 +70,8 @@ pub(super) async fn open(
     }
     let ws_config = tungstenite::protocol::WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES));
+        .max_frame_size(Some(MAX_MESSAGE_BYTES))
+        .read_buffer_size(READ_BUFFER_BYTES);
     let connecting = tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true);
     let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
         .await
