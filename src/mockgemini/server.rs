@@ -29,6 +29,8 @@ const BAD_KEY: &str = "API key not valid. Please pass a valid API key.";
 /// What `goAway` announces, and how long the connection then stays open.
 const GO_AWAY_AFTER: Duration = Duration::from_secs(1);
 const GO_AWAY_TIME_LEFT: &str = "1s";
+/// Most bytes taken from a client socket per read (see `upgrade`).
+const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// Longest a write to a client may take before the client counts as gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a close waits for the client's answering close frame.
@@ -63,6 +65,10 @@ async fn upgrade(
     }
     let span = tracing::info_span!("mock_gemini", connection = id, api = ?endpoint.api, version = endpoint.version);
     upgrade
+        // Client messages are small (a 20 ms audio chunk is about 1 KB as JSON); tungstenite's
+        // default 128 KiB read buffer, zero-filled before each read, would stay resident per
+        // connection and weigh on load tests that run the mock beside the gateway.
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_failed_upgrade(|error| tracing::warn!(%error, "mock-gemini upgrade failed"))
         .on_upgrade(move |socket| {
             let connections = shared.connections.clone();
