@@ -95,7 +95,7 @@ impl MockGeminiArgs {
 
 // Many small, short-lived allocations on the audio paths (frames, events, JSON) from several
 // threads: mimalloc serves them from per-thread pages, where glibc's malloc spent 12% of the
-// gateway's CPU at 1,000 sessions (see README, "Performance").
+// gateway's CPU at 1,000 sessions (see PERFORMANCE.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
