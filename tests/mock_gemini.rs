@@ -699,6 +699,26 @@ async fn shutdown_closes_open_connections_with_1001() {
     assert_eq!(closed.0, 1001);
 }
 
+#[tokio::test]
+async fn a_client_close_is_answered_with_a_close_frame() {
+    let server = start(instant()).await;
+    let mut gemini = Gemini::set_up(server.addr, json!({"model": MODEL})).await;
+    timeout(WAIT, gemini.ws.close(None))
+        .await
+        .expect("close sent in time")
+        .expect("close sent");
+    // The handshake completes with the server's answering close, not a reset, which clients
+    // log as a failed connection.
+    let answer = timeout(WAIT, gemini.ws.next())
+        .await
+        .expect("an answer in time");
+    assert!(
+        matches!(answer, Some(Ok(Message::Close(_)))),
+        "answered with a close frame: {answer:?}"
+    );
+    server.shutdown().await;
+}
+
 fn tls_fixture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/tls")

@@ -127,7 +127,16 @@ async fn serve(mut socket: WebSocket, shared: Arc<Shared>, endpoint: Endpoint, a
         End::Close(Close::invalid(BAD_KEY))
     };
     match end {
-        End::ClientGone => tracing::info!("mock-gemini client closed the connection"),
+        End::ClientGone => {
+            tracing::info!("mock-gemini client closed the connection");
+            // tungstenite queues the answer to a client's close frame but writes it only on the
+            // socket's next read or write; dropping the socket now would end the stream without
+            // it, which clients (the gateway among them) report as a reset.
+            let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                while let Some(Ok(_)) = socket.recv().await {}
+            })
+            .await;
+        }
         End::Close(close) if matches!(close.code, CLOSE_NORMAL | CLOSE_GOING_AWAY) => {
             tracing::info!(code = close.code, reason = %close.reason, "mock-gemini closing the connection");
             close_socket(&mut socket, close).await;
