@@ -132,10 +132,7 @@ async fn serve(mut socket: WebSocket, shared: Arc<Shared>, endpoint: Endpoint, a
             // tungstenite queues the answer to a client's close frame but writes it only on the
             // socket's next read or write; dropping the socket now would end the stream without
             // it, which clients (the gateway among them) report as a reset.
-            let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                while let Some(Ok(_)) = socket.recv().await {}
-            })
-            .await;
+            finish_handshake(&mut socket).await;
         }
         End::Close(close) if matches!(close.code, CLOSE_NORMAL | CLOSE_GOING_AWAY) => {
             tracing::info!(code = close.code, reason = %close.reason, "mock-gemini closing the connection");
@@ -155,9 +152,15 @@ async fn close_socket(socket: &mut WebSocket, close: Close) {
         reason: close.reason.into(),
     };
     let sent = tokio::time::timeout(WRITE_TIMEOUT, socket.send(Message::Close(Some(frame)))).await;
-    if !matches!(sent, Ok(Ok(()))) {
-        return;
+    if matches!(sent, Ok(Ok(()))) {
+        finish_handshake(socket).await;
     }
+}
+
+/// Reads on, for at most the close grace, until the client's close frame or the end of the
+/// stream: reading is what writes a queued answer to the client's close, and what lets the
+/// client's answer to ours arrive.
+async fn finish_handshake(socket: &mut WebSocket) {
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
         while let Some(Ok(message)) = socket.recv().await {
             if matches!(message, Message::Close(_)) {
