@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::wire::{
-    history_message, input_message, parse_server_message, text_as_realtime, ServerEvent,
+    history_message, input_text, parse_server_message, text_as_realtime, ServerEvent,
 };
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
@@ -164,7 +164,7 @@ async fn write_loop(
         let message = tokio::select! {
             _ = done.fired() => break,
             input = inputs.recv() => match input {
-                Some(input) => Message::Text(input_message(&input, realtime_text).to_string().into()),
+                Some(input) => Message::Text(input_text(&input, realtime_text).into()),
                 None => {
                     let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
                     let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;

@@ -4,8 +4,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::wire::{
-    history_message, input_message, parse_server_message, setup_message, text_as_realtime,
-    ServerEvent,
+    history_message, input_message, input_text, parse_server_message, setup_message,
+    text_as_realtime, ServerEvent,
 };
 use super::*;
 use crate::event::{Blob, Content, FunctionResponse, Transcription};
@@ -298,6 +298,35 @@ fn client_messages_for_every_input() {
             json!({"realtimeInput": {"audioStreamEnd": true}}),
         ]
     );
+}
+
+#[test]
+fn sent_text_is_the_message_for_every_input() {
+    let inputs = [
+        // Every length mod 3, so every base64 padding.
+        LiveInput::audio(Bytes::from_static(&[0xfb, 0xff, 0xfe, 0x00]), 16_000),
+        LiveInput::audio(Bytes::from_static(&[0xfb, 0xff, 0xfe]), 16_000),
+        LiveInput::audio(Bytes::from_static(&[0xfb, 0xff]), 16_000),
+        LiveInput::audio(Bytes::new(), 16_000),
+        LiveInput::audio(Bytes::from(vec![0x5a; 640]), 16_000),
+        // A mime type that needs escaping in JSON.
+        LiveInput::Realtime(Blob::new(
+            Bytes::from_static(b"jpg"),
+            "image/jpeg; name=\"a\\b\u{1}\"",
+        )),
+        LiveInput::Content {
+            content: Content::text("user", "hi \"there\""),
+            turn_complete: true,
+        },
+        LiveInput::ActivityEnd,
+    ];
+    for input in &inputs {
+        for realtime_text in [false, true] {
+            let sent: Value = serde_json::from_str(&input_text(input, realtime_text))
+                .unwrap_or_else(|e| panic!("{input:?}: {e}"));
+            assert_eq!(sent, input_message(input, realtime_text), "{input:?}");
+        }
+    }
 }
 
 #[test]
