@@ -56,4 +56,27 @@ mod tests {
         }
         assert!(decode_base64("not base64!").is_err());
     }
+
+    #[test]
+    fn blob_data_reads_from_json_text_escaped_or_not_and_from_values() {
+        use crate::event::Blob;
+        let want = Bytes::from_static(&[0xff, 0xfe, 0x00, 0x01]);
+        // As Gemini may send it: plain, or with JSON escapes (`\/` is `/`).
+        for json in [
+            r#"{"mimeType":"audio/pcm","data":"//4AAQ=="}"#,
+            r#"{"mimeType":"audio/pcm","data":"\/\/4AAQ=="}"#,
+        ] {
+            let blob: Blob = serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"));
+            assert_eq!(blob.data, want, "{json}");
+        }
+        let value = serde_json::json!({"mimeType": "audio/pcm", "data": "__4AAQ"});
+        let blob: Blob = serde_json::from_value(value).expect("from a Value");
+        assert_eq!(blob.data, want);
+        for bad in [
+            r#"{"mimeType":"audio/pcm","data":"not base64!"}"#,
+            r#"{"mimeType":"audio/pcm","data":7}"#,
+        ] {
+            assert!(serde_json::from_str::<Blob>(bad).is_err(), "{bad}");
+        }
+    }
 }
