@@ -1,7 +1,7 @@
 //! Hot paths of one audio chunk: client frame decode and metering (up), event encode and metering
 //! (down, binary and base64), the live flow's response processing, the sim's voice activity
 //! detection per 20 ms frame, and the Gemini client's per-message work (microphone chunk out,
-//! answer audio in).
+//! answer audio in), and the session store's commit of the events a turn leaves.
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -145,5 +145,66 @@ fn bench_gemini(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_down, bench_up, bench_sim, bench_gemini);
+fn bench_sessions(c: &mut Criterion) {
+    use futures::future::join_all;
+    use livegate::session::{SessionService, SqliteSessionService};
+
+    // As at 1,000 live sessions: many sessions, each committing a turn's events at about the
+    // same time as others (so the store's writer batches them).
+    const SESSIONS: usize = 1000;
+    const AT_ONCE: usize = 64;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (store, sessions) = runtime.block_on(async {
+        let store = SqliteSessionService::open(dir.path().join("bench.db"))
+            .await
+            .expect("the store opens");
+        let mut sessions = Vec::with_capacity(SESSIONS);
+        for i in 0..SESSIONS {
+            let id = format!("s{i}");
+            let session = store
+                .create_session("bench", "load", Some(&id), Default::default())
+                .await
+                .expect("a session");
+            sessions.push(tokio::sync::Mutex::new(session));
+        }
+        (store, sessions)
+    });
+    let event = || {
+        let mut event = Event::new("e-00000000-0000-4000-8000-000000000001", "user");
+        event.input_transcription = Some(Transcription::new("[speech 2.54 s]", true));
+        event
+    };
+    let mut group = c.benchmark_group("sessions");
+    group.throughput(Throughput::Elements(AT_ONCE as u64));
+    let mut next = 0usize;
+    group.bench_function("sqlite_append_64_sessions_at_once", |b| {
+        b.to_async(&runtime).iter(|| {
+            let first = next;
+            next = (next + AT_ONCE) % SESSIONS;
+            let (store, sessions) = (&store, &sessions);
+            join_all((first..first + AT_ONCE).map(move |i| async move {
+                let mut session = sessions[i % SESSIONS].lock().await;
+                session.events.clear();
+                store
+                    .append_event(&mut session, event())
+                    .await
+                    .expect("committed");
+            }))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_down,
+    bench_up,
+    bench_sim,
+    bench_gemini,
+    bench_sessions
+);
 criterion_main!(benches);
