@@ -1,7 +1,7 @@
 //! Hot paths of one audio chunk: client frame decode and metering (up), event encode and metering
 //! (down, binary and base64), the live flow's response processing, the sim's voice activity
-//! detection per 20 ms frame, and the Gemini client's per-message work (microphone chunk out,
-//! answer audio in), and the session store's commit of the events a turn leaves.
+//! detection per 20 ms frame, the Gemini client's per-message work (microphone chunk out, answer
+//! audio in); and the session store's commit of the events a turn leaves.
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
