@@ -101,7 +101,9 @@ fn bench_up(c: &mut Criterion) {
 }
 
 fn bench_sim(c: &mut Criterion) {
+    use livegate::model::sim::pcm::Pcm;
     use livegate::model::sim::vad::{Vad, VadSettings};
+    use livegate::model::sim::voice::{Echo, Voice};
     let mut group = c.benchmark_group("sim");
     group.throughput(Throughput::Bytes(640));
     // 20 ms of 16 kHz speech-like audio: loud enough to count as speech.
@@ -119,6 +121,23 @@ fn bench_sim(c: &mut Criterion) {
             vad.push(black_box(&frame), &mut events);
             events.clear();
         })
+    });
+    group.finish();
+
+    // The voice echo of a 3 s utterance, kept as the 20 ms frames it arrived in, rendered one
+    // 200 ms answer chunk (4,800 samples at 24 kHz) at a time, as the sim sends it.
+    let mut group = c.benchmark_group("sim");
+    group.throughput(Throughput::Bytes(9_600));
+    let mut utterance = Pcm::default();
+    for k in 0..150 {
+        let frame: Vec<u8> = (0..320)
+            .flat_map(|i: i32| (((k * 320 + i) * 7919 % 20_000 - 10_000) as i16).to_le_bytes())
+            .collect();
+        utterance.push(Bytes::from(frame));
+    }
+    let echo = Voice::Echo(Echo::new(utterance, 16_000));
+    group.bench_function("echo_200ms_chunk", |b| {
+        b.iter(|| black_box(&echo).render(black_box(24_000), 28_800))
     });
     group.finish();
 }

@@ -20,11 +20,11 @@
 mod answer;
 mod config;
 pub mod intents;
-mod pcm;
+pub mod pcm;
 mod replies;
 mod session;
 pub mod vad;
-mod voice;
+pub mod voice;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;

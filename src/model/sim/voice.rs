@@ -34,6 +34,11 @@ impl Voice {
         }
     }
 
+    /// True when the voice has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// PCM16 LE bytes of output samples `start..end` (clamped to the voice).
     pub fn render(&self, start: usize, end: usize) -> Bytes {
         let end = end.min(self.len());
@@ -88,24 +93,70 @@ impl Echo {
         self.pcm.read_into(first.min(n - 1), last + 1, &mut input);
         let pad = input.last().copied().unwrap_or(0);
         input.resize(last + 1 - first, pad);
-        // Step the input position instead of dividing for every output sample.
-        let start_pos = start as u64 * self.num;
-        let mut j = 0; // input[0] is position `first`, where output sample `start` sits
-        let mut rem = start_pos % self.den;
-        let inv_den = 1.0 / self.den as f32;
         let from = out.len();
         out.resize(from + (end - start) * 2, 0);
-        for bytes in out[from..].chunks_exact_mut(2) {
-            let (a, b) = (f32::from(input[j]), f32::from(input[j + 1]));
-            let v = a + (b - a) * (rem as f32 * inv_den);
-            // Round half away from zero without a libm call (`f32::round` is one on x86-64).
-            let sample = (v + 0.5f32.copysign(v)) as i16;
-            bytes.copy_from_slice(&sample.to_le_bytes());
-            rem += self.num;
-            while rem >= self.den {
-                rem -= self.den;
-                j += 1;
-            }
+        let out = &mut out[from..];
+        // Input position of output sample `start`, less `first`: whole samples and a remainder.
+        let rem = (start as u64 * self.num) % self.den;
+        if (self.num, self.den) == (2, 3) {
+            thirds(&input, rem, out);
+        } else {
+            interpolate(&input, rem, self.num, self.den, out);
+        }
+    }
+}
+
+/// [`interpolate`] for 16 kHz input, what microphones send: every 3 output samples take 2 input
+/// samples at the fixed fractions 0, 2/3 and 4/3, so whole groups need no stepping and divide
+/// only by the constant 3.
+fn thirds(input: &[i16], rem: u64, out: &mut [u8]) {
+    // Up to the first output sample on an input sample (remainder 0): 2 then 1 left over.
+    let head = match rem {
+        0 => 0,
+        1 => 1,
+        _ => 2,
+    }
+    .min(out.len() / 2);
+    let (head_out, rest) = out.split_at_mut(head * 2);
+    interpolate(input, rem, 2, 3, head_out);
+    // Input index of the first whole group: the head's steps, 2/3 of a sample each.
+    let skip = (rem as usize + 2 * head) / 3;
+    let input = &input[skip.min(input.len())..];
+    let groups = (rest.len() / 6).min(input.len().saturating_sub(1) / 2);
+    let (body, tail) = rest.split_at_mut(groups * 6);
+    // round(n / 3) for n in ±3 * 2^15, where n / 3 is never a tie: floor((n + 1) / 3), taken
+    // on a non-negative numerator so that plain unsigned division is a floor.
+    let third = |n: i32| ((n + 1 + 3 * 32_768) as u32 / 3) as i32 - 32_768;
+    for (group, x) in body.chunks_exact_mut(6).zip(input.windows(3).step_by(2)) {
+        let (x0, x1, x2) = (i32::from(x[0]), i32::from(x[1]), i32::from(x[2]));
+        let samples = [x0, third(x0 + 2 * x1), third(2 * x1 + x2)];
+        for (bytes, sample) in group.chunks_exact_mut(2).zip(samples) {
+            bytes.copy_from_slice(&(sample as i16).to_le_bytes());
+        }
+    }
+    interpolate(&input[(2 * groups).min(input.len())..], 0, 2, 3, tail);
+}
+
+/// Linear interpolation into `out` (PCM16 LE) of output samples starting `rem / den` past
+/// `input[0]`, each `num / den` input samples after the last, rounded half away from zero.
+///
+/// Exact integer arithmetic: `input` must reach one sample past the last position.
+fn interpolate(input: &[i16], mut rem: u64, num: u64, den: u64, out: &mut [u8]) {
+    let den_i = den as i64;
+    let mut j = 0;
+    for bytes in out.chunks_exact_mut(2) {
+        let (a, b) = (i64::from(input[j]), i64::from(input[j + 1]));
+        let r = rem as i64;
+        // den * (a + (b - a) * rem / den); both terms are at most 2^15 * den, den <= 24,000.
+        let scaled = a * (den_i - r) + b * r;
+        let half = if scaled < 0 { -den_i } else { den_i };
+        let sample = ((2 * scaled + half) / (2 * den_i)) as i16;
+        bytes.copy_from_slice(&sample.to_le_bytes());
+        // Step the position instead of dividing for every output sample.
+        rem += num;
+        while rem >= den {
+            rem -= den;
+            j += 1;
         }
     }
 }
@@ -414,19 +465,17 @@ mod tests {
             assert_eq!(out.len(), echo_len(input.len(), rate));
             for (i, &got) in out.iter().enumerate() {
                 // Output sample i at input position i * num / den, clamped to the last sample.
-                let pos = i as f64 * num as f64 / den as f64;
-                let j = (pos.floor() as usize).min(input.len() - 1);
+                let (j, rem) = ((i as u64 * num / den) as usize, i as u64 * num % den);
+                let j = j.min(input.len() - 1);
                 let (a, b) = (
                     f64::from(input[j]),
                     f64::from(input[(j + 1).min(input.len() - 1)]),
                 );
-                let want = (a + (b - a) * pos.fract()).round();
-                assert!(
-                    (f64::from(got) - want).abs() <= 1.0,
-                    "rate {rate} sample {i}: {got} vs {want}"
-                );
+                // Exact in f64: a tie is a multiple of 0.5, and `round` takes it away from zero.
+                let want = ((a * (den - rem) as f64 + b * rem as f64) / den as f64).round();
+                assert_eq!(f64::from(got), want, "rate {rate} sample {i}");
             }
-            let pieces: Vec<i16> = [(0, 1000), (1000, 1001), (1001, out.len())]
+            let pieces: Vec<i16> = [(0, 1000), (1000, 1007), (1007, 1008), (1008, out.len())]
                 .iter()
                 .flat_map(|&(from, to)| samples(&voice.render(from, to)).collect::<Vec<_>>())
                 .collect();
