@@ -133,11 +133,12 @@ impl FileArtifactService {
         Ok(scan)
     }
 
-    /// Claims the next free version number by creating its sidecar exclusively.
+    /// Claims the next free version number by creating its sidecar exclusively; a folder this
+    /// save just created starts at 0 without being read.
     // The sidecar is not synced: a crash can lose it, and a version without one reads back with
     // the fallback mime type; the bytes themselves are synced before they become visible.
-    fn claim_version(dir: &Path, meta: &[u8]) -> Result<u64, ArtifactError> {
-        let mut version = Self::scan(dir)?.next;
+    fn claim_version(dir: &Path, meta: &[u8], created: bool) -> Result<u64, ArtifactError> {
+        let mut version = if created { 0 } else { Self::scan(dir)?.next };
         loop {
             let opened = std::fs::OpenOptions::new()
                 .write(true)
@@ -183,8 +184,8 @@ impl FileArtifactService {
         meta: &[u8],
         write: impl FnOnce(&Path) -> Result<(), ArtifactError>,
     ) -> Result<u64, ArtifactError> {
-        std::fs::create_dir_all(dir)?;
-        let version = Self::claim_version(dir, meta)?;
+        let created = create_dir(dir)?;
+        let version = Self::claim_version(dir, meta, created)?;
         if let Err(e) = write(&dir.join(version.to_string())) {
             // Release the claim so the number is reused rather than left as a gap.
             let _ = std::fs::remove_file(meta_path(dir, version));
@@ -244,6 +245,21 @@ impl FileArtifactService {
             }
         }
         Ok(())
+    }
+}
+
+/// Creates `dir` and any missing parents (blocking); true when this call created `dir` itself.
+///
+/// Every recording is an artifact of its own, so most saves make a new folder, and a new folder
+/// needs no listing to find its first free version.
+fn create_dir(dir: &Path) -> std::io::Result<bool> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
+        // A missing parent: another save may create `dir` at the same moment, so it counts as
+        // not ours and its versions are read.
+        Err(e) if e.kind() == ErrorKind::NotFound => std::fs::create_dir_all(dir).map(|()| false),
+        Err(e) => Err(e),
     }
 }
 

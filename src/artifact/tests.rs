@@ -274,6 +274,12 @@ async fn filesystem_store_conforms_and_survives_a_reopen() {
     assert!(!svc.list_names(S2).await.unwrap().contains(&"empty".into()));
     assert_eq!(svc.save(S2, "crashed", audio(b"ok")).await.unwrap(), 1);
     assert_eq!(svc.list_versions(S2, "crashed").await.unwrap(), vec![1]);
+    // A folder that already exists is read for its highest version, never assumed new.
+    let gap = root.join("app/u1/s2/gap");
+    std::fs::create_dir_all(&gap).unwrap();
+    std::fs::write(gap.join("3"), b"v3").unwrap();
+    std::fs::write(gap.join("3.meta.json"), b"{\"mimeType\":\"audio/pcm\"}").unwrap();
+    assert_eq!(svc.save(S2, "gap", audio(b"v4")).await.unwrap(), 4);
 
     // A version whose sidecar is lost still loads, as generic bytes.
     svc.save(S2, "bare", audio(b"b")).await.unwrap();
@@ -369,6 +375,10 @@ async fn a_spooled_save_moves_the_file_in_as_the_next_version() {
     assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 1);
     drop(spool);
     assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 0);
+
+    // A spool folder removed behind the store's back comes back with the next spool.
+    std::fs::remove_dir(&spool_dir).unwrap();
+    assert_eq!(spooled(&spool_dir, &[b"again"]).len(), 6);
 
     // Spool files a stopped process left behind are swept when the store opens.
     std::mem::forget(spooled(&spool_dir, &[b"orphan"]));
