@@ -25,13 +25,23 @@ pub struct SpoolFile {
 impl SpoolFile {
     /// Creates an empty spool file in `dir` (blocking).
     pub fn create(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
         let path = dir.join(uuid::Uuid::new_v4().to_string());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+        };
+        // The folder is there but for the rare removal behind the store's back: make it only
+        // then, rather than asking for it before every recording.
+        let file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir)?;
+                open()
+            }
+            opened => opened,
+        }?;
         Ok(SpoolFile {
             file,
             path: Some(path),
