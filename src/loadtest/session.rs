@@ -132,11 +132,24 @@ struct Turn {
     answerable: Option<Instant>,
     /// The first answer audio of this turn was seen.
     answered: bool,
+    /// An input transcription came during this turn.
+    transcribed: bool,
     /// When the audio received so far would finish playing.
     playback_end: Option<Instant>,
     latencies_ms: Vec<f64>,
     gateway_ms: Vec<f64>,
     gaps_ms: Vec<f64>,
+}
+
+impl Turn {
+    /// How far the answer got, to tell a model that never heard the utterance from a lost end.
+    fn stage(&self) -> &'static str {
+        match (self.transcribed, self.answered) {
+            (_, true) => "answer audio came, its turnComplete did not",
+            (true, false) => "an input transcription came, no answer audio",
+            (false, false) => "neither an input transcription nor answer audio came",
+        }
+    }
 }
 
 struct Shared {
@@ -276,6 +289,7 @@ async fn speak(
             t.speech_end = None;
             t.answerable = None;
             t.answered = false;
+            t.transcribed = false;
             t.playback_end = None;
         }
         let done = shared.turn_done.notified();
@@ -300,7 +314,10 @@ async fn speak(
                 () = &mut done => break,
                 () = sleep_until(next) => {
                     if Instant::now() > give_up {
-                        return Err(format!("no turnComplete within {ANSWER_TIMEOUT:?}"));
+                        return Err(format!(
+                            "no turnComplete within {ANSWER_TIMEOUT:?}: {}",
+                            shared.turn().stage()
+                        ));
                     }
                     let sent = send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
                     marks.after_frame(shared, plan, n, sent);
@@ -446,6 +463,9 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
         let len = data.find('"').unwrap_or(0);
         audio(shared, read, len * 3 / 4, OUTPUT_RATE, arrivals);
     }
+    if text.contains("\"inputTranscription\"") {
+        shared.turn().transcribed = true;
+    }
     if text.contains("\"interrupted\":true") {
         read.interrupted += 1;
     }
@@ -535,5 +555,34 @@ mod tests {
             assert!(start >= now && start < now + FRAME, "session {index}");
             assert_eq!(phase_us(&plan, start), 0, "session {index}");
         }
+    }
+
+    #[test]
+    fn a_turn_that_times_out_says_how_far_its_answer_got() {
+        let shared = Shared {
+            turn: Mutex::new(Turn::default()),
+            turn_done: Notify::new(),
+            closing: false.into(),
+        };
+        let live = Live::default();
+        let mut read = Read::default();
+        let arrivals = Arrivals::new();
+        assert_eq!(
+            shared.turn().stage(),
+            "neither an input transcription nor answer audio came"
+        );
+        let heard = r#"{"inputTranscription":{"text":"[speech 1.20 s]","finished":true}}"#;
+        event(heard, &shared, &live, &mut read, &arrivals);
+        assert_eq!(
+            shared.turn().stage(),
+            "an input transcription came, no answer audio"
+        );
+        shared.turn().speech_end = Some(Instant::now());
+        audio(&shared, &mut read, 9_600, OUTPUT_RATE, &arrivals);
+        assert_eq!(
+            shared.turn().stage(),
+            "answer audio came, its turnComplete did not"
+        );
+        assert_eq!(read.turns, 0);
     }
 }
