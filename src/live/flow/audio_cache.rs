@@ -220,8 +220,8 @@ impl AudioSide {
 /// Cached audio of the current turn, shared by the send loop (input) and receive loop (output).
 ///
 /// The lock is only held to push or swap out a recording, never across an `.await`. With a spool
-/// folder, a recording's audio goes to a file there every [`SPILL_BYTES`], written on the spill
-/// thread, and the file becomes the artifact.
+/// folder, a recording's audio goes to a file there every 64 KiB (`SPILL_BYTES`), written on the
+/// spill thread, and the file becomes the artifact.
 #[derive(Debug, Clone, Default)]
 pub struct AudioCache {
     inner: Arc<Mutex<[Side; 2]>>,
