@@ -449,6 +449,28 @@ mod tests {
     }
 
     #[test]
+    fn short_echoes_render_the_same_in_every_range() {
+        for n in 1..40 {
+            let input: Vec<i16> = (0..n)
+                .map(|i: i32| (i * 9_973 % 60_000 - 30_000) as i16)
+                .collect();
+            for rate in [16_000, 8_000, 44_100] {
+                let mut pcm = Pcm::default();
+                pcm.push(input.iter().flat_map(|s| s.to_le_bytes()).collect());
+                let voice = Voice::Echo(Echo::new(pcm, rate));
+                let out = all(&voice);
+                for start in 0..=out.len() + 1 {
+                    for end in start..=out.len() + 1 {
+                        let part: Vec<i16> = samples(&voice.render(start, end)).collect();
+                        let want = &out[start.min(out.len())..end.min(out.len())];
+                        assert_eq!(part, want, "{n} samples at {rate}: {start}..{end}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_echo_matches_plain_linear_interpolation_at_any_rate_and_in_any_pieces() {
         let input: Vec<i16> = (0..4_321)
             .map(|i: i32| ((i * 7919) % 65_536 - 32_768) as i16)
