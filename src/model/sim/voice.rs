@@ -110,18 +110,12 @@ impl Echo {
 /// samples at the fixed fractions 0, 2/3 and 4/3, so whole groups need no stepping and divide
 /// only by the constant 3.
 fn thirds(input: &[i16], rem: u64, out: &mut [u8]) {
-    // Up to the first output sample on an input sample (remainder 0): 2 then 1 left over.
-    let head = match rem {
-        0 => 0,
-        1 => 1,
-        _ => 2,
-    }
-    .min(out.len() / 2);
+    // Remainder r (thirds) reaches the next input sample after r outputs, each stepping 2/3 of
+    // a sample: r outputs step exactly r input samples, to the first whole group.
+    let head = (rem as usize).min(out.len() / 2);
     let (head_out, rest) = out.split_at_mut(head * 2);
     interpolate(input, rem, 2, 3, head_out);
-    // Input index of the first whole group: the head's steps, 2/3 of a sample each.
-    let skip = (rem as usize + 2 * head) / 3;
-    let input = &input[skip.min(input.len())..];
+    let input = &input[head.min(input.len())..];
     let groups = (rest.len() / 6).min(input.len().saturating_sub(1) / 2);
     let (body, tail) = rest.split_at_mut(groups * 6);
     // round(n / 3) for n in ±3 * 2^15, where n / 3 is never a tie: floor((n + 1) / 3), taken
