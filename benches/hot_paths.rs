@@ -122,11 +122,9 @@ fn bench_sim(c: &mut Criterion) {
             events.clear();
         })
     });
-    group.finish();
 
     // The voice echo of a 3 s utterance, kept as the 20 ms frames it arrived in, rendered one
     // 200 ms answer chunk (4,800 samples at 24 kHz) at a time, as the sim sends it.
-    let mut group = c.benchmark_group("sim");
     group.throughput(Throughput::Bytes(9_600));
     let mut utterance = Pcm::default();
     for k in 0..150 {
