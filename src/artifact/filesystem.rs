@@ -184,7 +184,7 @@ impl FileArtifactService {
         meta: &[u8],
         write: impl FnOnce(&Path) -> Result<(), ArtifactError>,
     ) -> Result<u64, ArtifactError> {
-        let created = create_dir(dir)?;
+        let created = ensure_dir(dir)?;
         let version = Self::claim_version(dir, meta, created)?;
         if let Err(e) = write(&dir.join(version.to_string())) {
             // Release the claim so the number is reused rather than left as a gap.
@@ -252,7 +252,7 @@ impl FileArtifactService {
 ///
 /// Every recording is an artifact of its own, so most saves make a new folder, and a new folder
 /// needs no listing to find its first free version.
-fn create_dir(dir: &Path) -> std::io::Result<bool> {
+fn ensure_dir(dir: &Path) -> std::io::Result<bool> {
     match std::fs::create_dir(dir) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
