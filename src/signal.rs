@@ -66,45 +66,81 @@ impl Signal {
 
     /// Completes once the signal fires (at once if it already has).
     pub fn fired(&self) -> Fired<'_> {
-        Fired {
-            signal: self,
-            notified: self.0.notify.notified(),
+        FlagWait {
+            flag: self,
+            wait: self.0.notify.notified(),
             waker: None,
         }
     }
 }
 
+/// Something a wait can check without touching a waiter list: true once what it waits for has
+/// happened.
+pub trait Flag {
+    /// Whether what the wait is for has happened.
+    fn is_set(&self) -> bool;
+}
+
+impl Flag for &Signal {
+    fn is_set(&self) -> bool {
+        self.is_fired()
+    }
+}
+
+impl<T> Flag for &mpsc::Sender<T> {
+    fn is_set(&self) -> bool {
+        self.is_closed()
+    }
+}
+
 pin_project! {
-    /// The future returned by [`Signal::fired`].
+    /// A wait whose outcome a flag also shows. Polled again by the task it already registered,
+    /// it checks the flag (an atomic load) instead of polling the wait, which for tokio's
+    /// `Notified` takes the waiter list's mutex each time.
     #[must_use = "futures do nothing unless polled"]
-    pub struct Fired<'a> {
-        signal: &'a Signal,
-        // Created with the future, so a `fire` between creation and first poll still reaches it
-        // (`notify_waiters` counts futures that exist, polled or not).
+    pub struct FlagWait<F, G> {
+        flag: G,
+        // Created with the future, so what happens between creation and first poll still
+        // reaches it (`notify_waiters` counts futures that exist, polled or not).
         #[pin]
-        notified: Notified<'a>,
-        // The waker the waiter was registered with.
+        wait: F,
+        // The waker the wait was registered with.
         waker: Option<Waker>,
     }
 }
 
-impl Future for Fired<'_> {
+impl<F: Future<Output = ()>, G: Flag> Future for FlagWait<F, G> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
-        if this.signal.is_fired() {
+        if this.flag.is_set() {
             return Poll::Ready(());
         }
         if this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            // Registered with this very waker already: `fire` will wake it.
+            // Registered with this very waker already: what sets the flag will wake it.
             return Poll::Pending;
         }
-        if this.notified.poll(cx).is_ready() {
+        if this.wait.poll(cx).is_ready() {
             return Poll::Ready(());
         }
         *this.waker = Some(cx.waker().clone());
         Poll::Pending
+    }
+}
+
+/// The future returned by [`Signal::fired`].
+pub type Fired<'a> = FlagWait<Notified<'a>, &'a Signal>;
+
+/// Completes once `tx`'s receiver is gone (closed or dropped); polled again in a loop, it costs an
+/// atomic load where `Sender::closed` locks the channel's waiter list.
+pub fn receiver_gone<T>(
+    tx: &mpsc::Sender<T>,
+) -> FlagWait<impl Future<Output = ()> + '_, &mpsc::Sender<T>> {
+    FlagWait {
+        flag: tx,
+        wait: tx.closed(),
+        waker: None,
     }
 }
 
@@ -167,6 +203,40 @@ mod tests {
         .expect("the loop saw the signal");
         // The feeder can only finish its sends once the loop has taken all but a queue's worth.
         assert!(seen >= 96, "{seen}");
+    }
+
+    #[tokio::test]
+    async fn receiver_gone_polled_many_times_in_a_select_loop_still_wakes() {
+        let (out_tx, out_rx) = mpsc::channel::<u32>(1);
+        let (tx, mut rx) = mpsc::channel::<u32>(4);
+        let gone = receiver_gone(&out_tx);
+        tokio::pin!(gone);
+        let looping = async {
+            let mut seen = 0;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = &mut gone => return seen,
+                    Some(_) = rx.recv() => seen += 1,
+                }
+            }
+        };
+        let feeding = async {
+            for n in 0..100 {
+                tx.send(n).await.expect("receiver alive");
+            }
+            drop(out_rx);
+        };
+        let (seen, ()) = timeout(Duration::from_secs(5), async {
+            tokio::join!(looping, feeding)
+        })
+        .await
+        .expect("the loop saw the receiver go");
+        assert!(seen >= 96, "{seen}");
+        // A receiver already gone: at once.
+        timeout(Duration::from_secs(5), receiver_gone(&out_tx))
+            .await
+            .expect("completes");
     }
 
     #[tokio::test]

@@ -30,6 +30,18 @@ pub struct LiveRequest {
     pub state_delta: Option<Map<String, Value>>,
 }
 
+/// The request that closes a run.
+const CLOSE: LiveRequest = LiveRequest {
+    content: None,
+    blob: None,
+    activity_start: false,
+    activity_end: false,
+    audio_stream_end: false,
+    close: true,
+    partial: false,
+    state_delta: None,
+};
+
 /// Sending after the queue was closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the live request queue is closed")]
@@ -143,6 +155,9 @@ impl LiveRequestQueue {
     /// requests already queued are still delivered before the close.
     pub fn close(&self) {
         self.closed.fire();
+        // Wakes a receiver waiting on an empty queue. If the queue is full, the receiver has
+        // requests to take and sees the flag once it has taken them.
+        let _ = self.tx.try_send(Box::new(CLOSE));
     }
 
     /// Whether the queue was closed.
@@ -154,29 +169,19 @@ impl LiveRequestQueue {
 impl LiveRequestReceiver {
     /// Receives the next request; after the queue is closed and drained, returns a close request.
     pub async fn recv(&mut self) -> LiveRequest {
+        // No wait on the close flag here: this runs for every audio frame, and a fresh wait on
+        // the flag would register and unregister a waiter each time. `close` puts a close request
+        // in the queue instead, behind what was queued before it.
         if let Ok(request) = self.rx.try_recv() {
             return *request;
         }
-        let closed = tokio::select! {
-            biased;
-            request = self.rx.recv() => match request {
-                Some(request) => return *request,
-                None => true,
-            },
-            _ = self.closed.fired() => true,
-        };
-        debug_assert!(closed);
-        // Deliver what was queued before the close, then the close itself.
-        match self.rx.try_recv() {
-            Ok(request) => *request,
-            Err(_) => {
-                self.closed.fire();
-                LiveRequest {
-                    close: true,
-                    ..LiveRequest::default()
-                }
+        if !self.closed.is_fired() {
+            if let Some(request) = self.rx.recv().await {
+                return *request;
             }
         }
+        self.closed.fire();
+        CLOSE
     }
 
     /// Whether the client closed the queue (sticky: stays true after the close was received).
@@ -210,6 +215,30 @@ mod tests {
         assert!(rx.recv().await.close);
         assert!(rx.recv().await.close, "close is sticky");
         assert_eq!(queue.send_activity_end().await, Err(QueueClosed));
+    }
+
+    #[tokio::test]
+    async fn a_close_wakes_a_receiver_waiting_on_an_empty_queue() {
+        let (queue, mut rx) = live_request_queue(4);
+        queue.send_activity_start().await.unwrap();
+        let receiving = tokio::spawn(async move {
+            let first = rx.recv().await;
+            // The queue is empty now: this waits until the close arrives.
+            let second = rx.recv().await;
+            (first, second, rx)
+        });
+        // Another sender stays alive: only the close itself can end the wait.
+        let other = queue.clone();
+        tokio::task::yield_now().await;
+        queue.close();
+        let (first, second, mut rx) = timeout(Duration::from_secs(5), receiving)
+            .await
+            .expect("the close woke the receiver")
+            .unwrap();
+        assert!(first.activity_start);
+        assert!(second.close);
+        assert!(rx.recv().await.close, "close is sticky");
+        assert_eq!(other.send_activity_end().await, Err(QueueClosed));
     }
 
     #[tokio::test]

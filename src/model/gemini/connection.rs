@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::signal::Signal;
+use crate::signal::{receiver_gone, Signal};
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
@@ -190,10 +190,14 @@ async fn read_loop(
     model: String,
     done: Signal,
 ) {
+    // Made once, not per message: a fresh wait registers and unregisters a waiter each time.
+    let ended = done.fired();
+    let flow_gone = receiver_gone(&output);
+    tokio::pin!(ended, flow_gone);
     loop {
         let message = tokio::select! {
-            _ = done.fired() => break,
-            _ = output.closed() => break,
+            () = &mut ended => break,
+            () = &mut flow_gone => break,
             message = stream.next() => message,
         };
         let result = match message {

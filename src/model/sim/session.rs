@@ -20,6 +20,7 @@ use super::voice::{Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
 use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
 use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage};
+use crate::signal::receiver_gone;
 
 /// Sample rate assumed for PCM whose mime type names none (or an unusable one).
 const DEFAULT_INPUT_RATE: u32 = 16_000;
@@ -41,8 +42,9 @@ pub(super) async fn run(
     let sleep = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(sleep);
     let mut armed: Option<Instant> = None;
-    // Made once, not per input: a fresh `closed()` registers and unregisters a waiter each time.
-    let flow_gone = output.closed();
+    // Made once, not per input, and not `Sender::closed`: polled at every input, that takes the
+    // channel's waiter-list lock each time (~1% of the gateway's CPU at 1,000 sessions).
+    let flow_gone = receiver_gone(&output);
     tokio::pin!(flow_gone);
     loop {
         let due = session.next_due();
