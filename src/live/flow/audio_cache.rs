@@ -77,10 +77,13 @@ impl Recording {
             }
         };
         let (done, spilled) = oneshot::channel();
+        // The next batch is as long as this one: room for it now, or the pushes grow the list
+        // from nothing again, seven times over for 64 KiB of 20 ms frames.
+        let room = self.chunks.len();
         let job = SpillJob {
             spool,
             dir: Arc::clone(dir),
-            chunks: std::mem::take(&mut self.chunks),
+            chunks: std::mem::replace(&mut self.chunks, Vec::with_capacity(room)),
             done,
         };
         let job = match via {
