@@ -5,6 +5,7 @@ pub mod flow;
 mod queue;
 mod run_config;
 
+pub(crate) use queue::Shortcut;
 pub use queue::{
     live_request_queue, LiveRequest, LiveRequestQueue, LiveRequestReceiver, QueueClosed,
     DEFAULT_QUEUE_CAPACITY,

@@ -1,5 +1,7 @@
 //! `LiveRequestQueue`: what a client sends to a live run, bounded, with a close that always gets through.
 
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use crate::signal::Signal;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -57,6 +59,7 @@ pub struct LiveRequestQueue {
     // cost every connection 5 KiB while idle.
     tx: mpsc::Sender<Box<LiveRequest>>,
     closed: Signal,
+    order: Arc<Mutex<Order>>,
 }
 
 /// The receiving side of a live request queue, owned by the live flow.
@@ -64,18 +67,59 @@ pub struct LiveRequestQueue {
 pub struct LiveRequestReceiver {
     rx: mpsc::Receiver<Box<LiveRequest>>,
     closed: Signal,
+    order: Arc<Mutex<Order>>,
+}
+
+/// A way past the queue and the send loop for realtime media, which the send loop opens while it
+/// runs: a microphone frame then reaches the model from the task that read it, without waking
+/// the send loop's task (one task hop less per 20 ms frame).
+pub(crate) trait Shortcut: Send + Sync + std::fmt::Debug {
+    /// Does for a media-only request what the send loop would, or gives it back untouched when
+    /// the model has no room or the loop is stopping.
+    fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest>;
+}
+
+/// What keeps the shortcut from overtaking queued requests.
+#[derive(Debug, Default)]
+struct Order {
+    /// Requests put in the queue.
+    queued: u64,
+    /// Requests the send loop has finished with (forwarded, committed or dropped).
+    done: u64,
+    shortcut: Option<Arc<dyn Shortcut>>,
+}
+
+fn lock(order: &Mutex<Order>) -> MutexGuard<'_, Order> {
+    // The counters stay consistent whatever panicked: each change is a single store.
+    order.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LiveRequest {
+    /// Carries realtime media and nothing else.
+    fn is_media_only(&self) -> bool {
+        self.blob.is_some()
+            && self.content.is_none()
+            && self.state_delta.is_none()
+            && !(self.activity_start
+                || self.activity_end
+                || self.audio_stream_end
+                || self.close
+                || self.partial)
+    }
 }
 
 /// Creates a live request queue holding at most `capacity` requests.
 pub fn live_request_queue(capacity: usize) -> (LiveRequestQueue, LiveRequestReceiver) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let closed = Signal::new();
+    let order = Arc::default();
     (
         LiveRequestQueue {
             tx,
             closed: closed.clone(),
+            order: Arc::clone(&order),
         },
-        LiveRequestReceiver { rx, closed },
+        LiveRequestReceiver { rx, closed, order },
     )
 }
 
@@ -86,11 +130,15 @@ impl LiveRequestQueue {
             self.close();
             return Ok(());
         }
+        let Some(request) = self.try_shortcut(request) else {
+            return Ok(());
+        };
         if self
             .closed
             .send_unless_fired(&self.tx, Box::new(request))
             .await
         {
+            self.queued();
             Ok(())
         } else {
             Err(QueueClosed)
@@ -103,7 +151,34 @@ impl LiveRequestQueue {
             self.close();
             return true;
         }
-        !self.closed.is_fired() && self.tx.try_send(Box::new(request)).is_ok()
+        let Some(request) = self.try_shortcut(request) else {
+            return true;
+        };
+        let sent = !self.closed.is_fired() && self.tx.try_send(Box::new(request)).is_ok();
+        if sent {
+            self.queued();
+        }
+        sent
+    }
+
+    /// Hands a media-only request to the send loop's shortcut if it is open and nothing queued
+    /// is still on its way (so it cannot overtake one sent before it); gives it back otherwise.
+    fn try_shortcut(&self, request: LiveRequest) -> Option<LiveRequest> {
+        if !request.is_media_only() || self.closed.is_fired() {
+            return Some(request);
+        }
+        // Held while forwarding, so the loop cannot close the shortcut halfway (it never waits).
+        let order = lock(&self.order);
+        match &order.shortcut {
+            Some(shortcut) if order.queued == order.done => shortcut.try_forward(request),
+            _ => Some(request),
+        }
+    }
+
+    /// Counts a request put in the queue. Counted after it went in: the same task checks the
+    /// count before its next shortcut, and another task's sends have no order to keep with it.
+    fn queued(&self) {
+        lock(&self.order).queued += 1;
     }
 
     /// Sends a complete user turn.
@@ -188,11 +263,44 @@ impl LiveRequestReceiver {
     pub fn is_closed(&self) -> bool {
         self.closed.is_fired()
     }
+
+    /// Opens the shortcut for media until the returned guard is dropped.
+    pub(crate) fn open_shortcut(&self, shortcut: Arc<dyn Shortcut>) -> ShortcutOpen {
+        lock(&self.order).shortcut = Some(shortcut);
+        ShortcutOpen(Arc::clone(&self.order))
+    }
+
+    /// Marks a received request as finished with once the returned guard is dropped (after it
+    /// reached the model, or when the loop gave up on it); until then media waits in the queue.
+    pub(crate) fn in_hand(&self) -> InHand {
+        InHand(Arc::clone(&self.order))
+    }
+}
+
+/// Keeps a queue's media shortcut open (see [`LiveRequestReceiver::open_shortcut`]).
+#[derive(Debug)]
+pub(crate) struct ShortcutOpen(Arc<Mutex<Order>>);
+
+impl Drop for ShortcutOpen {
+    fn drop(&mut self) {
+        lock(&self.0).shortcut = None;
+    }
+}
+
+/// A received request the send loop is still working on (see [`LiveRequestReceiver::in_hand`]).
+#[derive(Debug)]
+pub(crate) struct InHand(Arc<Mutex<Order>>);
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        lock(&self.0).done += 1;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Blob;
     use std::time::Duration;
     use tokio::time::timeout;
 
@@ -239,6 +347,87 @@ mod tests {
         assert!(second.close);
         assert!(rx.recv().await.close, "close is sticky");
         assert_eq!(other.send_activity_end().await, Err(QueueClosed));
+    }
+
+    /// A shortcut that takes media while `open`, and says what it took.
+    #[derive(Debug)]
+    struct Taker {
+        open: std::sync::atomic::AtomicBool,
+        took: mpsc::UnboundedSender<LiveRequest>,
+    }
+
+    impl Shortcut for Taker {
+        fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest> {
+            if !self.open.load(std::sync::atomic::Ordering::SeqCst) {
+                return Some(request);
+            }
+            self.took.send(request).err().map(|e| e.0)
+        }
+    }
+
+    fn media(n: u8) -> LiveRequest {
+        LiveRequest {
+            blob: Some(Blob::new(bytes::Bytes::from(vec![n; 4]), "audio/pcm")),
+            ..LiveRequest::default()
+        }
+    }
+
+    fn byte(request: &LiveRequest) -> u8 {
+        request.blob.as_ref().map_or(0, |b| b.data[0])
+    }
+
+    #[tokio::test]
+    async fn media_takes_the_shortcut_only_when_nothing_queued_is_on_its_way() {
+        let (queue, mut rx) = live_request_queue(8);
+        let (took, mut taken) = mpsc::unbounded_channel();
+        let taker = Arc::new(Taker {
+            open: true.into(),
+            took,
+        });
+        // No shortcut yet: media is queued.
+        queue.send(media(1)).await.unwrap();
+        let open = rx.open_shortcut(taker.clone());
+        // Media 1 is still queued: media 2 must not overtake it.
+        queue.send(media(2)).await.unwrap();
+        assert!(taken.try_recv().is_err());
+        let first = rx.recv().await;
+        let in_hand = rx.in_hand();
+        queue.send(media(3)).await.unwrap();
+        assert!(taken.try_recv().is_err(), "media 1 is still in hand");
+        drop(in_hand);
+        for want in [2, 3] {
+            let request = rx.recv().await;
+            let _in_hand = rx.in_hand();
+            assert_eq!(byte(&request), want);
+        }
+        assert_eq!(byte(&first), 1);
+        // Everything queued is through: now media goes past the queue.
+        queue.send(media(4)).await.unwrap();
+        assert_eq!(taken.try_recv().map(|r| byte(&r)), Ok(4));
+        // Anything else is queued, and holds the media behind it back until it is through.
+        queue.send_activity_end().await.unwrap();
+        queue.send(media(5)).await.unwrap();
+        assert!(taken.try_recv().is_err());
+        assert!(rx.recv().await.activity_end);
+        drop(rx.in_hand());
+        assert_eq!(byte(&rx.recv().await), 5);
+        drop(rx.in_hand());
+        // A shortcut that gives the request back: it is queued, whole.
+        taker.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(queue.try_send(media(6)));
+        assert_eq!(byte(&rx.recv().await), 6);
+        drop(rx.in_hand());
+        taker.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Closed by the loop: queued again.
+        drop(open);
+        queue.send(media(7)).await.unwrap();
+        assert_eq!(byte(&rx.recv().await), 7);
+        assert!(taken.try_recv().is_err());
+        // After a close nothing goes anywhere.
+        let _open = rx.open_shortcut(taker);
+        queue.close();
+        assert_eq!(queue.send(media(8)).await, Err(QueueClosed));
+        assert!(taken.try_recv().is_err());
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
 use super::FlowItem;
 use crate::event::{Event, FunctionResponse};
-use crate::live::LiveRequestReceiver;
+use crate::live::{LiveRequest, LiveRequestReceiver, Shortcut};
 use crate::model::LiveInput;
 
 /// An event the send loop hands to the flow to commit (and maybe yield), and the ack that it was
@@ -47,6 +47,10 @@ pub(crate) async fn send_loop(
     // Made once, not per request: a pinned wait polled again costs an atomic load.
     let stopped = ctx.stop.fired();
     tokio::pin!(stopped);
+    let _shortcut = inputs.requests.open_shortcut(Arc::new(MediaShortcut {
+        model: model.clone(),
+        ctx: ctx.clone(),
+    }));
     loop {
         let request = tokio::select! {
             biased;
@@ -59,6 +63,8 @@ pub(crate) async fn send_loop(
             }
             request = inputs.requests.recv() => request,
         };
+        // Until this request is through, media takes the queue behind it, not the shortcut.
+        let _in_hand = inputs.requests.in_hand();
         ctx.hooks.fan_out(&request);
         let is_function_response = request
             .content
@@ -152,6 +158,33 @@ pub(crate) async fn send_loop(
                 return inputs;
             }
         }
+    }
+}
+
+/// What the send loop does with a media-only request, done by the task that sends it.
+#[derive(Debug)]
+struct MediaShortcut {
+    model: mpsc::Sender<LiveInput>,
+    ctx: SendContext,
+}
+
+impl Shortcut for MediaShortcut {
+    fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest> {
+        if self.ctx.stop.is_fired() {
+            return Some(request);
+        }
+        // Room first: a request given back must not have been copied or recorded yet.
+        let Ok(permit) = self.model.try_reserve() else {
+            return Some(request);
+        };
+        self.ctx.hooks.fan_out(&request);
+        if let Some(blob) = request.blob {
+            if self.ctx.record_audio {
+                self.ctx.cache.push(AudioSide::Input, &blob);
+            }
+            permit.send(LiveInput::Realtime(blob));
+        }
+        None
     }
 }
 

@@ -455,3 +455,82 @@ async fn a_single_turn_waits_for_the_answer_to_its_tool_results() {
         .collect();
     assert!(texts.iter().any(|t| t == "It worked."), "{texts:?}");
 }
+
+#[tokio::test]
+async fn media_sent_after_content_reaches_the_model_after_it() {
+    let (flow, mut upstreams, artifacts) = flow(true);
+    let (queue, requests) = live_request_queue(8);
+    let (items, _end) = flow.run(requests);
+    tokio::pin!(items);
+    queue
+        .send_content(Content::text("user", "hi"))
+        .await
+        .unwrap();
+    // The flow yields the user's content to be committed; until it is polled again it does not
+    // acknowledge the commit, so the send loop holds the content.
+    let committed = next(&mut items).await;
+    assert_eq!(committed.event.author, "user");
+    let mut up = upstreams.recv().await.unwrap();
+    let frame = |n: u8| Blob::new(Bytes::from(vec![n; 640]), "audio/pcm;rate=16000");
+    queue.send_realtime(frame(1)).await.unwrap();
+    assert!(
+        up.inputs.try_recv().is_err(),
+        "nothing reaches the model before the content is committed"
+    );
+    // Poll the flow (it yields nothing more) while the model's inputs come in.
+    let mut inputs = Vec::new();
+    timeout(WAIT, async {
+        while inputs.len() < 2 {
+            tokio::select! {
+                item = items.next() => panic!("unexpected item {item:?}"),
+                input = up.inputs.recv() => inputs.push(input.expect("the send loop is alive")),
+            }
+        }
+    })
+    .await
+    .expect("the content, then the frame");
+    assert!(matches!(inputs[0], LiveInput::Content { .. }), "{inputs:?}");
+    assert!(
+        matches!(&inputs[1], LiveInput::Realtime(b) if b.data[0] == 1),
+        "{inputs:?}"
+    );
+
+    // Later frames (past the send loop or through it) are recorded in order with the first.
+    for n in 2..=4 {
+        queue.send_realtime(frame(n)).await.unwrap();
+    }
+    timeout(WAIT, async {
+        while inputs.len() < 5 {
+            tokio::select! {
+                item = items.next() => panic!("unexpected item {item:?}"),
+                input = up.inputs.recv() => inputs.push(input.expect("the send loop is alive")),
+            }
+        }
+    })
+    .await
+    .expect("three more frames");
+    let order: Vec<u8> = inputs[1..]
+        .iter()
+        .map(|i| match i {
+            LiveInput::Realtime(b) => b.data[0],
+            other => panic!("not a frame: {other:?}"),
+        })
+        .collect();
+    assert_eq!(order, [1, 2, 3, 4]);
+    queue.close();
+    drop(up);
+    let _: Vec<FlowItem> = timeout(WAIT, items.collect()).await.expect("the flow ends");
+    let scope = ArtifactScope {
+        app_name: "app",
+        user_id: "u",
+        session_id: "s",
+    };
+    let names = artifacts.list_names(scope).await.unwrap();
+    let input = names
+        .iter()
+        .find(|n| n.contains("input"))
+        .expect("an input recording");
+    let saved = artifacts.load(scope, input, None).await.unwrap().unwrap();
+    let want: Vec<u8> = (1..=4u8).flat_map(|n| vec![n; 640]).collect();
+    assert_eq!(saved.data.as_ref(), want.as_slice());
+}
