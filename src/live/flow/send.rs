@@ -1,4 +1,5 @@
-//! The send loop: live requests from the client, to the model connection.
+//! The send loop: live requests from the client, to the model connection; and its shortcut, which
+//! forwards media-only requests from the sender's task.
 
 use std::sync::Arc;
 
