@@ -174,18 +174,17 @@ mod tests {
             .expect("already fired");
     }
 
-    #[tokio::test]
-    async fn a_wait_polled_many_times_in_a_select_loop_still_wakes() {
-        let signal = Signal::new();
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<u32>(4);
-        let fired = signal.fired();
-        tokio::pin!(fired);
+    /// Polls `wait` in a select loop beside a channel fed 100 values, then calls `end`; returns how
+    /// many values the loop took before `wait` completed.
+    async fn seen_before(wait: impl Future<Output = ()>, end: impl FnOnce()) -> u32 {
+        let (tx, mut rx) = mpsc::channel::<u32>(4);
+        tokio::pin!(wait);
         let looping = async {
             let mut seen = 0;
             loop {
                 tokio::select! {
                     biased;
-                    () = &mut fired => return seen,
+                    () = &mut wait => return seen,
                     Some(_) = rx.recv() => seen += 1,
                 }
             }
@@ -194,13 +193,20 @@ mod tests {
             for n in 0..100 {
                 tx.send(n).await.expect("receiver alive");
             }
-            signal.fire();
+            end();
         };
         let (seen, ()) = timeout(Duration::from_secs(5), async {
             tokio::join!(looping, feeding)
         })
         .await
-        .expect("the loop saw the signal");
+        .expect("the loop saw the wait complete");
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_wait_polled_many_times_in_a_select_loop_still_wakes() {
+        let signal = Signal::new();
+        let seen = seen_before(signal.fired(), || signal.fire()).await;
         // The feeder can only finish its sends once the loop has taken all but a queue's worth.
         assert!(seen >= 96, "{seen}");
     }
@@ -208,30 +214,7 @@ mod tests {
     #[tokio::test]
     async fn receiver_gone_polled_many_times_in_a_select_loop_still_wakes() {
         let (out_tx, out_rx) = mpsc::channel::<u32>(1);
-        let (tx, mut rx) = mpsc::channel::<u32>(4);
-        let gone = receiver_gone(&out_tx);
-        tokio::pin!(gone);
-        let looping = async {
-            let mut seen = 0;
-            loop {
-                tokio::select! {
-                    biased;
-                    () = &mut gone => return seen,
-                    Some(_) = rx.recv() => seen += 1,
-                }
-            }
-        };
-        let feeding = async {
-            for n in 0..100 {
-                tx.send(n).await.expect("receiver alive");
-            }
-            drop(out_rx);
-        };
-        let (seen, ()) = timeout(Duration::from_secs(5), async {
-            tokio::join!(looping, feeding)
-        })
-        .await
-        .expect("the loop saw the receiver go");
+        let seen = seen_before(receiver_gone(&out_tx), move || drop(out_rx)).await;
         assert!(seen >= 96, "{seen}");
         // A receiver already gone: at once.
         timeout(Duration::from_secs(5), receiver_gone(&out_tx))

@@ -456,6 +456,25 @@ async fn a_single_turn_waits_for_the_answer_to_its_tool_results() {
     assert!(texts.iter().any(|t| t == "It worked."), "{texts:?}");
 }
 
+/// Polls the flow, which must yield nothing, until the model has had `count` inputs in all.
+async fn model_inputs<S: futures::Stream<Item = FlowItem> + Unpin>(
+    items: &mut S,
+    up: &mut Upstream,
+    inputs: &mut Vec<LiveInput>,
+    count: usize,
+) {
+    timeout(WAIT, async {
+        while inputs.len() < count {
+            tokio::select! {
+                item = items.next() => panic!("unexpected item {item:?}"),
+                input = up.inputs.recv() => inputs.push(input.expect("the send loop is alive")),
+            }
+        }
+    })
+    .await
+    .expect("the model's inputs in time");
+}
+
 #[tokio::test]
 async fn media_sent_after_content_reaches_the_model_after_it() {
     let (flow, mut upstreams, artifacts) = flow(true);
@@ -477,18 +496,8 @@ async fn media_sent_after_content_reaches_the_model_after_it() {
         up.inputs.try_recv().is_err(),
         "nothing reaches the model before the content is committed"
     );
-    // Poll the flow (it yields nothing more) while the model's inputs come in.
     let mut inputs = Vec::new();
-    timeout(WAIT, async {
-        while inputs.len() < 2 {
-            tokio::select! {
-                item = items.next() => panic!("unexpected item {item:?}"),
-                input = up.inputs.recv() => inputs.push(input.expect("the send loop is alive")),
-            }
-        }
-    })
-    .await
-    .expect("the content, then the frame");
+    model_inputs(&mut items, &mut up, &mut inputs, 2).await;
     assert!(matches!(inputs[0], LiveInput::Content { .. }), "{inputs:?}");
     assert!(
         matches!(&inputs[1], LiveInput::Realtime(b) if b.data[0] == 1),
@@ -499,16 +508,7 @@ async fn media_sent_after_content_reaches_the_model_after_it() {
     for n in 2..=4 {
         queue.send_realtime(frame(n)).await.unwrap();
     }
-    timeout(WAIT, async {
-        while inputs.len() < 5 {
-            tokio::select! {
-                item = items.next() => panic!("unexpected item {item:?}"),
-                input = up.inputs.recv() => inputs.push(input.expect("the send loop is alive")),
-            }
-        }
-    })
-    .await
-    .expect("three more frames");
+    model_inputs(&mut items, &mut up, &mut inputs, 5).await;
     let order: Vec<u8> = inputs[1..]
         .iter()
         .map(|i| match i {
