@@ -2,8 +2,9 @@
 //!
 //! A send loop task forwards client requests to the model (realtime media past it, from the
 //! sender's own task, while nothing sent earlier is still on its way); the stream itself reads
-//! the model's responses and turns them into ADK events. Reconnects with the latest resumption handle on
-//! `goAway` or a resumable drop; flushes every cached recording when it ends, whatever the reason.
+//! the model's responses and turns them into ADK events. Reconnects with the latest resumption
+//! handle on `goAway` or a resumable drop; flushes every cached recording when it ends, whatever
+//! the reason.
 
 mod audio_cache;
 mod hooks;

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
 use super::FlowItem;
-use crate::event::{Event, FunctionResponse};
+use crate::event::{Blob, Event, FunctionResponse};
 use crate::live::{LiveRequest, LiveRequestReceiver, Shortcut};
 use crate::model::LiveInput;
 
@@ -36,6 +36,16 @@ pub(crate) struct SendContext {
     pub persist: mpsc::Sender<PersistRequest>,
     pub stop: Signal,
     pub hooks: Arc<dyn FlowHooks>,
+}
+
+impl SendContext {
+    /// The model input for a client's media chunk, recorded first when the run records audio.
+    fn media(&self, blob: Blob) -> LiveInput {
+        if self.record_audio {
+            self.cache.push(AudioSide::Input, &blob);
+        }
+        LiveInput::Realtime(blob)
+    }
 }
 
 /// Forwards requests to the model until the queue closes, the model goes away or `stop` fires;
@@ -94,13 +104,8 @@ pub(crate) async fn send_loop(
             Some(LiveInput::ActivityEnd)
         } else if request.audio_stream_end {
             Some(LiveInput::AudioStreamEnd)
-        } else if let Some(blob) = request.blob {
-            if ctx.record_audio {
-                ctx.cache.push(AudioSide::Input, &blob);
-            }
-            Some(LiveInput::Realtime(blob))
         } else {
-            None
+            request.blob.map(|blob| ctx.media(blob))
         };
         if let Some(input) = realtime {
             if !forward(&ctx, &model, input).await {
@@ -180,10 +185,7 @@ impl Shortcut for MediaShortcut {
         };
         self.ctx.hooks.fan_out(&request);
         if let Some(blob) = request.blob {
-            if self.ctx.record_audio {
-                self.ctx.cache.push(AudioSide::Input, &blob);
-            }
-            permit.send(LiveInput::Realtime(blob));
+            permit.send(self.ctx.media(blob));
         }
         None
     }
