@@ -33,11 +33,14 @@ impl Signal {
         Self::default()
     }
 
-    /// Fires the signal, waking every waiter; firing again does nothing.
-    pub fn fire(&self) {
-        if !self.0.fired.swap(true, Ordering::AcqRel) {
+    /// Fires the signal, waking every waiter; true if this call fired it (firing again does
+    /// nothing).
+    pub fn fire(&self) -> bool {
+        let first = !self.0.fired.swap(true, Ordering::AcqRel);
+        if first {
             self.0.notify.notify_waiters();
         }
+        first
     }
 
     /// Whether the signal has fired.
@@ -206,7 +209,10 @@ mod tests {
     #[tokio::test]
     async fn a_wait_polled_many_times_in_a_select_loop_still_wakes() {
         let signal = Signal::new();
-        let seen = seen_before(signal.fired(), || signal.fire()).await;
+        let seen = seen_before(signal.fired(), || {
+            signal.fire();
+        })
+        .await;
         // The feeder can only finish its sends once the loop has taken all but a queue's worth.
         assert!(seen >= 96, "{seen}");
     }

@@ -229,10 +229,11 @@ impl LiveRequestQueue {
     /// Closes the queue. Never waits and always gets through, even when the queue is full;
     /// requests already queued are still delivered before the close.
     pub fn close(&self) {
-        self.closed.fire();
-        // Wakes a receiver waiting on an empty queue. If the queue is full, the receiver has
-        // requests to take and sees the flag once it has taken them.
-        let _ = self.tx.try_send(Box::new(CLOSE));
+        if self.closed.fire() {
+            // Wakes a receiver waiting on an empty queue. If the queue is full, the receiver has
+            // requests to take and sees the flag once it has taken them.
+            let _ = self.tx.try_send(Box::new(CLOSE));
+        }
     }
 
     /// Whether the queue was closed.
@@ -339,12 +340,17 @@ mod tests {
         let other = queue.clone();
         tokio::task::yield_now().await;
         queue.close();
+        other.close();
         let (first, second, mut rx) = timeout(Duration::from_secs(5), receiving)
             .await
             .expect("the close woke the receiver")
             .unwrap();
         assert!(first.activity_start);
         assert!(second.close);
+        assert!(
+            rx.rx.try_recv().is_err(),
+            "closing twice queues one close request"
+        );
         assert!(rx.recv().await.close, "close is sticky");
         assert_eq!(other.send_activity_end().await, Err(QueueClosed));
     }
