@@ -94,6 +94,14 @@ async fn a_small_load_reports_consistent_counts() {
         "{gateway:?}"
     );
     assert!(report.machine_cpu_busy.is_some_and(|b| b > 0.0 && b <= 1.0));
+    let peak = report
+        .machine_cpu_at_peak
+        .expect("the sampler saw all 20 sessions connected more than once");
+    assert!(
+        peak.busy > 0.0 && peak.busy <= 1.0 && (0.0..=peak.busy).contains(&peak.steal),
+        "{peak:?}"
+    );
+    assert!(report.table().contains("sessions connected (steal"));
 
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
@@ -108,6 +116,7 @@ async fn a_small_load_reports_consistent_counts() {
         "server",
         "generator_cpu_cores",
         "machine_cpu_busy",
+        "machine_cpu_at_peak",
         "gateway",
     ] {
         assert!(json.get(field).is_some(), "the report has {field}");

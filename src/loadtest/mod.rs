@@ -265,7 +265,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     report.run_id = plan.run_id.clone();
     report.machine_cpu_busy = machine_before
         .zip(machine_after)
-        .map(|((busy0, total0), (busy1, total1))| (busy1 - busy0) / (total1 - total0).max(1.0));
+        .map(|(before, after)| before.until(&after).busy);
     report.gateway = metrics_before
         .zip(metrics_after)
         .map(|(before, after)| scrape::between(&before, &after));
@@ -349,6 +349,7 @@ fn summarize(
         server: sampled.server,
         generator_cpu_cores: sampled.generator_cpu_cores,
         machine_cpu_busy: None,
+        machine_cpu_at_peak: sampled.machine_at_peak,
         gateway: None,
     }
 }

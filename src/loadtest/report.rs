@@ -3,7 +3,11 @@
 
 use serde::Serialize;
 
+use super::procfs::MachineLoad;
 use super::scrape::{BucketQuantiles, GatewayView};
+
+/// Busy share of the machine's CPU from which a run counts as saturated.
+const SATURATED: f64 = 0.95;
 
 /// Percentiles of a set of samples, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -151,6 +155,10 @@ pub struct Report {
     /// Share of all the machine's CPU time that was busy during the run (0 to 1): near 1, every
     /// latency includes waiting for a CPU.
     pub machine_cpu_busy: Option<f64>,
+    /// The machine's CPU while the most sessions were connected (busy and steal, 0 to 1): the
+    /// run's average above also covers the ramp and the drain, and hides a machine saturated in
+    /// between.
+    pub machine_cpu_at_peak: Option<MachineLoad>,
     /// The gateway's own counts over the run, from its `/metrics` (all its clients, not only
     /// this run's), when it serves them.
     pub gateway: Option<GatewayView>,
@@ -210,7 +218,25 @@ impl Report {
             out.push_str(&format!("generator CPU {cores:.2} cores\n"));
         }
         if let Some(busy) = self.machine_cpu_busy {
-            out.push_str(&format!("machine CPU {:.0}% busy\n", busy * 100.0));
+            out.push_str(&format!(
+                "machine CPU {:.0}% busy over the run",
+                busy * 100.0
+            ));
+            if let Some(peak) = self.machine_cpu_at_peak {
+                let connected = self.sessions_over_time.iter().map(|s| s.1).max();
+                out.push_str(&format!(
+                    ", {:.0}% with {} sessions connected (steal {:.0}%)",
+                    peak.busy * 100.0,
+                    connected.unwrap_or(0),
+                    peak.steal * 100.0
+                ));
+                if peak.busy >= SATURATED {
+                    out.push_str(
+                        "\n  saturated: latencies, the gateway's own included, contain waiting for a CPU",
+                    );
+                }
+            }
+            out.push('\n');
         }
         if let Some(gateway) = &self.gateway {
             let line = |what: &str, q: &BucketQuantiles| {
@@ -357,5 +383,32 @@ mod tests {
         assert!(report.table().contains("first audio"));
         let svg = report.svg(&[1.0, 2.0]);
         assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    }
+
+    #[test]
+    fn the_table_says_when_the_machine_was_saturated() {
+        let mut report = Report {
+            sessions: 1000,
+            sessions_over_time: vec![(0.0, 0), (30.0, 1000), (70.0, 0)],
+            machine_cpu_busy: Some(0.89),
+            machine_cpu_at_peak: Some(MachineLoad {
+                busy: 0.9,
+                steal: 0.07,
+            }),
+            ..Report::default()
+        };
+        let calm = report.table();
+        assert!(
+            calm.contains(
+                "machine CPU 89% busy over the run, 90% with 1000 sessions connected (steal 7%)"
+            ),
+            "{calm}"
+        );
+        assert!(!calm.contains("saturated"));
+        report.machine_cpu_at_peak = Some(MachineLoad {
+            busy: 0.995,
+            steal: 0.07,
+        });
+        assert!(report.table().contains("saturated"));
     }
 }
