@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use livegate::event::{Blob, Content, Event, Transcription};
-use livegate::gateway::{decode_binary, decode_text, encode_event, AudioFrames};
+use livegate::gateway::{decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks};
 use livegate::live::flow::{AudioCache, AudioSide, ResponseProcessor};
 use livegate::model::LlmResponse;
 
@@ -75,8 +75,20 @@ fn bench_up(c: &mut Criterion) {
     let mut group = c.benchmark_group("upstream");
     let pcm = Bytes::from(vec![3u8; 640]);
     group.throughput(Throughput::Bytes(640));
+    // Decoded frames live on: the recording and the model each hold one for about two seconds.
+    let mut kept = std::collections::VecDeque::with_capacity(101);
+    let mut frames = FrameBlocks::default();
     group.bench_function("decode_binary_audio_frame", |b| {
-        b.iter(|| decode_binary(black_box(pcm.clone())))
+        b.iter(|| {
+            if let Ok(request) = decode_binary(black_box(&pcm), &mut frames) {
+                if let Some(blob) = request.blob {
+                    kept.push_back((blob.data.clone(), blob));
+                    if kept.len() > 100 {
+                        kept.pop_front();
+                    }
+                }
+            }
+        })
     });
     let json = format!(
         r#"{{"type":"audio","data":"{}"}}"#,

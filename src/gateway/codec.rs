@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 
 use crate::event::{decode_base64, Blob, Content, Event};
@@ -78,20 +78,44 @@ struct RawFrame {
     mime_type: Option<String>,
 }
 
-/// Decodes a binary frame: raw PCM16 LE mono 16 kHz audio.
-pub fn decode_binary(data: Bytes) -> Result<LiveRequest, FrameError> {
+/// Decodes a binary frame: raw PCM16 LE mono 16 kHz audio, copied into `frames`.
+pub fn decode_binary(data: &[u8], frames: &mut FrameBlocks) -> Result<LiveRequest, FrameError> {
     if !data.len().is_multiple_of(2) {
         return Err(FrameError::OddAudioLength(data.len()));
     }
-    // A frame from the socket is a slice of the connection's 2 KiB read block, and the audio is
-    // kept for seconds (the utterance the model hears, the recording before it is spooled): held
-    // as slices, two 640-byte frames pinned a whole block, 1.5x the audio. One copy of 640 bytes
-    // is cheap, and it lets the read block be reused in place.
-    let data = Bytes::copy_from_slice(&data);
     Ok(LiveRequest {
-        blob: Some(Blob::new(data, INPUT_AUDIO_MIME)),
+        blob: Some(Blob::new(frames.copy(data), INPUT_AUDIO_MIME)),
         ..LiveRequest::default()
     })
+}
+
+/// Client audio blocks of one connection: frames are copied in back to back, each handed out as
+/// a `Bytes` slice of its block.
+///
+/// A frame from the socket is a slice of the connection's 2 KiB read block, and the audio is
+/// kept for seconds (the utterance the model hears, the recording before it is spooled): held as
+/// slices, two 640-byte frames pinned a whole read block, 1.5x the audio. Copied into a block of
+/// their own, frames are one allocation per dozen, not two each (the copy, and the shared count
+/// its first clone adds); and since a connection's frames are kept and dropped in the order they
+/// came, a block is freed soon after its last frame.
+#[derive(Debug, Default)]
+pub struct FrameBlocks {
+    /// The unused rest of the current block.
+    rest: BytesMut,
+}
+
+/// Bytes per audio block: twelve 20 ms frames of 16 kHz PCM16.
+const FRAME_BLOCK: usize = 12 * 640;
+
+impl FrameBlocks {
+    /// Copies `data` into the current block (a new one when it does not fit).
+    pub fn copy(&mut self, data: &[u8]) -> Bytes {
+        if self.rest.capacity() < data.len() {
+            self.rest = BytesMut::with_capacity(FRAME_BLOCK.max(data.len()));
+        }
+        self.rest.extend_from_slice(data);
+        self.rest.split().freeze()
+    }
 }
 
 /// Decodes a JSON text frame.
@@ -241,7 +265,7 @@ mod tests {
                 .unwrap()
                 .audio_stream_end
         );
-        let r = decode_binary(Bytes::from_static(&[1, 0, 2, 0])).unwrap();
+        let r = decode_binary(&[1, 0, 2, 0], &mut FrameBlocks::default()).unwrap();
         assert_eq!(r.blob.unwrap().mime_type, INPUT_AUDIO_MIME);
     }
 
@@ -249,7 +273,10 @@ mod tests {
     fn binary_audio_does_not_pin_the_read_block() {
         let block = Bytes::from(vec![7u8; 2048]);
         let frame = block.slice(8..648);
-        let blob = decode_binary(frame).unwrap().blob.unwrap();
+        let blob = decode_binary(&frame, &mut FrameBlocks::default())
+            .unwrap()
+            .blob
+            .unwrap();
         assert_eq!(blob.data, block.slice(8..648));
         let held = blob.data.as_ptr_range();
         let read = block.as_ptr_range();
@@ -257,6 +284,27 @@ mod tests {
             held.end <= read.start || held.start >= read.end,
             "the audio is its own allocation"
         );
+    }
+
+    #[test]
+    fn frames_fill_a_block_back_to_back_then_start_the_next() {
+        let mut blocks = FrameBlocks::default();
+        let frames: Vec<Bytes> = (0..13u8).map(|i| blocks.copy(&[i; 640])).collect();
+        for (i, frame) in frames.iter().enumerate() {
+            assert_eq!(&frame[..], &[i as u8; 640][..], "frame {i} kept its bytes");
+        }
+        for pair in frames[..12].windows(2) {
+            assert_eq!(pair[0].as_ptr_range().end, pair[1].as_ptr().cast_mut());
+        }
+        assert_ne!(
+            frames[11].as_ptr_range().end,
+            frames[12].as_ptr().cast_mut(),
+            "the thirteenth starts a new block"
+        );
+        // A frame bigger than a block gets one of its own; the next starts afresh.
+        let big = blocks.copy(&[9; 3 * FRAME_BLOCK]);
+        assert_eq!(big.len(), 3 * FRAME_BLOCK);
+        assert_eq!(&blocks.copy(&[1, 2])[..], &[1, 2]);
     }
 
     #[test]
@@ -282,7 +330,7 @@ mod tests {
             Err(FrameError::InvalidBase64(_))
         ));
         assert_eq!(
-            decode_binary(Bytes::from_static(&[1, 2, 3])),
+            decode_binary(&[1, 2, 3], &mut FrameBlocks::default()),
             Err(FrameError::OddAudioLength(3))
         );
         assert_eq!(
@@ -339,7 +387,7 @@ mod properties {
         #[test]
         fn binary_frames_are_accepted_exactly_when_whole_samples(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
             let len = data.len();
-            let decoded = decode_binary(Bytes::from(data));
+            let decoded = decode_binary(&data, &mut FrameBlocks::default());
             prop_assert_eq!(decoded.is_ok(), len % 2 == 0);
         }
 

@@ -14,7 +14,9 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::codec::{decode_binary, decode_text, encode_event, AudioFrames, FrameError};
+use super::codec::{
+    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError,
+};
 use super::ids::PathId;
 use super::metrics::{Meter, RunMeter};
 use super::writer::{run_writer, Abort, WriterCommand, WriterExit, WriterStats};
@@ -169,6 +171,7 @@ pub async fn serve_connection<S, R>(
         let run_ended = run_done.fired();
         let client_gone = writer_done.fired();
         tokio::pin!(taken_over, shutdown, run_ended, client_gone);
+        let mut frames = FrameBlocks::default();
         let end = loop {
             let message = tokio::select! {
                 biased;
@@ -181,7 +184,7 @@ pub async fn serve_connection<S, R>(
             let decoded: Result<LiveRequest, FrameError> = match message {
                 Some(Ok(Message::Binary(data))) => {
                     meter.received(true, data.len());
-                    decode_binary(data)
+                    decode_binary(&data, &mut frames)
                 }
                 Some(Ok(Message::Text(text))) => {
                     meter.received(false, text.len());

@@ -30,7 +30,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
-pub use codec::{decode_binary, decode_text, encode_event, AudioFrames, FrameError, OutFrame};
+pub use codec::{
+    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, OutFrame,
+};
 pub use config::ServeArgs;
 pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
