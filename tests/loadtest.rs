@@ -45,6 +45,7 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(report.turns_completed, 20, "one answered turn per session");
     assert_eq!(report.latency_ms.count, 20, "each answer timed once");
     assert_eq!(report.interrupted, 0);
+    assert_eq!(report.timeouts_with_unread, 0);
     assert!(report.latency_ms.p50 > 0.0);
     // Gateway-added time starts when the sim's 500 ms of end-of-speech silence has been sent.
     assert_eq!(report.gateway_latency_ms.count, 20);
@@ -117,6 +118,7 @@ async fn a_small_load_reports_consistent_counts() {
         "generator_cpu_cores",
         "machine_cpu_busy",
         "machine_cpu_at_peak",
+        "timeouts_with_unread",
         "gateway",
     ] {
         assert!(json.get(field).is_some(), "the report has {field}");

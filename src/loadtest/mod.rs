@@ -343,6 +343,7 @@ fn summarize(
             .flat_map(|o| o.errors.iter().cloned())
             .take(5)
             .collect(),
+        timeouts_with_unread: sum(|o| o.timeouts_with_unread),
         unexpected_closes: outcomes.iter().filter(|o| o.unexpected_close).count() as u64,
         schedule_lag_ms: Percentiles::of(&all(|o| &o.lags_ms)),
         sessions_over_time: sampled.sessions,

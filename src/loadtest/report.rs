@@ -141,6 +141,9 @@ pub struct Report {
     pub errors: u64,
     /// The first few error messages.
     pub error_samples: Vec<String>,
+    /// Errors where a turn timed out while bytes from the gateway were still unread at the
+    /// generator: it had fallen behind reading, so the answer may well have been there.
+    pub timeouts_with_unread: u64,
     /// Sockets the server closed before the session was done.
     pub unexpected_closes: u64,
     /// How late the generator sent its frames against each session's fixed clock.
@@ -194,6 +197,12 @@ impl Report {
             "\nturns {}  interrupted {}  errors {}  unexpected closes {}\n",
             self.turns_completed, self.interrupted, self.errors, self.unexpected_closes
         ));
+        if self.timeouts_with_unread > 0 {
+            out.push_str(&format!(
+                "  {} of the errors: turns that timed out with the gateway's bytes still unread (the generator fell behind reading)\n",
+                self.timeouts_with_unread
+            ));
+        }
         out.push_str(&format!(
             "sent {} frames ({:.0}/s, {:.1} MB/s)  received {} frames ({:.0}/s, {:.1} MB/s)\n",
             self.sent.frames,
@@ -410,5 +419,18 @@ mod tests {
             steal: 0.07,
         });
         assert!(report.table().contains("saturated"));
+    }
+
+    #[test]
+    fn the_table_counts_timeouts_the_generator_caused() {
+        let mut report = Report {
+            errors: 3,
+            ..Report::default()
+        };
+        assert!(!report.table().contains("still unread"));
+        report.timeouts_with_unread = 2;
+        assert!(report.table().contains(
+            "2 of the errors: turns that timed out with the gateway's bytes still unread"
+        ));
     }
 }

@@ -2,6 +2,7 @@
 //! clock), keeps the microphone open with silence until the answer's `turnComplete`, and repeats.
 //! The reader side times the first answer audio and playback underruns.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -119,6 +120,8 @@ pub struct Outcome {
     pub bytes_received: u64,
     pub audio_bytes_received: u64,
     pub errors: Vec<String>,
+    /// Turns that timed out with bytes from the gateway still unread.
+    pub timeouts_with_unread: u64,
     pub unexpected_close: bool,
 }
 
@@ -184,8 +187,8 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         .write_buffer_size(0);
     let arrivals = Arrivals::new();
     let connecting = connect(&url, config, arrivals.clone());
-    let socket = match timeout(CONNECT_TIMEOUT, connecting).await {
-        Ok(Ok(socket)) => socket,
+    let (socket, probe) = match timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(Ok(connected)) => connected,
         Ok(Err(error)) => {
             outcome.errors.push(format!("connect failed: {error}"));
             live.errors.fetch_add(1, Ordering::Relaxed);
@@ -209,7 +212,18 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
 
     if plan.idle {
         sleep_until(plan.deadline).await;
-    } else if let Err(error) = speak(index, &plan, &shared, &live, &mut sink, &mut outcome).await {
+    } else if let Err(stop) = speak(index, &plan, &shared, &live, &mut sink, &mut outcome).await {
+        let error = match stop {
+            Stop::Failed(error) => error,
+            Stop::Timeout(stage) => {
+                // Was the answer there, unread by a generator too far behind?
+                let unread = unread_bytes(&probe).unwrap_or(0);
+                if unread > 0 {
+                    outcome.timeouts_with_unread += 1;
+                }
+                timeout_error(stage, unread)
+            }
+        };
         outcome.errors.push(error);
         live.errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -235,12 +249,13 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     outcome
 }
 
-/// Opens the WebSocket over a TCP stream whose reads are stamped with their arrival.
+/// Opens the WebSocket over a TCP stream whose reads are stamped with their arrival; also returns
+/// a second descriptor of the socket, to ask how much the reader has left unread.
 async fn connect(
     url: &str,
     config: WebSocketConfig,
     arrivals: Arc<Arrivals>,
-) -> Result<Socket, String> {
+) -> Result<(Socket, OwnedFd), String> {
     let request = url.into_client_request().map_err(|e| e.to_string())?;
     let uri = request.uri();
     let host = uri.host().ok_or("the URL has no host")?;
@@ -261,12 +276,41 @@ async fn connect(
         .map_err(|e| e.to_string())?;
     // No Nagle: each 20 ms frame must leave when it is due.
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let probe = tcp
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
     let stream = StampedTcp::new(tcp, arrivals).map_err(|e| e.to_string())?;
     let (socket, _) =
         tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), None)
             .await
             .map_err(|e| e.to_string())?;
-    Ok(socket)
+    Ok((socket, probe))
+}
+
+/// Bytes the kernel holds on the socket that the reader has not taken yet.
+fn unread_bytes(socket: &OwnedFd) -> Option<u64> {
+    rustix::io::ioctl_fionread(socket).ok()
+}
+
+/// Why a session's writer stopped before its deadline.
+#[derive(Debug)]
+enum Stop {
+    /// No `turnComplete` within `ANSWER_TIMEOUT`; how far the answer got.
+    Timeout(&'static str),
+    /// Sending failed.
+    Failed(String),
+}
+
+/// A turn's timeout error. With bytes from the gateway still unread, the generator fell behind
+/// reading: what it waited for may well have been among them.
+fn timeout_error(stage: &str, unread: u64) -> String {
+    let error = format!("no turnComplete within {ANSWER_TIMEOUT:?}: {stage}");
+    if unread == 0 {
+        error
+    } else {
+        format!("{error}, with {unread} bytes from the gateway still unread (the generator fell behind reading)")
+    }
 }
 
 /// The writer: utterance, then silence until the answer is complete, until the deadline.
@@ -277,7 +321,7 @@ async fn speak(
     live: &Live,
     sink: &mut futures::stream::SplitSink<Socket, Message>,
     outcome: &mut Outcome,
-) -> Result<(), String> {
+) -> Result<(), Stop> {
     let silence = Bytes::from(vec![0u8; FRAME_BYTES]);
     let start = plan.clock_start(index, Instant::now());
     let mut n: u32 = 0;
@@ -298,7 +342,9 @@ async fn speak(
         let mut marks = Marks::default();
         for chunk in (0..clip.len()).step_by(FRAME_BYTES) {
             let frame = clip.slice(chunk..(chunk + FRAME_BYTES).min(clip.len()));
-            let sent = send_frame(start, &mut n, frame, sink, outcome, live).await?;
+            let sent = send_frame(start, &mut n, frame, sink, outcome, live)
+                .await
+                .map_err(Stop::Failed)?;
             // Latency counts from the last frame with speech in it, not from trailing silence.
             if chunk + FRAME_BYTES >= *speech_end && marks.speech_end_slot.is_none() {
                 marks.speech_end_slot = Some(n - 1);
@@ -314,12 +360,11 @@ async fn speak(
                 () = &mut done => break,
                 () = sleep_until(next) => {
                     if Instant::now() > give_up {
-                        return Err(format!(
-                            "no turnComplete within {ANSWER_TIMEOUT:?}: {}",
-                            shared.turn().stage()
-                        ));
+                        return Err(Stop::Timeout(shared.turn().stage()));
                     }
-                    let sent = send_frame(start, &mut n, silence.clone(), sink, outcome, live).await?;
+                    let sent = send_frame(start, &mut n, silence.clone(), sink, outcome, live)
+                        .await
+                        .map_err(Stop::Failed)?;
                     marks.after_frame(shared, plan, n, sent);
                 }
             }
@@ -507,6 +552,38 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_says_when_the_gateway_had_sent_bytes_left_unread() {
+        use std::io::Write;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let probe = client.as_fd().try_clone_to_owned().unwrap();
+        assert_eq!(unread_bytes(&probe), Some(0));
+
+        server.write_all(b"hello").unwrap();
+        // Blocks until the bytes are there, and leaves them unread.
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut peeked = [0u8; 5];
+        assert_eq!(client.peek(&mut peeked).unwrap(), 5);
+        assert_eq!(unread_bytes(&probe), Some(5));
+
+        let stage = "answer audio came, its turnComplete did not";
+        assert_eq!(
+            timeout_error(stage, 0),
+            format!("no turnComplete within 20s: {stage}")
+        );
+        let behind = timeout_error(stage, 5);
+        assert!(
+            behind.starts_with(&timeout_error(stage, 0))
+                && behind.contains("5 bytes from the gateway still unread"),
+            "{behind}"
+        );
+    }
 
     fn plan(in_phase: bool) -> Plan {
         Plan {
