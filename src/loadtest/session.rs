@@ -357,6 +357,8 @@ async fn speak(
         loop {
             let next = start + FRAME * n;
             tokio::select! {
+                // An answer already complete is never counted as timed out.
+                biased;
                 () = &mut done => break,
                 () = sleep_until(next) => {
                     if Instant::now() > give_up {
