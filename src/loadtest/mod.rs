@@ -214,6 +214,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
             "--url must be ws:// or wss://, not {base_url:?}"
         )));
     }
+    raise_open_file_limit();
     let start = Instant::now();
     let plan = Arc::new(Plan {
         base_url,
@@ -281,6 +282,27 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         write(path, report.svg(&latencies).as_bytes())?;
     }
     Ok(report)
+}
+
+/// Lifts the soft limit on open files to the hard one (best effort): each session holds two
+/// descriptors (its socket, and a second one to ask what it left unread at a timeout), more than
+/// the usual default of 1,024 allows at a thousand sessions.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            eprintln!(
+                "loadtest: could not raise the open-file limit ({error}); it stays at {:?}",
+                limit.current
+            );
+        }
+    }
 }
 
 fn write(path: &PathBuf, data: &[u8]) -> Result<(), LoadtestError> {
@@ -369,6 +391,24 @@ fn progress(live: &Live, t: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_one() {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+        let limit = getrlimit(Resource::Nofile);
+        // One below the hard limit: a soft limit to raise that no other test can run into.
+        if let Some(hard) = limit.maximum.filter(|&hard| hard > 1) {
+            let lowered = Rlimit {
+                current: Some(hard - 1),
+                maximum: Some(hard),
+            };
+            setrlimit(Resource::Nofile, lowered).unwrap();
+        }
+        raise_open_file_limit();
+        let raised = getrlimit(Resource::Nofile);
+        assert_eq!(raised.current, raised.maximum);
+    }
 
     #[test]
     fn durations_and_clips_parse() {
