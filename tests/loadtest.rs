@@ -86,6 +86,7 @@ async fn a_small_load_reports_consistent_counts() {
         .as_ref()
         .expect("the gateway serves /metrics");
     assert_eq!(gateway.audio_frames_received, report.sent.frames);
+    assert_eq!(gateway.turn_complete_events, report.turns_completed);
     assert_eq!(gateway.answer_forward_ms.count, 20, "{gateway:?}");
     assert!(gateway.answer_forward_ms.p50 > 0.0, "{gateway:?}");
     assert_eq!(gateway.first_audio_ms.count, 20, "{gateway:?}");

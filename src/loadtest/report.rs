@@ -255,8 +255,8 @@ impl Report {
                 )
             };
             out.push_str(&format!(
-                "gateway's own view: {} audio frames received\n",
-                gateway.audio_frames_received
+                "gateway's own view: {} audio frames received, {} turnComplete events sent\n",
+                gateway.audio_frames_received, gateway.turn_complete_events
             ));
             out.push_str(&line(
                 "gateway-added (utterance end received -> first audio written)",

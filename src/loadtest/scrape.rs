@@ -14,6 +14,9 @@ pub struct GatewayView {
     pub audio_frames_received: u64,
     /// Text messages the gateway received from clients.
     pub text_frames_received: u64,
+    /// `turnComplete` events the gateway handed to its clients' writers: against the generator's
+    /// completed turns, whether answers were sent that the generator did not read in time.
+    pub turn_complete_events: u64,
     /// From receiving the client audio that ended an utterance to writing the first audio of its
     /// answer to the socket: the gateway-added latency as the gateway sees it (with the sim,
     /// which says which input it answers; its reply delay is included).
@@ -43,6 +46,7 @@ pub struct BucketQuantiles {
 pub struct Scrape {
     audio_in: f64,
     text_in: f64,
+    turn_complete: f64,
     first_audio: Histo,
     answer_forward: Histo,
 }
@@ -155,6 +159,7 @@ pub fn parse(text: &str) -> Scrape {
         match name {
             r#"livegate_frames_total{direction="in",kind="audio"}"# => scrape.audio_in = value,
             r#"livegate_frames_total{direction="in",kind="text"}"# => scrape.text_in = value,
+            r#"livegate_events_total{kind="turn_complete"}"# => scrape.turn_complete = value,
             _ => {
                 let _ = scrape.first_audio.read(FIRST_AUDIO_LATENCY, name, value)
                     || scrape
@@ -171,6 +176,7 @@ pub fn between(before: &Scrape, after: &Scrape) -> GatewayView {
     GatewayView {
         audio_frames_received: (after.audio_in - before.audio_in).max(0.0) as u64,
         text_frames_received: (after.text_in - before.text_in).max(0.0) as u64,
+        turn_complete_events: (after.turn_complete - before.turn_complete).max(0.0) as u64,
         first_audio_ms: after.first_audio.since(&before.first_audio),
         answer_forward_ms: after.answer_forward.since(&before.answer_forward),
     }
@@ -225,6 +231,7 @@ mod tests {
             format!(
                 "# HELP x\n\
                  livegate_frames_total{{direction=\"in\",kind=\"audio\"}} {all}\n\
+                 livegate_events_total{{kind=\"turn_complete\"}} {below_1ms}\n\
                  {ANSWER_FORWARD_LATENCY}_sum {sum}\n\
                  {ANSWER_FORWARD_LATENCY}_count {all}\n\
                  {ANSWER_FORWARD_LATENCY}_bucket{{le=\"0.001\"}} {below_1ms}\n\
@@ -241,6 +248,7 @@ mod tests {
         let after = parse(&text(60, 109, 110, 0.105));
         let view = between(&before, &after);
         assert_eq!(view.audio_frames_received, 100);
+        assert_eq!(view.turn_complete_events, 50);
         let q = &view.answer_forward_ms;
         assert_eq!(q.count, 100);
         assert!((q.mean - 1.0).abs() < 1e-9, "{q:?}");
