@@ -24,7 +24,7 @@ pub struct Sampled {
     pub server: Option<ServerStats>,
     /// Cores the load generator itself kept busy (it shares the machine with a local server).
     pub generator_cpu_cores: Option<f64>,
-    /// The machine's CPU while every session was connected.
+    /// The machine's CPU while the most sessions were connected.
     pub machine_at_peak: Option<MachineLoad>,
 }
 
@@ -105,15 +105,13 @@ pub fn machine_cpu() -> Option<CpuTimes> {
     CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
-/// The machine's load while every session was connected: from the first sample at the peak
-/// count to the last (`None` with fewer than two such samples). A run's whole span also covers
-/// the ramp and the drain, whose idle time hides a machine saturated in between.
-pub fn load_at_peak(samples: &[(usize, CpuTimes)]) -> Option<MachineLoad> {
-    let peak = samples
-        .iter()
-        .map(|(sessions, _)| *sessions)
-        .max()
-        .filter(|&peak| peak > 0)?;
+/// The machine's load while `peak` sessions (the most) were connected: from the first sample at
+/// that count to the last (`None` with fewer than two, or no sessions). A run's whole span also
+/// covers the ramp and the drain, whose idle time hides a machine saturated in between.
+pub fn load_at_peak(samples: &[(usize, CpuTimes)], peak: usize) -> Option<MachineLoad> {
+    if peak == 0 {
+        return None;
+    }
     let mut at_peak = samples.iter().filter(|(sessions, _)| *sessions == peak);
     let first = at_peak.next()?.1;
     let last = at_peak.next_back()?.1;
@@ -166,7 +164,10 @@ impl Sampler {
                 }
             }
             let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-            sampled.machine_at_peak = load_at_peak(&machine);
+            // The most sessions connected at once: the machine's load and the memory's ramp are
+            // both measured against it.
+            let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
+            sampled.machine_at_peak = load_at_peak(&machine, peak);
             if let (Some((cpu0, _)), Some((cpu1, _))) = (my_first, read_process(me)) {
                 sampled.generator_cpu_cores = Some((cpu1 - cpu0) / elapsed);
             }
@@ -174,7 +175,6 @@ impl Sampler {
                 let end = read_process(pid);
                 let cpu = end.map_or(0.0, |(cpu, _)| cpu - cpu0);
                 // Memory is returned lazily as sessions end; fit only the ramp up to the peak.
-                let peak = samples.iter().map(|s| s.sessions).max().unwrap_or(0);
                 let ramp = samples
                     .iter()
                     .position(|s| s.sessions == peak)
@@ -245,15 +245,19 @@ mod tests {
         // no idle time at all.
         assert_eq!(samples[0].1.until(&samples[5].1).busy, 0.72);
         assert_eq!(
-            load_at_peak(&samples),
+            load_at_peak(&samples, 100),
             Some(MachineLoad {
                 busy: 1.0,
                 steal: 0.05
             })
         );
-        assert_eq!(load_at_peak(&samples[..3]), None, "one sample at the peak");
-        assert_eq!(load_at_peak(&[(0, at(0.0, 0.0, 0.0)); 3]), None);
-        assert_eq!(load_at_peak(&[]), None);
+        assert_eq!(
+            load_at_peak(&samples[..3], 100),
+            None,
+            "one sample at the peak"
+        );
+        assert_eq!(load_at_peak(&[(0, at(0.0, 0.0, 0.0)); 3], 0), None);
+        assert_eq!(load_at_peak(&[], 100), None);
     }
 
     #[test]
