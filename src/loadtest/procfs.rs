@@ -1,6 +1,8 @@
-//! Sampling the run every 500 ms: connected sessions, and the server's CPU time and resident
-//! memory from `/proc/{pid}` (Linux). Prints the progress line once a second.
+//! Sampling the run every 500 ms: connected sessions, the server's CPU time and resident memory
+//! from `/proc/{pid}`, and how long the server's and the generator's threads waited for a CPU
+//! (Linux). Prints the progress line once a second.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +28,9 @@ pub struct Sampled {
     pub generator_cpu_cores: Option<f64>,
     /// The machine's CPU while the most sessions were connected.
     pub machine_at_peak: Option<MachineLoad>,
+    /// How long the generator's threads waited for a CPU each time they were ready to run, on
+    /// average, while the most sessions were connected (µs).
+    pub generator_cpu_wait_us: Option<f64>,
 }
 
 /// The sampling task.
@@ -105,17 +110,113 @@ pub fn machine_cpu() -> Option<CpuTimes> {
     CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
-/// The machine's load while `peak` sessions (the most) were connected: from the first sample at
-/// that count to the last (`None` with fewer than two, or no sessions). A run's whole span also
-/// covers the ramp and the drain, whose idle time hides a machine saturated in between.
-pub fn load_at_peak(samples: &[(usize, CpuTimes)], peak: usize) -> Option<MachineLoad> {
+/// The first and the last of the samples taken while `peak` sessions (the most) were connected
+/// (`None` with fewer than two, or no sessions). A run's whole span also covers the ramp and the
+/// drain, whose idle time hides a machine saturated in between.
+fn span_at_peak<T: Copy>(samples: &[(usize, T)], peak: usize) -> Option<(T, T)> {
     if peak == 0 {
         return None;
     }
     let mut at_peak = samples.iter().filter(|(sessions, _)| *sessions == peak);
     let first = at_peak.next()?.1;
     let last = at_peak.next_back()?.1;
-    Some(first.until(&last))
+    Some((first, last))
+}
+
+/// The machine's load while `peak` sessions (the most) were connected.
+pub fn load_at_peak(samples: &[(usize, CpuTimes)], peak: usize) -> Option<MachineLoad> {
+    span_at_peak(samples, peak).map(|(first, last)| first.until(&last))
+}
+
+/// How long a process's threads waited for a CPU each time they were ready to run, on average,
+/// while `peak` sessions (the most) were connected (µs).
+pub fn cpu_wait_at_peak(samples: &[(usize, SchedTimes)], peak: usize) -> Option<f64> {
+    span_at_peak(samples, peak).and_then(|(first, last)| first.mean_wait_us(&last))
+}
+
+/// Seconds threads spent running on a CPU and ready to run but waiting for one, and how many
+/// times they got one (the kernel's `schedstat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SchedTimes {
+    /// On a CPU.
+    pub running: f64,
+    /// In the run queue: ready to run, no CPU free.
+    pub waiting: f64,
+    /// Times a thread was put on a CPU.
+    pub runs: f64,
+}
+
+impl SchedTimes {
+    /// Parses a `/proc/{pid}/task/{tid}/schedstat` line: nanoseconds running, nanoseconds
+    /// waiting, times put on a CPU.
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.split_whitespace().map(str::parse::<u64>);
+        let running = fields.next()?.ok()?;
+        let waiting = fields.next()?.ok()?;
+        let runs = fields.next()?.ok()?;
+        Some(SchedTimes {
+            running: running as f64 / 1e9,
+            waiting: waiting as f64 / 1e9,
+            runs: runs as f64,
+        })
+    }
+
+    /// From `self` until `later`, how long the threads waited for a CPU each time they were
+    /// ready to run, on average (µs; `None` if they never ran). Tens of µs on a machine with
+    /// CPU to spare (a sleeping CPU must wake); milliseconds when threads queue for CPUs, and
+    /// then every latency measured in that process includes it.
+    pub fn mean_wait_us(&self, later: &SchedTimes) -> Option<f64> {
+        let runs = later.runs - self.runs;
+        (runs > 0.0).then(|| (later.waiting - self.waiting) / runs * 1e6)
+    }
+}
+
+/// The scheduling times of all of a process's threads, summed over time: each sample adds what
+/// every thread ran and waited since the previous one, so a thread that exits (tokio's blocking
+/// threads come and go) does not take its time back out of the sum.
+#[derive(Debug, Default)]
+pub struct ThreadTimes {
+    last: HashMap<u32, SchedTimes>,
+    total: SchedTimes,
+    started: bool,
+}
+
+impl ThreadTimes {
+    /// Reads every thread of `pid` again and returns the sum so far (`None` if `/proc` has no
+    /// `schedstat`: a kernel built without it).
+    pub fn sample(&mut self, pid: u32) -> Option<SchedTimes> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let threads: Vec<(u32, SchedTimes)> = tasks
+            .filter_map(|task| {
+                let task = task.ok()?;
+                let tid = task.file_name().to_str()?.parse().ok()?;
+                // A thread may exit between the listing and the read: it is just left out.
+                let line = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+                Some((tid, SchedTimes::parse(&line)?))
+            })
+            .collect();
+        if threads.is_empty() {
+            return None;
+        }
+        Some(self.update(threads))
+    }
+
+    /// Adds what each thread ran and waited since it was last seen (all of it for a thread
+    /// born since); the first call only takes note.
+    fn update(&mut self, threads: Vec<(u32, SchedTimes)>) -> SchedTimes {
+        let last = std::mem::take(&mut self.last);
+        for (tid, now) in threads {
+            if self.started {
+                let before = last.get(&tid).copied().unwrap_or_default();
+                self.total.running += (now.running - before.running).max(0.0);
+                self.total.waiting += (now.waiting - before.waiting).max(0.0);
+                self.total.runs += (now.runs - before.runs).max(0.0);
+            }
+            self.last.insert(tid, now);
+        }
+        self.started = true;
+        self.total
+    }
 }
 
 /// Clock ticks per second for `/proc/*/stat` times (100 on every Linux that matters).
@@ -135,6 +236,9 @@ impl Sampler {
             }
             let mut samples = Vec::new();
             let mut machine = Vec::new();
+            let (mut my_threads, mut server_threads) =
+                (ThreadTimes::default(), ThreadTimes::default());
+            let (mut my_sched, mut server_sched) = (Vec::new(), Vec::new());
             let mut ticks = tokio::time::interval(PERIOD);
             let mut n = 0u64;
             loop {
@@ -147,6 +251,12 @@ impl Sampler {
                 sampled.sessions.push((t, sessions));
                 if let Some(cpu) = machine_cpu() {
                     machine.push((sessions, cpu));
+                }
+                if let Some(times) = my_threads.sample(me) {
+                    my_sched.push((sessions, times));
+                }
+                if let Some(times) = pid.and_then(|pid| server_threads.sample(pid)) {
+                    server_sched.push((sessions, times));
                 }
                 if let (Some(pid), Some((cpu0, _))) = (pid, first) {
                     if let Some((cpu, rss_kib)) = read_process(pid) {
@@ -168,6 +278,7 @@ impl Sampler {
             // both measured against it.
             let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
             sampled.machine_at_peak = load_at_peak(&machine, peak);
+            sampled.generator_cpu_wait_us = cpu_wait_at_peak(&my_sched, peak);
             if let (Some((cpu0, _)), Some((cpu1, _))) = (my_first, read_process(me)) {
                 sampled.generator_cpu_cores = Some((cpu1 - cpu0) / elapsed);
             }
@@ -195,6 +306,7 @@ impl Sampler {
                         .max(rss0),
                     baseline_rss_kib: rss0,
                     rss_kib_per_session: slope(&points),
+                    cpu_wait_us_at_peak: cpu_wait_at_peak(&server_sched, peak),
                     samples,
                 });
             }
@@ -258,6 +370,77 @@ mod tests {
         );
         assert_eq!(load_at_peak(&[(0, at(0.0, 0.0, 0.0)); 3], 0), None);
         assert_eq!(load_at_peak(&[], 100), None);
+    }
+
+    #[test]
+    fn parses_a_threads_schedstat() {
+        assert_eq!(
+            SchedTimes::parse("923543000 113795000 2\n"),
+            Some(SchedTimes {
+                running: 0.923543,
+                waiting: 0.113795,
+                runs: 2.0
+            })
+        );
+        assert_eq!(SchedTimes::parse("923543 1"), None);
+        assert_eq!(SchedTimes::parse("x 1 2"), None);
+    }
+
+    #[test]
+    fn thread_times_keep_what_an_exited_thread_waited_and_count_a_new_one_whole() {
+        let t = |waiting: f64, runs: f64| SchedTimes {
+            running: 1.0,
+            waiting,
+            runs,
+        };
+        let mut times = ThreadTimes::default();
+        // The first sample is the starting point: nothing counted yet.
+        let start = times.update(vec![(1, t(1.0, 10.0)), (2, t(5.0, 5.0))]);
+        assert_eq!(start, SchedTimes::default());
+        // Thread 2 waited 3 s more over 10 runs, then exited; thread 3 was born and waited 1 s
+        // over 5 runs; thread 1 waited 1 s over 5 runs.
+        times.update(vec![(1, t(1.0, 10.0)), (2, t(8.0, 15.0))]);
+        let total = times.update(vec![(1, t(2.0, 15.0)), (3, t(1.0, 5.0))]);
+        assert_eq!((total.waiting, total.runs), (5.0, 20.0));
+        assert_eq!(start.mean_wait_us(&total), Some(250_000.0));
+        assert_eq!(total.mean_wait_us(&total), None, "no runs, no mean");
+    }
+
+    #[test]
+    fn the_wait_at_the_peak_leaves_out_the_ramp() {
+        let t = |waiting: f64, runs: f64| SchedTimes {
+            running: 0.0,
+            waiting,
+            runs,
+        };
+        let samples = [
+            (10, t(0.0, 0.0)),
+            (20, t(0.001, 10.0)),
+            (20, t(0.002, 20.0)),
+            (20, t(0.003, 30.0)),
+            (5, t(1.0, 31.0)),
+        ];
+        assert_eq!(cpu_wait_at_peak(&samples, 20), Some(100.0));
+        assert_eq!(cpu_wait_at_peak(&samples[..2], 20), None);
+    }
+
+    #[test]
+    fn samples_the_threads_of_its_own_process() {
+        let me = std::process::id();
+        let mut times = ThreadTimes::default();
+        // A kernel without schedstats has no such file; nothing to check there.
+        if std::fs::metadata(format!("/proc/{me}/schedstat")).is_err() {
+            return;
+        }
+        let first = times.sample(me).expect("own threads are readable");
+        // Burn a little CPU so the second sample has something to add.
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        let second = times.sample(me).expect("own threads are readable");
+        assert!(second.running > first.running, "{first:?} {second:?}");
+        assert!(second.waiting >= first.waiting && second.runs >= first.runs);
     }
 
     #[test]
