@@ -20,6 +20,8 @@ pub struct SpoolFile {
     /// `None` once a store has moved the file into place.
     path: Option<PathBuf>,
     len: u64,
+    /// A failed append may have left bytes past `len` in the file.
+    torn: bool,
 }
 
 impl SpoolFile {
@@ -46,6 +48,7 @@ impl SpoolFile {
             file,
             path: Some(path),
             len: 0,
+            torn: false,
         })
     }
 
@@ -88,6 +91,7 @@ impl SpoolFile {
                 // Later appends must land right after the whole ones; only `len` bytes are ever
                 // read or kept, so a partial tail left behind here is never seen.
                 let _ = self.file.seek(SeekFrom::Start(self.len));
+                self.torn = true;
                 Err(e)
             }
         }
@@ -104,6 +108,7 @@ impl SpoolFile {
             file: self.file.try_clone()?,
             path,
             len: self.len,
+            torn: self.torn,
         })
     }
 
@@ -127,6 +132,7 @@ pub(crate) struct SpoolHandle {
     file: File,
     path: PathBuf,
     len: u64,
+    torn: bool,
 }
 
 impl SpoolHandle {
@@ -141,7 +147,11 @@ impl SpoolHandle {
     /// Syncs the bytes held and renames the file to `to` (blocking); anything a failed append
     /// left past them is cut off first.
     pub(crate) fn persist(&self, to: &Path) -> std::io::Result<()> {
-        self.file.set_len(self.len)?;
+        // Only then: ext4 journals a truncate even to the file's own length (the inode goes on
+        // the orphan list and off again), one more journal write per recording saved.
+        if self.torn {
+            self.file.set_len(self.len)?;
+        }
         sync_and_uncache(&self.file)?;
         std::fs::rename(&self.path, to)
     }
@@ -168,5 +178,38 @@ impl Drop for SpoolFile {
             // Best effort: a leftover is swept when the store opens next.
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_append_leaves_nothing_in_the_saved_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = SpoolFile::create(dir.path()).unwrap();
+        spool.append(&[Bytes::from_static(b"abc")]).unwrap();
+        assert!(!spool.handle().unwrap().torn);
+        let path = spool.path.clone().unwrap();
+        // An append that wrote part of its bytes, then failed: the tail is in the file, and the
+        // spool's own handle refuses the write (read-only).
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"XY")
+            .unwrap();
+        spool.file = File::open(&path).unwrap();
+        assert!(spool.append(&[Bytes::from_static(b"zz")]).is_err());
+        assert_eq!(spool.len(), 3);
+        spool.file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let to = dir.path().join("saved");
+        spool.handle().unwrap().persist(&to).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"abc");
     }
 }
