@@ -373,7 +373,7 @@ fn summarize(
         generator_cpu_cores: sampled.generator_cpu_cores,
         machine_cpu_busy: None,
         machine_cpu_at_peak: sampled.machine_at_peak,
-        generator_cpu_wait_us_at_peak: sampled.generator_cpu_wait_us,
+        generator_cpu_wait_at_peak: sampled.generator_cpu_wait,
         gateway: None,
     }
 }

@@ -28,9 +28,8 @@ pub struct Sampled {
     pub generator_cpu_cores: Option<f64>,
     /// The machine's CPU while the most sessions were connected.
     pub machine_at_peak: Option<MachineLoad>,
-    /// How long the generator's threads waited for a CPU each time they were ready to run, on
-    /// average, while the most sessions were connected (µs).
-    pub generator_cpu_wait_us: Option<f64>,
+    /// How long the generator's threads waited for a CPU while the most sessions were connected.
+    pub generator_cpu_wait: Option<CpuWait>,
 }
 
 /// The sampling task.
@@ -128,10 +127,23 @@ pub fn load_at_peak(samples: &[(usize, CpuTimes)], peak: usize) -> Option<Machin
     span_at_peak(samples, peak).map(|(first, last)| first.until(&last))
 }
 
-/// How long a process's threads waited for a CPU each time they were ready to run, on average,
-/// while `peak` sessions (the most) were connected (µs).
-pub fn cpu_wait_at_peak(samples: &[(usize, SchedTimes)], peak: usize) -> Option<f64> {
-    span_at_peak(samples, peak).and_then(|(first, last)| first.mean_wait_us(&last))
+/// How long a process's threads waited for a CPU while `peak` sessions (the most) were
+/// connected; each sample is `(sessions, (seconds, times))`.
+pub fn cpu_wait_at_peak(samples: &[(usize, (f64, SchedTimes))], peak: usize) -> Option<CpuWait> {
+    span_at_peak(samples, peak)
+        .and_then(|((t0, first), (t1, last))| first.wait_until(&last, t1 - t0))
+}
+
+/// How long a process's threads waited for a CPU over a span.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CpuWait {
+    /// The mean wait each time a thread was ready to run (µs): tens of µs on a machine with CPU
+    /// to spare (a sleeping vCPU must wake), milliseconds when threads queue for CPUs, and then
+    /// every latency measured in that process includes it.
+    pub per_wakeup_us: f64,
+    /// Threads waiting for a CPU at any moment, on average. Near 0 the process hardly ran, and
+    /// the mean above rests on few wake-ups.
+    pub threads_waiting: f64,
 }
 
 /// Seconds threads spent running on a CPU and ready to run but waiting for one, and how many
@@ -161,13 +173,15 @@ impl SchedTimes {
         })
     }
 
-    /// From `self` until `later`, how long the threads waited for a CPU each time they were
-    /// ready to run, on average (µs; `None` if they never ran). Tens of µs on a machine with
-    /// CPU to spare (a sleeping CPU must wake); milliseconds when threads queue for CPUs, and
-    /// then every latency measured in that process includes it.
-    pub fn mean_wait_us(&self, later: &SchedTimes) -> Option<f64> {
+    /// How long the threads waited for a CPU from `self` until `later`, `seconds` on (`None`
+    /// if they never ran).
+    pub fn wait_until(&self, later: &SchedTimes, seconds: f64) -> Option<CpuWait> {
         let runs = later.runs - self.runs;
-        (runs > 0.0).then(|| (later.waiting - self.waiting) / runs * 1e6)
+        let waiting = later.waiting - self.waiting;
+        (runs > 0.0 && seconds > 0.0).then(|| CpuWait {
+            per_wakeup_us: waiting / runs * 1e6,
+            threads_waiting: waiting / seconds,
+        })
     }
 }
 
@@ -253,10 +267,10 @@ impl Sampler {
                     machine.push((sessions, cpu));
                 }
                 if let Some(times) = my_threads.sample(me) {
-                    my_sched.push((sessions, times));
+                    my_sched.push((sessions, (t, times)));
                 }
                 if let Some(times) = pid.and_then(|pid| server_threads.sample(pid)) {
-                    server_sched.push((sessions, times));
+                    server_sched.push((sessions, (t, times)));
                 }
                 if let (Some(pid), Some((cpu0, _))) = (pid, first) {
                     if let Some((cpu, rss_kib)) = read_process(pid) {
@@ -278,7 +292,7 @@ impl Sampler {
             // both measured against it.
             let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
             sampled.machine_at_peak = load_at_peak(&machine, peak);
-            sampled.generator_cpu_wait_us = cpu_wait_at_peak(&my_sched, peak);
+            sampled.generator_cpu_wait = cpu_wait_at_peak(&my_sched, peak);
             if let (Some((cpu0, _)), Some((cpu1, _))) = (my_first, read_process(me)) {
                 sampled.generator_cpu_cores = Some((cpu1 - cpu0) / elapsed);
             }
@@ -306,7 +320,7 @@ impl Sampler {
                         .max(rss0),
                     baseline_rss_kib: rss0,
                     rss_kib_per_session: slope(&points),
-                    cpu_wait_us_at_peak: cpu_wait_at_peak(&server_sched, peak),
+                    cpu_wait_at_peak: cpu_wait_at_peak(&server_sched, peak),
                     samples,
                 });
             }
@@ -402,8 +416,14 @@ mod tests {
         times.update(vec![(1, t(1.0, 10.0)), (2, t(8.0, 15.0))]);
         let total = times.update(vec![(1, t(2.0, 15.0)), (3, t(1.0, 5.0))]);
         assert_eq!((total.waiting, total.runs), (5.0, 20.0));
-        assert_eq!(start.mean_wait_us(&total), Some(250_000.0));
-        assert_eq!(total.mean_wait_us(&total), None, "no runs, no mean");
+        assert_eq!(
+            start.wait_until(&total, 10.0),
+            Some(CpuWait {
+                per_wakeup_us: 250_000.0,
+                threads_waiting: 0.5
+            })
+        );
+        assert_eq!(total.wait_until(&total, 10.0), None, "no runs, no mean");
     }
 
     #[test]
@@ -414,13 +434,15 @@ mod tests {
             runs,
         };
         let samples = [
-            (10, t(0.0, 0.0)),
-            (20, t(0.001, 10.0)),
-            (20, t(0.002, 20.0)),
-            (20, t(0.003, 30.0)),
-            (5, t(1.0, 31.0)),
+            (10, (0.0, t(0.0, 0.0))),
+            (20, (0.5, t(0.001, 10.0))),
+            (20, (1.0, t(0.002, 20.0))),
+            (20, (1.5, t(0.003, 30.0))),
+            (5, (2.0, t(1.0, 31.0))),
         ];
-        assert_eq!(cpu_wait_at_peak(&samples, 20), Some(100.0));
+        let wait = cpu_wait_at_peak(&samples, 20).expect("three samples at the peak");
+        assert!((wait.per_wakeup_us - 100.0).abs() < 1e-9, "{wait:?}");
+        assert!((wait.threads_waiting - 0.002).abs() < 1e-12, "{wait:?}");
         assert_eq!(cpu_wait_at_peak(&samples[..2], 20), None);
     }
 

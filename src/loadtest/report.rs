@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::procfs::MachineLoad;
+use super::procfs::{CpuWait, MachineLoad};
 use super::scrape::{BucketQuantiles, GatewayView};
 
 /// Busy share of the machine's CPU from which a run counts as saturated.
@@ -90,10 +90,9 @@ pub struct ServerStats {
     pub baseline_rss_kib: u64,
     /// Least-squares slope of RSS over connected sessions, KiB per session.
     pub rss_kib_per_session: f64,
-    /// How long the server's threads waited for a CPU each time they were ready to run, on
-    /// average, while the most sessions were connected (µs; from `schedstat`, when the kernel
-    /// has it).
-    pub cpu_wait_us_at_peak: Option<f64>,
+    /// How long the server's threads waited for a CPU while the most sessions were connected
+    /// (from `schedstat`, when the kernel has it).
+    pub cpu_wait_at_peak: Option<CpuWait>,
     /// Samples over time (every 500 ms).
     pub samples: Vec<ServerSample>,
 }
@@ -166,9 +165,8 @@ pub struct Report {
     /// run's average above also covers the ramp and the drain, and hides a machine saturated in
     /// between.
     pub machine_cpu_at_peak: Option<MachineLoad>,
-    /// How long the generator's threads waited for a CPU each time they were ready to run, on
-    /// average, while the most sessions were connected (µs).
-    pub generator_cpu_wait_us_at_peak: Option<f64>,
+    /// How long the generator's threads waited for a CPU while the most sessions were connected.
+    pub generator_cpu_wait_at_peak: Option<CpuWait>,
     /// The gateway's own counts over the run, from its `/metrics` (all its clients, not only
     /// this run's), when it serves them.
     pub gateway: Option<GatewayView>,
@@ -259,13 +257,20 @@ impl Report {
             }
             out.push('\n');
         }
-        let server_wait = self.server.as_ref().and_then(|s| s.cpu_wait_us_at_peak);
-        if server_wait.is_some() || self.generator_cpu_wait_us_at_peak.is_some() {
-            let us = |w: Option<f64>| w.map_or("–".to_owned(), |w| format!("{w:.0} µs"));
+        let server_wait = self.server.as_ref().and_then(|s| s.cpu_wait_at_peak);
+        if server_wait.is_some() || self.generator_cpu_wait_at_peak.is_some() {
+            let wait = |w: Option<CpuWait>| {
+                w.map_or("–".to_owned(), |w| {
+                    format!(
+                        "{:.0} µs per wake-up, {:.2} threads waiting",
+                        w.per_wakeup_us, w.threads_waiting
+                    )
+                })
+            };
             out.push_str(&format!(
-                "wait for a CPU each time a thread was ready to run, mean with {connected} sessions connected: server {}, generator {}\n",
-                us(server_wait),
-                us(self.generator_cpu_wait_us_at_peak)
+                "waiting for a CPU with {connected} sessions connected: server {}; generator {}\n",
+                wait(server_wait),
+                wait(self.generator_cpu_wait_at_peak)
             ));
         }
         if let Some(gateway) = &self.gateway {
@@ -448,15 +453,25 @@ mod tests {
             sessions_over_time: vec![(0.0, 0), (30.0, 1000)],
             ..Report::default()
         };
-        assert!(!report.table().contains("wait for a CPU"));
+        assert!(!report.table().contains("waiting for a CPU"));
         report.server = Some(ServerStats {
-            cpu_wait_us_at_peak: Some(1302.4),
+            cpu_wait_at_peak: Some(CpuWait {
+                per_wakeup_us: 1302.4,
+                threads_waiting: 1.314,
+            }),
             ..ServerStats::default()
         });
-        report.generator_cpu_wait_us_at_peak = Some(38.0);
-        assert!(report.table().contains(
-            "wait for a CPU each time a thread was ready to run, mean with 1000 sessions connected: server 1302 µs, generator 38 µs"
-        ), "{}", report.table());
+        report.generator_cpu_wait_at_peak = Some(CpuWait {
+            per_wakeup_us: 38.0,
+            threads_waiting: 0.02,
+        });
+        let table = report.table();
+        assert!(
+            table.contains(
+                "waiting for a CPU with 1000 sessions connected: server 1302 µs per wake-up, 1.31 threads waiting; generator 38 µs per wake-up, 0.02 threads waiting"
+            ),
+            "{table}"
+        );
     }
 
     #[test]
