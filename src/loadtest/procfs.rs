@@ -146,12 +146,10 @@ pub struct CpuWait {
     pub threads_waiting: f64,
 }
 
-/// Seconds threads spent running on a CPU and ready to run but waiting for one, and how many
-/// times they got one (the kernel's `schedstat`).
+/// Seconds threads spent ready to run but waiting for a CPU, and how many times they got one
+/// (the kernel's `schedstat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SchedTimes {
-    /// On a CPU.
-    pub running: f64,
     /// In the run queue: ready to run, no CPU free.
     pub waiting: f64,
     /// Times a thread was put on a CPU.
@@ -163,11 +161,10 @@ impl SchedTimes {
     /// waiting, times put on a CPU.
     pub fn parse(line: &str) -> Option<Self> {
         let mut fields = line.split_whitespace().map(str::parse::<u64>);
-        let running = fields.next()?.ok()?;
+        fields.next()?.ok()?; // Running: what the process's own CPU time already says.
         let waiting = fields.next()?.ok()?;
         let runs = fields.next()?.ok()?;
         Some(SchedTimes {
-            running: running as f64 / 1e9,
             waiting: waiting as f64 / 1e9,
             runs: runs as f64,
         })
@@ -190,9 +187,9 @@ impl SchedTimes {
 /// threads come and go) does not take its time back out of the sum.
 #[derive(Debug, Default)]
 pub struct ThreadTimes {
+    /// Each thread's times at the previous sample (empty before the first).
     last: HashMap<u32, SchedTimes>,
     total: SchedTimes,
-    started: bool,
 }
 
 impl ThreadTimes {
@@ -215,20 +212,19 @@ impl ThreadTimes {
         Some(self.update(threads))
     }
 
-    /// Adds what each thread ran and waited since it was last seen (all of it for a thread
-    /// born since); the first call only takes note.
+    /// Adds what each thread waited and ran since it was last seen (all of it for a thread
+    /// born since); the first call (never with no threads) only takes note.
     fn update(&mut self, threads: Vec<(u32, SchedTimes)>) -> SchedTimes {
         let last = std::mem::take(&mut self.last);
+        let started = !last.is_empty();
         for (tid, now) in threads {
-            if self.started {
+            if started {
                 let before = last.get(&tid).copied().unwrap_or_default();
-                self.total.running += (now.running - before.running).max(0.0);
                 self.total.waiting += (now.waiting - before.waiting).max(0.0);
                 self.total.runs += (now.runs - before.runs).max(0.0);
             }
             self.last.insert(tid, now);
         }
-        self.started = true;
         self.total
     }
 }
@@ -391,7 +387,6 @@ mod tests {
         assert_eq!(
             SchedTimes::parse("923543000 113795000 2\n"),
             Some(SchedTimes {
-                running: 0.923543,
                 waiting: 0.113795,
                 runs: 2.0
             })
@@ -402,11 +397,7 @@ mod tests {
 
     #[test]
     fn thread_times_keep_what_an_exited_thread_waited_and_count_a_new_one_whole() {
-        let t = |waiting: f64, runs: f64| SchedTimes {
-            running: 1.0,
-            waiting,
-            runs,
-        };
+        let t = |waiting: f64, runs: f64| SchedTimes { waiting, runs };
         let mut times = ThreadTimes::default();
         // The first sample is the starting point: nothing counted yet.
         let start = times.update(vec![(1, t(1.0, 10.0)), (2, t(5.0, 5.0))]);
@@ -428,11 +419,7 @@ mod tests {
 
     #[test]
     fn the_wait_at_the_peak_leaves_out_the_ramp() {
-        let t = |waiting: f64, runs: f64| SchedTimes {
-            running: 0.0,
-            waiting,
-            runs,
-        };
+        let t = |waiting: f64, runs: f64| SchedTimes { waiting, runs };
         let samples = [
             (10, (0.0, t(0.0, 0.0))),
             (20, (0.5, t(0.001, 10.0))),
@@ -455,14 +442,20 @@ mod tests {
             return;
         }
         let first = times.sample(me).expect("own threads are readable");
-        // Burn a little CPU so the second sample has something to add.
-        let mut x = 0u64;
-        for i in 0..5_000_000u64 {
-            x = std::hint::black_box(x.wrapping_add(i));
-        }
+        // A thread born after the first sample counts whole at the next: it has run at least
+        // once. It waits on a channel so it is still there to be read.
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (up, is_up) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let _ = up.send(());
+            let _ = stopped.recv();
+        });
+        is_up.recv().expect("the thread started");
         let second = times.sample(me).expect("own threads are readable");
-        assert!(second.running > first.running, "{first:?} {second:?}");
-        assert!(second.waiting >= first.waiting && second.runs >= first.runs);
+        let _ = stop.send(());
+        thread.join().expect("the thread ended");
+        assert!(second.runs > first.runs, "{first:?} {second:?}");
+        assert!(second.waiting >= first.waiting);
     }
 
     #[test]
