@@ -280,7 +280,7 @@ async fn connect(
         .as_fd()
         .try_clone_to_owned()
         .map_err(|e| e.to_string())?;
-    let stream = StampedTcp::new(tcp, arrivals).map_err(|e| e.to_string())?;
+    let stream = StampedTcp::new(tcp, arrivals);
     let (socket, _) =
         tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), None)
             .await
