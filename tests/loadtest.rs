@@ -121,6 +121,26 @@ async fn a_small_load_reports_consistent_counts() {
             .contains("waiting for a CPU with 20 sessions connected: server "));
     }
 
+    // Where the kernel's socket table is readable, the bytes the gateway had not read yet are
+    // known for every session's socket.
+    if std::path::Path::new("/proc/self/net/tcp").exists() {
+        let backlog = server_stats
+            .socket_backlog_at_peak
+            .expect("the gateway's sockets are in its socket table");
+        assert!(backlog.sockets >= 20, "{backlog:?}");
+        assert!(
+            (0.0..=1.0).contains(&backlog.share_with_unread),
+            "{backlog:?}"
+        );
+        assert!(
+            backlog.mean_wait_ms.is_some(),
+            "audio was sent: {backlog:?}"
+        );
+        assert!(report
+            .table()
+            .contains("sockets with 20 sessions connected:"));
+    }
+
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
     for field in [

@@ -4,6 +4,7 @@
 //! when it serves them.
 
 mod arrival;
+mod backlog;
 mod procfs;
 pub mod report;
 pub mod scrape;
@@ -237,7 +238,13 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     };
     let machine_before = procfs::machine_cpu();
     let live = Arc::new(Live::default());
-    let sampler = procfs::Sampler::start(args.server_pid, live.clone(), start, !args.quiet);
+    let sampler = procfs::Sampler::start(
+        args.server_pid,
+        backlog::port_of(&plan.base_url),
+        live.clone(),
+        start,
+        !args.quiet,
+    );
 
     let mut sessions = JoinSet::new();
     let gap = Duration::from_secs_f64(1.0 / args.ramp);

@@ -1,6 +1,7 @@
 //! Sampling the run every 500 ms: connected sessions, the server's CPU time and resident memory
-//! from `/proc/{pid}`, and how long the server's and the generator's threads waited for a CPU
-//! (Linux). Prints the progress line once a second.
+//! from `/proc/{pid}`, how long the server's and the generator's threads waited for a CPU, and
+//! the bytes waiting unread in the server's sockets (Linux). Prints the progress line once a
+//! second.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::backlog;
 use super::report::{slope, ServerSample, ServerStats};
 use super::session::Live;
 
@@ -127,6 +129,14 @@ pub fn load_at_peak(samples: &[(usize, CpuTimes)], peak: usize) -> Option<Machin
     span_at_peak(samples, peak).map(|(first, last)| first.until(&last))
 }
 
+/// How fast a count grew while `peak` sessions (the most) were connected, per second; each
+/// sample is `(sessions, (seconds, count))`.
+fn rate_at_peak(samples: &[(usize, (f64, u64))], peak: usize) -> Option<f64> {
+    span_at_peak(samples, peak)
+        .filter(|((t0, _), (t1, _))| t1 > t0)
+        .map(|((t0, n0), (t1, n1))| n1.saturating_sub(n0) as f64 / (t1 - t0))
+}
+
 /// How long a process's threads waited for a CPU while `peak` sessions (the most) were
 /// connected; each sample is `(sessions, (seconds, times))`.
 pub fn cpu_wait_at_peak(samples: &[(usize, (f64, SchedTimes))], peak: usize) -> Option<CpuWait> {
@@ -233,8 +243,14 @@ impl ThreadTimes {
 const CLOCK_TICKS: f64 = 100.0;
 
 impl Sampler {
-    /// Starts sampling (the server too when `pid` is given).
-    pub fn start(pid: Option<u32>, live: Arc<Live>, start: Instant, print: bool) -> Self {
+    /// Starts sampling (the server too when `pid` is given, and its sockets on `port`).
+    pub fn start(
+        pid: Option<u32>,
+        port: Option<u16>,
+        live: Arc<Live>,
+        start: Instant,
+        print: bool,
+    ) -> Self {
         let (stop, mut stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
             let mut sampled = Sampled::default();
@@ -249,6 +265,7 @@ impl Sampler {
             let (mut my_threads, mut server_threads) =
                 (ThreadTimes::default(), ThreadTimes::default());
             let (mut my_sched, mut server_sched) = (Vec::new(), Vec::new());
+            let (mut unread, mut frames_sent) = (Vec::new(), Vec::new());
             let mut ticks = tokio::time::interval(PERIOD);
             let mut n = 0u64;
             loop {
@@ -268,6 +285,14 @@ impl Sampler {
                 if let Some(times) = pid.and_then(|pid| server_threads.sample(pid)) {
                     server_sched.push((sessions, (t, times)));
                 }
+                if let Some(sockets) = pid
+                    .zip(port)
+                    .and_then(|(pid, port)| backlog::sample(pid, port))
+                {
+                    unread.push((sessions, sockets));
+                }
+                let sent = live.frames_sent.load(std::sync::atomic::Ordering::Relaxed);
+                frames_sent.push((sessions, (t, sent)));
                 if let (Some(pid), Some((cpu0, _))) = (pid, first) {
                     if let Some((cpu, rss_kib)) = read_process(pid) {
                         samples.push(ServerSample {
@@ -317,6 +342,11 @@ impl Sampler {
                     baseline_rss_kib: rss0,
                     rss_kib_per_session: slope(&points),
                     cpu_wait_at_peak: cpu_wait_at_peak(&server_sched, peak),
+                    socket_backlog_at_peak: backlog::at_peak(
+                        &unread,
+                        peak,
+                        rate_at_peak(&frames_sent, peak).unwrap_or(0.0),
+                    ),
                     samples,
                 });
             }

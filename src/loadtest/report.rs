@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::backlog::SocketBacklog;
 use super::procfs::{CpuWait, MachineLoad};
 use super::scrape::{BucketQuantiles, GatewayView};
 
@@ -93,6 +94,9 @@ pub struct ServerStats {
     /// How long the server's threads waited for a CPU while the most sessions were connected
     /// (from `schedstat`, when the kernel has it).
     pub cpu_wait_at_peak: Option<CpuWait>,
+    /// Bytes waiting unread in the server's sockets while the most sessions were connected, and
+    /// how long a frame waited to be read (from the kernel's socket table, on Linux).
+    pub socket_backlog_at_peak: Option<SocketBacklog>,
     /// Samples over time (every 500 ms).
     pub samples: Vec<ServerSample>,
 }
@@ -272,6 +276,21 @@ impl Report {
                 wait(server_wait),
                 wait(self.generator_cpu_wait_at_peak)
             ));
+        }
+        if let Some(backlog) = self.server.as_ref().and_then(|s| s.socket_backlog_at_peak) {
+            out.push_str(&format!(
+                "unread in the server's {} sockets with {connected} sessions connected: {:.1} KiB on average, in {:.0}% of them, at most {:.1} KiB in one",
+                backlog.sockets,
+                backlog.mean_unread_bytes / 1024.0,
+                backlog.share_with_unread * 100.0,
+                backlog.largest_unread_bytes as f64 / 1024.0
+            ));
+            if let Some(wait) = backlog.mean_wait_ms {
+                out.push_str(&format!(
+                    "\n  a frame waited {wait:.2} ms on average before the server read it (not in its own view below)"
+                ));
+            }
+            out.push('\n');
         }
         if let Some(gateway) = &self.gateway {
             let line = |what: &str, q: &BucketQuantiles| {
@@ -469,6 +488,33 @@ mod tests {
         assert!(
             table.contains(
                 "waiting for a CPU with 1000 sessions connected: server 1302 µs per wake-up, 1.31 threads waiting; generator 38 µs per wake-up, 0.02 threads waiting"
+            ),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_table_says_how_long_frames_waited_unread() {
+        let mut report = Report {
+            sessions_over_time: vec![(0.0, 0), (30.0, 1000)],
+            ..Report::default()
+        };
+        report.server = Some(ServerStats::default());
+        assert!(!report.table().contains("unread in the server's"));
+        report.server = Some(ServerStats {
+            socket_backlog_at_peak: Some(SocketBacklog {
+                sockets: 1000,
+                mean_unread_bytes: 1_536_000.0,
+                share_with_unread: 0.482,
+                largest_unread_bytes: 9072,
+                mean_wait_ms: Some(37.04),
+            }),
+            ..ServerStats::default()
+        });
+        let table = report.table();
+        assert!(
+            table.contains(
+                "unread in the server's 1000 sockets with 1000 sessions connected: 1500.0 KiB on average, in 48% of them, at most 8.9 KiB in one\n  a frame waited 37.04 ms on average before the server read it"
             ),
             "{table}"
         );
