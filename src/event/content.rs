@@ -110,8 +110,8 @@ pub struct Blob {
     /// Mime type, including parameters such as `rate=`.
     #[serde(default)]
     pub mime_type: String,
-    /// When livegate received this client audio; on a model's answer audio, when it received the
-    /// client audio that prompted the answer. Only for latency metrics; never serialized.
+    /// When livegate read this client audio off its socket; on a model's answer audio, when it
+    /// read the client audio that prompted the answer. Only for latency metrics; never serialized.
     #[serde(skip)]
     pub received: Option<Instant>,
 }

@@ -192,7 +192,7 @@ impl Default for Metrics {
         let first_audio = Histogram::new(LATENCY_BUCKETS);
         registry.register(
             "first_audio_latency_seconds",
-            "From receiving the client audio that ended an utterance to writing the first audio of its answer to the client socket (models that say which input they answer: sim)",
+            "From reading the client audio that ended an utterance off its socket to writing the first audio of its answer to the client socket (models that say which input they answer: sim)",
             first_audio.clone(),
         );
         // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a

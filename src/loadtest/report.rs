@@ -304,7 +304,7 @@ impl Report {
                 gateway.audio_frames_received, gateway.turn_complete_events
             ));
             out.push_str(&line(
-                "gateway-added (utterance end received -> first audio written)",
+                "gateway-added (utterance end read -> first audio written)",
                 &gateway.first_audio_ms,
             ));
             out.push_str(&line(

@@ -17,9 +17,10 @@ pub struct GatewayView {
     /// `turnComplete` events the gateway handed to its clients' writers: against the generator's
     /// completed turns, whether answers were sent that the generator did not read in time.
     pub turn_complete_events: u64,
-    /// From receiving the client audio that ended an utterance to writing the first audio of its
-    /// answer to the socket: the gateway-added latency as the gateway sees it (with the sim,
-    /// which says which input it answers; its reply delay is included).
+    /// From reading the client audio that ended an utterance to writing the first audio of its
+    /// answer to the socket: the gateway-added latency as the gateway sees it, without the time
+    /// the audio waited unread in its socket (with the sim, which says which input it answers;
+    /// its reply delay is included).
     pub first_audio_ms: BucketQuantiles,
     /// From the model producing an answer's first audio to the gateway writing it to the socket
     /// (the downstream half of the above).

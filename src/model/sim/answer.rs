@@ -65,7 +65,7 @@ pub struct Answer {
     duration: Duration,
     started: bool,
     candidates: u64,
-    /// When livegate received the client audio this answers; given to the first audio chunk.
+    /// When livegate read the client audio this answers; given to the first audio chunk.
     pub prompted_by: Option<std::time::Instant>,
 }
 
