@@ -1,6 +1,8 @@
 //! Bytes the gateway has not read yet: the receive queues of its sockets in the kernel's socket
 //! table (`/proc/{pid}/net/tcp` and `tcp6`). The gateway's own latency starts when it reads the
 //! frame that ends an utterance, so the time that frame waited in its socket is measured here.
+//! Reading the tables blocks for milliseconds (the kernel walks its connection hash), so it is
+//! done off the runtime's workers and less often than the other samples.
 
 use serde::Serialize;
 
