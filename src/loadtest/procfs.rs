@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use tokio::time::Instant;
 
 use super::backlog;
@@ -37,10 +36,11 @@ pub struct Sampled {
     pub generator_cpu_wait: Option<CpuWait>,
 }
 
-/// The sampling task.
+/// The sampling thread: its reads of `/proc` block for milliseconds, which on a runtime worker
+/// would hold up the frames of the sessions on that worker.
 pub struct Sampler {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Sampled>,
+    stop: mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<Sampled>>,
 }
 
 /// CPU seconds (user + system) and resident KiB of a process.
@@ -254,8 +254,9 @@ impl Sampler {
         start: Instant,
         print: bool,
     ) -> Self {
-        let (stop, mut stopped) = oneshot::channel();
-        let task = tokio::spawn(async move {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let start = start.into_std();
+        let sample = move || {
             let mut sampled = Sampled::default();
             let me = std::process::id();
             let my_first = read_process(me);
@@ -269,12 +270,14 @@ impl Sampler {
                 (ThreadTimes::default(), ThreadTimes::default());
             let (mut my_sched, mut server_sched) = (Vec::new(), Vec::new());
             let (mut unread, mut frames_sent) = (Vec::new(), Vec::new());
-            let mut ticks = tokio::time::interval(PERIOD);
             let mut n = 0u64;
             loop {
-                tokio::select! {
-                    _ = ticks.tick() => {}
-                    _ = &mut stopped => break,
+                // On a fixed schedule: the first sample at once, then one each period.
+                let due = start + PERIOD * u32::try_from(n).unwrap_or(u32::MAX);
+                match stopped.recv_timeout(due.saturating_duration_since(std::time::Instant::now()))
+                {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                 }
                 let t = start.elapsed().as_secs_f64();
                 let sessions = live.connected.load(std::sync::atomic::Ordering::Relaxed);
@@ -290,9 +293,7 @@ impl Sampler {
                 }
                 if let (Some(pid), Some(port), true) = (pid, port, n.is_multiple_of(BACKLOG_EVERY))
                 {
-                    // Off the runtime's workers, whose sessions' frames would wait meanwhile.
-                    let read = tokio::task::spawn_blocking(move || backlog::sample(pid, port));
-                    if let Ok(Some(sockets)) = read.await {
+                    if let Some(sockets) = backlog::sample(pid, port) {
                         unread.push((sessions, sockets));
                     }
                 }
@@ -356,14 +357,24 @@ impl Sampler {
                 });
             }
             sampled
-        });
-        Sampler { stop, task }
+        };
+        let thread = std::thread::Builder::new()
+            .name("loadtest-sampler".into())
+            .spawn(sample)
+            .map_err(|error| eprintln!("loadtest: cannot start the sampler ({error}); no samples"))
+            .ok();
+        Sampler { stop, thread }
     }
 
     /// Stops sampling and returns what was seen.
     pub async fn finish(self) -> Sampled {
         let _ = self.stop.send(());
-        self.task.await.unwrap_or_default()
+        let Some(thread) = self.thread else {
+            return Sampled::default();
+        };
+        tokio::task::spawn_blocking(move || thread.join().unwrap_or_default())
+            .await
+            .unwrap_or_default()
     }
 }
 
