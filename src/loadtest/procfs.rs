@@ -4,11 +4,11 @@
 //! second.
 
 use std::collections::HashMap;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use std::sync::mpsc::{self, RecvTimeoutError};
 use tokio::time::Instant;
 
 use super::backlog;
@@ -381,6 +381,20 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_at_the_peak_leaves_out_the_ramp() {
+        // 100 frames a second while ramping, 1,000 with all ten sessions connected.
+        let samples = [
+            (5, (0.5, 50)),
+            (10, (1.0, 100)),
+            (10, (2.0, 1_100)),
+            (10, (3.0, 2_100)),
+            (4, (3.5, 2_150)),
+        ];
+        assert_eq!(rate_at_peak(&samples, 10), Some(1_000.0));
+        assert_eq!(rate_at_peak(&samples[..2], 10), None);
+    }
 
     #[test]
     fn parses_the_machine_line_of_proc_stat() {
