@@ -6,8 +6,10 @@
 
 use serde::Serialize;
 
-/// A 20 ms frame of 640 bytes on the wire from a client: 2 header bytes, 2 of length, 4 of mask.
-pub const WIRE_FRAME_BYTES: f64 = 648.0;
+use super::session::FRAME_BYTES;
+
+/// A client's 20 ms frame on the wire: 2 header bytes, 2 of length, 4 of mask, then the PCM.
+pub const WIRE_FRAME_BYTES: f64 = (FRAME_BYTES + 8) as f64;
 
 /// What the gateway's sockets held unread at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -36,22 +38,6 @@ pub struct SocketBacklog {
     /// How long a frame waited in its socket to be read, on average (Little's law: the frames
     /// waiting over the rate frames were sent); absent when no audio was sent.
     pub mean_wait_ms: Option<f64>,
-}
-
-/// The port of a `ws://` or `wss://` URL (80 and 443 when it names none).
-pub fn port_of(ws_url: &str) -> Option<u16> {
-    let (default, rest) = if let Some(rest) = ws_url.strip_prefix("ws://") {
-        (80, rest)
-    } else {
-        (443, ws_url.strip_prefix("wss://")?)
-    };
-    let authority = rest.split(['/', '?']).next()?;
-    // An IPv6 literal is bracketed; its colons are not the port's.
-    let after_host = authority.rsplit(']').next().unwrap_or(authority);
-    match after_host.rsplit_once(':') {
-        Some((_, port)) => port.parse().ok(),
-        None => Some(default),
-    }
 }
 
 /// Adds the established sockets on local port `port` of a `/proc/net/tcp`-format table.
@@ -107,9 +93,12 @@ pub fn at_peak(
     peak: usize,
     frames_per_second: f64,
 ) -> Option<SocketBacklog> {
+    if peak == 0 {
+        return None;
+    }
     let at_peak: Vec<&Unread> = samples
         .iter()
-        .filter(|(sessions, _)| peak > 0 && *sessions == peak)
+        .filter(|(sessions, _)| *sessions == peak)
         .map(|(_, unread)| unread)
         .collect();
     if at_peak.is_empty() {
@@ -169,16 +158,6 @@ mod tests {
         let mut unread = Unread::default();
         add_table(table, 0x46A1, &mut unread);
         assert_eq!((unread.bytes, unread.sockets), (16, 1));
-    }
-
-    #[test]
-    fn the_port_comes_from_the_url() {
-        assert_eq!(port_of("ws://127.0.0.1:18081/ws"), Some(18081));
-        assert_eq!(port_of("ws://localhost/ws"), Some(80));
-        assert_eq!(port_of("wss://example.com/ws?x=1"), Some(443));
-        assert_eq!(port_of("ws://[::1]:9000/ws"), Some(9000));
-        assert_eq!(port_of("ws://[::1]/ws"), Some(80));
-        assert_eq!(port_of("http://x/ws"), None);
     }
 
     #[test]

@@ -240,7 +240,10 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     let live = Arc::new(Live::default());
     let sampler = procfs::Sampler::start(
         args.server_pid,
-        backlog::port_of(&plan.base_url),
+        plan.base_url
+            .parse::<tokio_tungstenite::tungstenite::http::Uri>()
+            .ok()
+            .map(|uri| session::port_of(&uri)),
         live.clone(),
         start,
         !args.quiet,

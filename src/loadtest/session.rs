@@ -264,13 +264,7 @@ async fn connect(
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
-    let port = uri
-        .port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("wss") {
-            443
-        } else {
-            80
-        });
+    let port = port_of(uri);
     let tcp = TcpStream::connect((host.as_str(), port))
         .await
         .map_err(|e| e.to_string())?;
@@ -286,6 +280,16 @@ async fn connect(
             .await
             .map_err(|e| e.to_string())?;
     Ok((socket, probe))
+}
+
+/// The port a WebSocket URI names, or its scheme's (443 for `wss`, 80 otherwise).
+pub fn port_of(uri: &tokio_tungstenite::tungstenite::http::Uri) -> u16 {
+    uri.port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("wss") {
+            443
+        } else {
+            80
+        })
 }
 
 /// Bytes the kernel holds on the socket that the reader has not taken yet.
@@ -554,6 +558,16 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_port_comes_from_the_url_or_its_scheme() {
+        let port = |url: &str| port_of(&url.parse().unwrap());
+        assert_eq!(port("ws://127.0.0.1:18081/ws"), 18081);
+        assert_eq!(port("ws://localhost/ws"), 80);
+        assert_eq!(port("wss://example.com/ws?x=1"), 443);
+        assert_eq!(port("ws://[::1]:9000/ws"), 9000);
+        assert_eq!(port("ws://[::1]/ws"), 80);
+    }
 
     #[test]
     fn a_timeout_says_when_the_gateway_had_sent_bytes_left_unread() {
