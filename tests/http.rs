@@ -111,6 +111,34 @@ async fn metrics_count_connections_client_frames_and_answer_forwarding() {
     server.shutdown(WAIT).await;
 }
 
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn metrics_report_the_process_cpu_memory_and_descriptors() {
+    let server = start(test_args()).await;
+    let metrics = http_get(server.addr, "/metrics").await;
+    let value = |name: &str| metric(&metrics, name).unwrap_or_else(|| panic!("{name}: {metrics}"));
+    // The gateway runs inside this test process, so its numbers are this process's.
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    let rss = value("process_resident_memory_bytes");
+    assert!(rss > 1024.0 * 1024.0, "{rss}");
+    assert!(value("process_virtual_memory_bytes") >= rss);
+    assert!(value("process_threads") >= 1.0);
+    let (open, max) = (value("process_open_fds"), value("process_max_fds"));
+    assert!(open >= 3.0 && open <= max, "{open} of {max}");
+    let started = value("process_start_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        started <= now + 1.0 && started > now - 24.0 * 3600.0,
+        "{started}"
+    );
+    // Standard names: no gateway prefix on them.
+    assert!(!metrics.contains("livegate_process_"));
+    server.shutdown(WAIT).await;
+}
+
 /// Waits until a metric has `value`. The server notices a close on its own time and tells no
 /// one, so this polls, bounded by [`WAIT`].
 async fn metric_reaches(addr: std::net::SocketAddr, name: &str, value: f64) {

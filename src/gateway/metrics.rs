@@ -1,6 +1,7 @@
 //! The gateway's Prometheus metrics, served at `/metrics`: connections and live runs, client
 //! frames and bytes each way, the runs' events by kind, errors by code, artifacts saved, upstream
-//! reconnects, slow clients cut off, and how long the gateway takes to forward an answer's audio.
+//! reconnects, slow clients cut off, and how long the gateway takes to forward an answer's audio;
+//! beside them the process's own CPU time and memory (`process_*`, see [`super::process`]).
 
 use std::sync::Arc;
 
@@ -132,7 +133,10 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("livegate");
+        let mut root = Registry::default();
+        // Prometheus's standard names, without the gateway's prefix.
+        root.register_collector(Box::new(super::process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("livegate");
         let connections = Gauge::default();
         registry.register(
             "connections",
@@ -229,7 +233,7 @@ impl Default for Metrics {
             events: Arc::new(events),
         };
         Metrics {
-            registry,
+            registry: root,
             connections,
             reconnects,
             meter,

@@ -8,6 +8,7 @@ pub mod config;
 mod connection;
 mod ids;
 pub mod metrics;
+pub mod process;
 mod registry;
 mod rest;
 mod run_api;
