@@ -58,6 +58,7 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(report.sent.frames, report.schedule_lag_ms.count as u64);
     assert!(report.audio_bytes_received > 0);
     let server_stats = report.server.as_ref().expect("its own /proc is readable");
+    assert_eq!(server_stats.pid, Some(std::process::id()));
     assert!(server_stats.cpu_seconds > 0.0 && server_stats.peak_rss_kib > 0);
     assert!(
         report.generator_cpu_cores.is_some_and(|c| c > 0.0),
@@ -164,5 +165,60 @@ async fn a_small_load_reports_consistent_counts() {
     assert!(std::fs::read_to_string(dir.path().join("plot.svg"))
         .unwrap()
         .starts_with("<svg"));
+    server.shutdown(WAIT).await;
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn without_a_pid_the_server_is_measured_through_its_metrics() {
+    let server = start(test_args()).await;
+    let args = LoadtestArgs {
+        url: format!("ws://{}/ws", server.addr),
+        sessions: 5,
+        duration: Duration::from_secs(3),
+        ramp: 50.0,
+        audio: vec![
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")
+        ],
+        turns: 1,
+        idle: false,
+        in_phase: false,
+        query: String::new(),
+        model_delay_ms: 500.0,
+        server_pid: None,
+        report: None,
+        plot: None,
+        quiet: true,
+    };
+    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
+        .await
+        .expect("the load test ends")
+        .expect("the load test runs");
+    assert_eq!((report.errors, report.turns_completed), (0, 5));
+
+    let stats = report
+        .server
+        .as_ref()
+        .expect("the gateway's /metrics has process_*");
+    assert_eq!(stats.pid, None);
+    // Five sessions streaming for seconds cost the (in-process) gateway some CPU.
+    assert!(
+        stats.cpu_seconds > 0.0 && stats.cpu_cores > 0.0,
+        "{stats:?}"
+    );
+    assert!(stats.baseline_rss_kib > 0 && stats.peak_rss_kib >= stats.baseline_rss_kib);
+    // Sampled every 2 s from the start: at 0 s and 2 s at least.
+    assert!(stats.samples.len() >= 2, "{:?}", stats.samples);
+    assert!(stats.samples.windows(2).all(|w| w[0].t < w[1].t));
+    assert!(stats
+        .samples
+        .iter()
+        .all(|s| s.rss_kib > 0 && s.cpu_seconds >= 0.0));
+    // What only /proc can tell is left out rather than made up.
+    assert_eq!(
+        (stats.cpu_wait_at_peak, stats.socket_backlog_at_peak),
+        (None, None)
+    );
+    assert!(report.table().contains("server (its /metrics): CPU "));
     server.shutdown(WAIT).await;
 }

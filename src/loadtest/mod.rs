@@ -1,7 +1,7 @@
 //! `livegate loadtest`: many simulated users streaming real speech to a gateway at once, and what
-//! it cost: latency to the first answer audio, audio gaps, errors, traffic, and (given its pid) the
-//! server's CPU and memory. Knows the gateway by its WebSocket protocol, and reads its `/metrics`
-//! when it serves them.
+//! it cost: latency to the first answer audio, audio gaps, errors, traffic, and the server's CPU
+//! and memory (from `/proc` given its pid, else from its `/metrics`). Knows the gateway by its
+//! WebSocket protocol, and reads its `/metrics` when it serves them.
 
 mod arrival;
 mod backlog;
@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -74,7 +75,9 @@ pub struct LoadtestArgs {
     /// silence plus its reply delay): gateway-added latency is timed from the frame that ends it.
     #[arg(long, default_value_t = 500.0)]
     pub model_delay_ms: f64,
-    /// The gateway's process id: sample its CPU time and memory from /proc.
+    /// The gateway's process id: sample its CPU time and memory from /proc, with how long its
+    /// threads waited for a CPU and what its sockets left unread. Without it, CPU time and memory
+    /// come from the gateway's /metrics (`process_*`) every 2 s.
     #[arg(long)]
     pub server_pid: Option<u32>,
     /// Write the JSON report here.
@@ -249,6 +252,25 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         !args.quiet,
     );
 
+    // A gateway whose /proc is out of reach (no pid: perhaps on another machine) still reports
+    // its own CPU time and memory.
+    let first = metrics_before.as_ref().and_then(scrape::Scrape::process);
+    let follower = match (&metrics_url, first, args.server_pid) {
+        (Some(url), Some((cpu0, _)), None) => {
+            let (stop, stopped) = oneshot::channel();
+            let samples = tokio::spawn(scrape::follow(
+                http.clone(),
+                url.clone(),
+                cpu0,
+                live.clone(),
+                start,
+                stopped,
+            ));
+            Some((stop, samples))
+        }
+        _ => None,
+    };
+
     let mut sessions = JoinSet::new();
     let gap = Duration::from_secs_f64(1.0 / args.ramp);
     for index in 0..args.sessions {
@@ -266,12 +288,33 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let sampled = sampler.finish().await;
+    let mut sampled = sampler.finish().await;
+    let followed = match follower {
+        Some((stop, samples)) => {
+            let _ = stop.send(());
+            samples.await.ok()
+        }
+        None => None,
+    };
     let machine_after = procfs::machine_cpu();
     let metrics_after = match (&metrics_url, &metrics_before) {
         (Some(url), Some(_)) => scrape::scrape(&http, url).await,
         _ => None,
     };
+    let last = metrics_after.as_ref().and_then(scrape::Scrape::process);
+    if let (None, Some(samples), Some((cpu0, rss0)), Some((cpu1, _))) =
+        (&sampled.server, followed, first, last)
+    {
+        let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
+        sampled.server = Some(ServerStats::of(
+            None,
+            cpu1 - cpu0,
+            rss0,
+            samples,
+            peak,
+            elapsed,
+        ));
+    }
     let mut report = summarize(args, &outcomes, elapsed, sampled);
     report.run_id = plan.run_id.clone();
     report.machine_cpu_busy = machine_before

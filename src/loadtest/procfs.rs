@@ -12,8 +12,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::backlog;
-use super::report::{slope, ServerSample, ServerStats};
+use super::report::{ServerSample, ServerStats};
 use super::session::Live;
+use crate::gateway::process::Usage;
 
 /// How often the run is sampled.
 const PERIOD: Duration = Duration::from_millis(500);
@@ -45,18 +46,7 @@ pub struct Sampler {
 
 /// CPU seconds (user + system) and resident KiB of a process.
 fn read_process(pid: u32) -> Option<(f64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which may itself contain spaces and parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
-    Some(((utime + stime) / CLOCK_TICKS, rss_kib))
+    Usage::read(&pid.to_string()).map(|u| (u.cpu_seconds, u.rss_kib))
 }
 
 /// The machine's CPU time so far, all CPUs together, in clock ticks (from `/proc/stat`).
@@ -242,9 +232,6 @@ impl ThreadTimes {
     }
 }
 
-/// Clock ticks per second for `/proc/*/stat` times (100 on every Linux that matters).
-const CLOCK_TICKS: f64 = 100.0;
-
 impl Sampler {
     /// Starts sampling (the server too when `pid` is given, and its sockets on `port`).
     pub fn start(
@@ -326,34 +313,14 @@ impl Sampler {
             if let (Some(pid), Some((cpu0, rss0))) = (pid, first) {
                 let end = read_process(pid);
                 let cpu = end.map_or(0.0, |(cpu, _)| cpu - cpu0);
-                // Memory is returned lazily as sessions end; fit only the ramp up to the peak.
-                let ramp = samples
-                    .iter()
-                    .position(|s| s.sessions == peak)
-                    .map_or(samples.len(), |i| i + 1);
-                let points: Vec<(f64, f64)> = samples[..ramp]
-                    .iter()
-                    .map(|s| (s.sessions as f64, s.rss_kib as f64))
-                    .collect();
                 sampled.server = Some(ServerStats {
-                    pid,
-                    cpu_seconds: cpu,
-                    cpu_cores: cpu / elapsed,
-                    peak_rss_kib: samples
-                        .iter()
-                        .map(|s| s.rss_kib)
-                        .max()
-                        .unwrap_or(rss0)
-                        .max(rss0),
-                    baseline_rss_kib: rss0,
-                    rss_kib_per_session: slope(&points),
                     cpu_wait_at_peak: cpu_wait_at_peak(&server_sched, peak),
                     socket_backlog_at_peak: backlog::at_peak(
                         &unread,
                         peak,
                         rate_at_peak(&frames_sent, peak).unwrap_or(0.0),
                     ),
-                    samples,
+                    ..ServerStats::of(Some(pid), cpu, rss0, samples, peak, elapsed)
                 });
             }
             sampled

@@ -76,11 +76,12 @@ pub struct ServerSample {
     pub cpu_seconds: f64,
 }
 
-/// The server process over the run (with `--server-pid`).
+/// The server process over the run: from `/proc` with `--server-pid`, else from the gateway's
+/// own `/metrics` (`process_*`), which leaves out the CPU wait and the socket backlog.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ServerStats {
-    /// The process.
-    pub pid: u32,
+    /// The process (`None`: read from the gateway's `/metrics`).
+    pub pid: Option<u32>,
     /// CPU seconds (user + system) used during the run.
     pub cpu_seconds: f64,
     /// Average cores busy during the run.
@@ -97,8 +98,46 @@ pub struct ServerStats {
     /// Bytes waiting unread in the server's sockets while the most sessions were connected, and
     /// how long a frame waited to be read (from the kernel's socket table, on Linux).
     pub socket_backlog_at_peak: Option<SocketBacklog>,
-    /// Samples over time (every 500 ms).
+    /// Samples over time (every 500 ms from `/proc`, every 2 s from `/metrics`).
     pub samples: Vec<ServerSample>,
+}
+
+impl ServerStats {
+    /// The server's CPU and memory over a run of `elapsed` seconds in which it used
+    /// `cpu_seconds`, from `baseline_rss_kib` before the first session and `samples` taken while
+    /// at most `peak` sessions were connected.
+    pub fn of(
+        pid: Option<u32>,
+        cpu_seconds: f64,
+        baseline_rss_kib: u64,
+        samples: Vec<ServerSample>,
+        peak: usize,
+        elapsed: f64,
+    ) -> ServerStats {
+        // Memory is returned lazily as sessions end; fit only the ramp up to the peak.
+        let ramp = samples
+            .iter()
+            .position(|s| s.sessions == peak)
+            .map_or(samples.len(), |i| i + 1);
+        let points: Vec<(f64, f64)> = samples[..ramp]
+            .iter()
+            .map(|s| (s.sessions as f64, s.rss_kib as f64))
+            .collect();
+        ServerStats {
+            pid,
+            cpu_seconds,
+            cpu_cores: cpu_seconds / elapsed.max(1e-9),
+            peak_rss_kib: samples
+                .iter()
+                .map(|s| s.rss_kib)
+                .fold(baseline_rss_kib, u64::max),
+            baseline_rss_kib,
+            rss_kib_per_session: slope(&points),
+            cpu_wait_at_peak: None,
+            socket_backlog_at_peak: None,
+            samples,
+        }
+    }
 }
 
 /// Everything one run measured.
@@ -222,9 +261,12 @@ impl Report {
             self.received.bytes_per_second / 1e6
         ));
         if let Some(server) = &self.server {
+            let whose = match server.pid {
+                Some(pid) => format!("server pid {pid}"),
+                None => "server (its /metrics)".to_owned(),
+            };
             out.push_str(&format!(
-                "server pid {}: CPU {:.1} s ({:.2} cores), RSS {:.1} MiB at start, peak {:.1} MiB, {:.1} KiB per session\n",
-                server.pid,
+                "{whose}: CPU {:.1} s ({:.2} cores), RSS {:.1} MiB at start, peak {:.1} MiB, {:.1} KiB per session\n",
                 server.cpu_seconds,
                 server.cpu_cores,
                 server.baseline_rss_kib as f64 / 1024.0,

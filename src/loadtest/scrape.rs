@@ -1,9 +1,17 @@
 //! The gateway's own view of a run, from its `/metrics` before and after: client frames it
-//! received, and its latency histograms (free of the generator's delays).
+//! received, and its latency histograms (free of the generator's delays); and, for a gateway
+//! whose `/proc` the generator cannot read, its CPU time and memory every 2 s.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::report::ServerSample;
+use super::session::Live;
 
 use crate::gateway::metrics::{ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY};
 
@@ -50,6 +58,17 @@ pub struct Scrape {
     turn_complete: f64,
     first_audio: Histo,
     answer_forward: Histo,
+    /// `process_cpu_seconds_total`.
+    cpu_seconds: Option<f64>,
+    /// `process_resident_memory_bytes`.
+    rss_bytes: Option<f64>,
+}
+
+impl Scrape {
+    /// The gateway's CPU seconds and resident KiB, if it reports them.
+    pub fn process(&self) -> Option<(f64, u64)> {
+        Some((self.cpu_seconds?, (self.rss_bytes? / 1024.0) as u64))
+    }
 }
 
 /// One histogram of a scrape.
@@ -161,6 +180,8 @@ pub fn parse(text: &str) -> Scrape {
             r#"livegate_frames_total{direction="in",kind="audio"}"# => scrape.audio_in = value,
             r#"livegate_frames_total{direction="in",kind="text"}"# => scrape.text_in = value,
             r#"livegate_events_total{kind="turn_complete"}"# => scrape.turn_complete = value,
+            "process_cpu_seconds_total" => scrape.cpu_seconds = Some(value),
+            "process_resident_memory_bytes" => scrape.rss_bytes = Some(value),
             _ => {
                 let _ = scrape.first_audio.read(FIRST_AUDIO_LATENCY, name, value)
                     || scrape
@@ -170,6 +191,40 @@ pub fn parse(text: &str) -> Scrape {
         }
     }
     scrape
+}
+
+/// How often [`follow`] reads the gateway's `/metrics`.
+const FOLLOW_EVERY: Duration = Duration::from_secs(2);
+
+/// Samples the gateway's CPU time and memory from its `/metrics` every 2 s from `start` until
+/// `stop` fires, CPU counted from `cpu0`.
+pub async fn follow(
+    client: reqwest::Client,
+    url: String,
+    cpu0: f64,
+    live: Arc<Live>,
+    start: Instant,
+    mut stop: oneshot::Receiver<()>,
+) -> Vec<ServerSample> {
+    let mut samples = Vec::new();
+    let mut ticks = tokio::time::interval_at(start, FOLLOW_EVERY);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let tick = tokio::select! {
+            _ = &mut stop => break,
+            tick = ticks.tick() => tick,
+        };
+        let sessions = live.connected.load(Ordering::Relaxed);
+        if let Some((cpu, rss_kib)) = scrape(&client, &url).await.and_then(|s| s.process()) {
+            samples.push(ServerSample {
+                t: tick.duration_since(start).as_secs_f64(),
+                sessions,
+                rss_kib,
+                cpu_seconds: cpu - cpu0,
+            });
+        }
+    }
+    samples
 }
 
 /// What happened between two scrapes.
