@@ -8,14 +8,13 @@ use common::*;
 use livegate::loadtest::{self, LoadtestArgs};
 use tokio::time::timeout;
 
-#[tokio::test]
-async fn a_small_load_reports_consistent_counts() {
-    let server = start(test_args()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = LoadtestArgs {
-        url: format!("ws://{}/ws", server.addr),
-        sessions: 20,
-        duration: Duration::from_secs(4),
+/// `sessions` each saying hello once against the gateway at `addr`, quietly, with no pid, report
+/// or plot.
+fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration) -> LoadtestArgs {
+    LoadtestArgs {
+        url: format!("ws://{addr}/ws"),
+        sessions,
+        duration,
         ramp: 50.0,
         audio: vec![
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")
@@ -25,10 +24,22 @@ async fn a_small_load_reports_consistent_counts() {
         in_phase: false,
         query: String::new(),
         model_delay_ms: 500.0,
+        server_pid: None,
+        report: None,
+        plot: None,
+        quiet: true,
+    }
+}
+
+#[tokio::test]
+async fn a_small_load_reports_consistent_counts() {
+    let server = start(test_args()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = LoadtestArgs {
         server_pid: Some(std::process::id()),
         report: Some(dir.path().join("report.json")),
         plot: Some(dir.path().join("plot.svg")),
-        quiet: true,
+        ..one_turn_each(server.addr, 20, Duration::from_secs(4))
     };
     let report = timeout(Duration::from_secs(60), loadtest::run(&args))
         .await
@@ -172,24 +183,7 @@ async fn a_small_load_reports_consistent_counts() {
 #[tokio::test]
 async fn without_a_pid_the_server_is_measured_through_its_metrics() {
     let server = start(test_args()).await;
-    let args = LoadtestArgs {
-        url: format!("ws://{}/ws", server.addr),
-        sessions: 5,
-        duration: Duration::from_secs(3),
-        ramp: 50.0,
-        audio: vec![
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")
-        ],
-        turns: 1,
-        idle: false,
-        in_phase: false,
-        query: String::new(),
-        model_delay_ms: 500.0,
-        server_pid: None,
-        report: None,
-        plot: None,
-        quiet: true,
-    };
+    let args = one_turn_each(server.addr, 5, Duration::from_secs(3));
     let report = timeout(Duration::from_secs(60), loadtest::run(&args))
         .await
         .expect("the load test ends")
