@@ -308,7 +308,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
         sampled.server = Some(ServerStats::of(
             None,
-            cpu1 - cpu0,
+            (cpu1 - cpu0).max(0.0),
             rss0,
             samples,
             peak,

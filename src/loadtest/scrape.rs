@@ -220,7 +220,8 @@ pub async fn follow(
                 t: tick.duration_since(start).as_secs_f64(),
                 sessions,
                 rss_kib,
-                cpu_seconds: cpu - cpu0,
+                // A gateway restarted mid-run counts from zero again, not below it.
+                cpu_seconds: (cpu - cpu0).max(0.0),
             });
         }
     }
