@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -252,21 +251,10 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         !args.quiet,
     );
 
-    // A gateway whose /proc is out of reach (no pid: perhaps on another machine) still reports
-    // its own CPU time and memory.
-    let first = metrics_before.as_ref().and_then(scrape::Scrape::process);
-    let follower = match (&metrics_url, first, args.server_pid) {
-        (Some(url), Some((cpu0, _)), None) => {
-            let (stop, stopped) = oneshot::channel();
-            let samples = tokio::spawn(scrape::follow(
-                http.clone(),
-                url.clone(),
-                cpu0,
-                live.clone(),
-                start,
-                stopped,
-            ));
-            Some((stop, samples))
+    // A gateway whose /proc is out of reach still reports its own CPU time and memory.
+    let follower = match (&metrics_url, &metrics_before, args.server_pid) {
+        (Some(url), Some(before), None) => {
+            scrape::Follower::start(&http, url, before, live.clone(), start)
         }
         _ => None,
     };
@@ -289,31 +277,14 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let mut sampled = sampler.finish().await;
-    let followed = match follower {
-        Some((stop, samples)) => {
-            let _ = stop.send(());
-            samples.await.ok()
-        }
-        None => None,
-    };
     let machine_after = procfs::machine_cpu();
     let metrics_after = match (&metrics_url, &metrics_before) {
         (Some(url), Some(_)) => scrape::scrape(&http, url).await,
         _ => None,
     };
-    let last = metrics_after.as_ref().and_then(scrape::Scrape::process);
-    if let (None, Some(samples), Some((cpu0, rss0)), Some((cpu1, _))) =
-        (&sampled.server, followed, first, last)
-    {
-        let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
-        sampled.server = Some(ServerStats::of(
-            None,
-            (cpu1 - cpu0).max(0.0),
-            rss0,
-            samples,
-            peak,
-            elapsed,
-        ));
+    if let Some(follower) = follower {
+        let peak = sampled.peak();
+        sampled.server = follower.finish(metrics_after.as_ref(), peak, elapsed).await;
     }
     let mut report = summarize(args, &outcomes, elapsed, sampled);
     report.run_id = plan.run_id.clone();

@@ -37,6 +37,14 @@ pub struct Sampled {
     pub generator_cpu_wait: Option<CpuWait>,
 }
 
+impl Sampled {
+    /// The most sessions connected at once: the machine's load and the memory's ramp are both
+    /// measured against it.
+    pub fn peak(&self) -> usize {
+        self.sessions.iter().map(|s| s.1).max().unwrap_or(0)
+    }
+}
+
 /// The sampling thread: its reads of `/proc` block for milliseconds, which on a runtime worker
 /// would hold up the frames of the sessions on that worker.
 pub struct Sampler {
@@ -302,9 +310,7 @@ impl Sampler {
                 }
             }
             let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-            // The most sessions connected at once: the machine's load and the memory's ramp are
-            // both measured against it.
-            let peak = sampled.sessions.iter().map(|s| s.1).max().unwrap_or(0);
+            let peak = sampled.peak();
             sampled.machine_at_peak = load_at_peak(&machine, peak);
             sampled.generator_cpu_wait = cpu_wait_at_peak(&my_sched, peak);
             if let (Some((cpu0, _)), Some((cpu1, _))) = (my_first, read_process(me)) {

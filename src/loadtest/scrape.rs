@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::report::ServerSample;
+use super::report::{ServerSample, ServerStats};
 use super::session::Live;
 
 use crate::gateway::metrics::{ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY};
@@ -196,9 +197,69 @@ pub fn parse(text: &str) -> Scrape {
 /// How often [`follow`] reads the gateway's `/metrics`.
 const FOLLOW_EVERY: Duration = Duration::from_secs(2);
 
-/// Samples the gateway's CPU time and memory from its `/metrics` every 2 s from `start` until
-/// `stop` fires, CPU counted from `cpu0`.
-pub async fn follow(
+/// The gateway's CPU time and memory followed through its `/metrics`, for a gateway whose
+/// `/proc` is out of reach (no pid: perhaps on another machine).
+pub struct Follower {
+    stop: oneshot::Sender<()>,
+    samples: JoinHandle<Vec<ServerSample>>,
+    /// CPU seconds and resident KiB before the run.
+    first: (f64, u64),
+}
+
+impl Follower {
+    /// Starts reading `url` every 2 s from `start`; `None` if `before` has no `process_*`.
+    pub fn start(
+        client: &reqwest::Client,
+        url: &str,
+        before: &Scrape,
+        live: Arc<Live>,
+        start: Instant,
+    ) -> Option<Follower> {
+        let first = before.process()?;
+        let (stop, stopped) = oneshot::channel();
+        let samples = tokio::spawn(follow(
+            client.clone(),
+            url.to_owned(),
+            first.0,
+            live,
+            start,
+            stopped,
+        ));
+        Some(Follower {
+            stop,
+            samples,
+            first,
+        })
+    }
+
+    /// Stops following and sums up a run of `elapsed` seconds that ended with `after`, with at
+    /// most `peak` sessions connected.
+    pub async fn finish(
+        self,
+        after: Option<&Scrape>,
+        peak: usize,
+        elapsed: f64,
+    ) -> Option<ServerStats> {
+        let _ = self.stop.send(());
+        let samples = self.samples.await.ok()?;
+        let (cpu, _) = after?.process()?;
+        let (cpu0, rss0) = self.first;
+        // A gateway restarted mid-run counts from zero again, not below it.
+        let cpu_seconds = (cpu - cpu0).max(0.0);
+        Some(ServerStats::of(
+            None,
+            cpu_seconds,
+            rss0,
+            samples,
+            peak,
+            elapsed,
+        ))
+    }
+}
+
+/// Samples the gateway's CPU time and memory every 2 s from `start` until `stop` fires, CPU
+/// counted from `cpu0`.
+async fn follow(
     client: reqwest::Client,
     url: String,
     cpu0: f64,
@@ -220,7 +281,6 @@ pub async fn follow(
                 t: tick.duration_since(start).as_secs_f64(),
                 sessions,
                 rss_kib,
-                // A gateway restarted mid-run counts from zero again, not below it.
                 cpu_seconds: (cpu - cpu0).max(0.0),
             });
         }
