@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 /// Clock ticks per second for `/proc/*/stat` times (100 on every Linux that matters).
-pub const CLOCK_TICKS: f64 = 100.0;
+const CLOCK_TICKS: f64 = 100.0;
 
 /// A process's usage as its `/proc/{pid}/stat` and `status` tell it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -536,6 +536,37 @@ mod tests {
     }
 
     #[test]
+    fn server_stats_fit_memory_on_the_ramp_only() {
+        let sample = |t: f64, sessions: usize, rss_kib: u64| ServerSample {
+            t,
+            sessions,
+            rss_kib,
+            cpu_seconds: t / 2.0,
+        };
+        // 100 KiB a session on the way up to 10; memory kept (and more) while they leave.
+        let samples = vec![
+            sample(0.0, 0, 1_000),
+            sample(1.0, 5, 1_500),
+            sample(2.0, 10, 2_000),
+            sample(3.0, 10, 2_600),
+            sample(4.0, 2, 2_400),
+        ];
+        let stats = ServerStats::of(None, 2.0, 900, samples, 10, 4.0);
+        assert!(
+            (stats.rss_kib_per_session - 100.0).abs() < 1e-9,
+            "{stats:?}"
+        );
+        assert_eq!((stats.peak_rss_kib, stats.baseline_rss_kib), (2_600, 900));
+        assert!((stats.cpu_cores - 0.5).abs() < 1e-9);
+        assert_eq!(stats.samples.len(), 5);
+        // No samples: the baseline is the peak.
+        assert_eq!(
+            ServerStats::of(None, 0.0, 900, vec![], 0, 1.0).peak_rss_kib,
+            900
+        );
+    }
+
+    #[test]
     fn the_table_says_how_long_frames_waited_unread() {
         let mut report = Report {
             sessions_over_time: vec![(0.0, 0), (30.0, 1000)],
