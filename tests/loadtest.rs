@@ -25,6 +25,7 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         query: String::new(),
         model_delay_ms: 500.0,
         server_pid: None,
+        metrics_url: None,
         report: None,
         plot: None,
         quiet: true,
@@ -215,4 +216,23 @@ async fn without_a_pid_the_server_is_measured_through_its_metrics() {
     );
     assert!(report.table().contains("server (its /metrics): CPU "));
     server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_metrics_url_given_is_the_only_one_read() {
+    let server = start(test_args()).await;
+    let args = LoadtestArgs {
+        // Not where this gateway serves its metrics: nothing is read, and the run goes on.
+        metrics_url: Some(format!("http://{}/elsewhere/metrics", server.addr)),
+        ..one_turn_each(server.addr, 2, Duration::from_secs(3))
+    };
+    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
+        .await
+        .expect("the load test ends")
+        .expect("the load test runs");
+
+    assert_eq!(report.errors, 0, "{:?}", report.error_samples);
+    assert_eq!(report.turns_completed, 2);
+    assert!(report.gateway.is_none(), "{:?}", report.gateway);
+    assert!(report.server.is_none(), "{:?}", report.server);
 }

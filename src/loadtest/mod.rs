@@ -79,6 +79,10 @@ pub struct LoadtestArgs {
     /// come from the gateway's /metrics (`process_*`) every 2 s.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// The gateway's metrics endpoint, read before and after the run (default: `metrics` beside
+    /// the WebSocket path, e.g. `http://127.0.0.1:8080/metrics` for `ws://127.0.0.1:8080/ws`).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
     /// Write the JSON report here.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -233,7 +237,10 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
             .round() as u32,
     });
     let http = reqwest::Client::new();
-    let metrics_url = scrape::metrics_url(&plan.base_url);
+    let metrics_url = args
+        .metrics_url
+        .clone()
+        .or_else(|| scrape::metrics_url(&plan.base_url));
     let metrics_before = match &metrics_url {
         Some(url) => scrape::scrape(&http, url).await,
         None => None,

@@ -141,16 +141,28 @@ impl Histo {
     }
 }
 
-/// The gateway's `/metrics` URL for a WebSocket base URL (`ws://host:port/ws` ⇒
-/// `http://host:port/metrics`).
+/// The gateway's `/metrics` URL for a WebSocket base URL: the endpoint beside `/ws`, under the
+/// same path prefix (`ws://host:port/ws` ⇒ `http://host:port/metrics`, `wss://host/live/ws` ⇒
+/// `https://host/live/metrics`).
 pub fn metrics_url(ws_url: &str) -> Option<String> {
     let (scheme, rest) = if let Some(rest) = ws_url.strip_prefix("ws://") {
         ("http", rest)
     } else {
         ("https", ws_url.strip_prefix("wss://")?)
     };
-    let host = rest.split(['/', '?']).next().filter(|h| !h.is_empty())?;
-    Some(format!("{scheme}://{host}/metrics"))
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.is_empty() {
+        return None;
+    }
+    // The gateway serves `/metrics` beside `/ws`: whatever stands before the last segment is a
+    // proxy's prefix, which the metrics sit under too.
+    let prefix = path
+        .trim_end_matches('/')
+        .rsplit_once('/')
+        .map_or("", |(prefix, _)| prefix);
+    let slash = if prefix.is_empty() { "" } else { "/" };
+    Some(format!("{scheme}://{host}/{prefix}{slash}metrics"))
 }
 
 /// Fetches and parses the metrics; `None` if the gateway does not serve them.
@@ -337,9 +349,22 @@ mod tests {
         );
         assert_eq!(
             metrics_url("wss://example.com/live/ws?x=1").as_deref(),
-            Some("https://example.com/metrics")
+            Some("https://example.com/live/metrics")
+        );
+        assert_eq!(
+            metrics_url("ws://example.com/a/b/ws/").as_deref(),
+            Some("http://example.com/a/b/metrics")
+        );
+        assert_eq!(
+            metrics_url("ws://example.com:9000").as_deref(),
+            Some("http://example.com:9000/metrics")
+        );
+        assert_eq!(
+            metrics_url("ws://example.com?/x/ws").as_deref(),
+            Some("http://example.com/metrics")
         );
         assert_eq!(metrics_url("http://example.com/ws"), None);
+        assert_eq!(metrics_url("ws:///ws"), None);
     }
 
     #[test]
