@@ -67,6 +67,9 @@ async fn a_small_load_reports_consistent_counts() {
         report.gateway_latency_ms,
         report.latency_ms
     );
+    // Each answer's end is timed once: its recordings are saved before its turnComplete.
+    assert_eq!(report.turn_end_ms.count, 20);
+    assert!(report.turn_end_ms.p50 >= 0.0 && report.turn_end_ms.max < 20_000.0);
     assert_eq!(report.sent.frames, report.schedule_lag_ms.count as u64);
     assert!(report.audio_bytes_received > 0);
     let server_stats = report.server.as_ref().expect("its own /proc is readable");
@@ -161,6 +164,7 @@ async fn a_small_load_reports_consistent_counts() {
         "latency_ms",
         "gateway_latency_ms",
         "audio_gaps_ms",
+        "turn_end_ms",
         "sent",
         "received",
         "schedule_lag_ms",

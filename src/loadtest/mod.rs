@@ -380,6 +380,7 @@ fn summarize(
         gateway_latency_ms: Percentiles::of(&gateway),
         model_delay_ms: args.model_delay_ms,
         audio_gaps_ms: Percentiles::of(&all(|o| &o.gaps_ms)),
+        turn_end_ms: Percentiles::of(&all(|o| &o.turn_ends_ms)),
         turns_completed: sum(|o| o.turns),
         interrupted: sum(|o| o.interrupted),
         sent: traffic(sum(|o| o.frames_sent), sum(|o| o.bytes_sent), elapsed),

@@ -171,6 +171,9 @@ pub struct Report {
     pub model_delay_ms: f64,
     /// Playback underruns inside an answer: audio that arrived after the previous audio finished.
     pub audio_gaps_ms: Percentiles,
+    /// From an answer's last audio to its `turnComplete`: what the gateway does at a turn's end,
+    /// saving the turn's recordings among it (the next utterance waits for it here).
+    pub turn_end_ms: Percentiles,
     /// Answers that completed (`turnComplete`).
     pub turns_completed: u64,
     /// `interrupted` events (none expected: sessions wait for each answer).
@@ -240,6 +243,7 @@ impl Report {
         out.push_str(&row("first audio", &self.latency_ms));
         out.push_str(&row("gateway-added", &self.gateway_latency_ms));
         out.push_str(&row("audio gaps", &self.audio_gaps_ms));
+        out.push_str(&row("turn end", &self.turn_end_ms));
         out.push_str(&row("generator lag", &self.schedule_lag_ms));
         out.push_str(&format!(
             "\nturns {}  interrupted {}  errors {}  unexpected closes {}\n",

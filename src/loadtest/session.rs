@@ -110,6 +110,7 @@ pub struct Outcome {
     pub latencies_ms: Vec<f64>,
     pub gateway_ms: Vec<f64>,
     pub gaps_ms: Vec<f64>,
+    pub turn_ends_ms: Vec<f64>,
     pub lags_ms: Vec<f64>,
     pub turns: u64,
     pub interrupted: u64,
@@ -139,9 +140,13 @@ struct Turn {
     transcribed: bool,
     /// When the audio received so far would finish playing.
     playback_end: Option<Instant>,
+    /// When this turn's last answer audio arrived.
+    last_audio: Option<Instant>,
     latencies_ms: Vec<f64>,
     gateway_ms: Vec<f64>,
     gaps_ms: Vec<f64>,
+    /// Last answer audio to `turnComplete`, per answered turn.
+    turn_ends_ms: Vec<f64>,
 }
 
 impl Turn {
@@ -245,6 +250,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     outcome.latencies_ms = turn.latencies_ms;
     outcome.gateway_ms = turn.gateway_ms;
     outcome.gaps_ms = turn.gaps_ms;
+    outcome.turn_ends_ms = turn.turn_ends_ms;
     live.connected.fetch_sub(1, Ordering::Relaxed);
     outcome
 }
@@ -339,6 +345,7 @@ async fn speak(
             t.answered = false;
             t.transcribed = false;
             t.playback_end = None;
+            t.last_audio = None;
         }
         let done = shared.turn_done.notified();
         tokio::pin!(done);
@@ -521,6 +528,13 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
         read.interrupted += 1;
     }
     if text.contains("\"turnComplete\":true") {
+        let now = Instant::from_std(arrivals.latest_or_now());
+        let mut turn = shared.turn();
+        if let Some(last) = turn.last_audio.take() {
+            let end = now.saturating_duration_since(last).as_secs_f64() * 1000.0;
+            turn.turn_ends_ms.push(end);
+        }
+        drop(turn);
         read.turns += 1;
         live.turns.fetch_add(1, Ordering::Relaxed);
         shared.turn_done.notify_one();
@@ -550,6 +564,7 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
             turn.gaps_ms.push(gap);
         }
     }
+    turn.last_audio = Some(now);
     let plays = Duration::from_secs_f64(bytes as f64 / 2.0 / rate);
     let from = turn.playback_end.map_or(now, |end| end.max(now));
     turn.playback_end = Some(from + plays);
@@ -677,5 +692,34 @@ mod tests {
             "answer audio came, its turnComplete did not"
         );
         assert_eq!(read.turns, 0);
+    }
+
+    #[test]
+    fn a_turn_end_is_timed_from_the_last_answer_audio() {
+        let shared = Shared {
+            turn: Mutex::new(Turn::default()),
+            turn_done: Notify::new(),
+            closing: false.into(),
+        };
+        let live = Live::default();
+        let mut read = Read::default();
+        let arrivals = Arrivals::new();
+        let done = r#"{"turnComplete":true}"#;
+        // A turnComplete with no audio before it (a text answer) has no audio end to time.
+        event(done, &shared, &live, &mut read, &arrivals);
+        assert!(shared.turn().turn_ends_ms.is_empty());
+
+        shared.turn().speech_end = Some(Instant::now());
+        audio(&shared, &mut read, 9_600, OUTPUT_RATE, &arrivals);
+        let first = shared.turn().last_audio;
+        audio(&shared, &mut read, 9_600, OUTPUT_RATE, &arrivals);
+        let last = shared.turn().last_audio;
+        assert!(first.is_some() && last >= first);
+        event(done, &shared, &live, &mut read, &arrivals);
+        let ends = shared.turn().turn_ends_ms.clone();
+        assert_eq!(ends.len(), 1, "{ends:?}");
+        assert!(ends[0] >= 0.0 && ends[0] < 5_000.0, "{ends:?}");
+        assert_eq!(shared.turn().last_audio, None);
+        assert_eq!(read.turns, 2);
     }
 }
