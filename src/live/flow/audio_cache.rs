@@ -301,32 +301,32 @@ impl AudioCache {
     /// Saves the cached audio of the chosen sides and returns the events to yield: a `fileData`
     /// event per saved recording, or an error event when a save failed (the audio stays cached
     /// and its save is retried at the next flush).
+    ///
+    /// The recordings are saved at once, not one after another: each save ends in an `fsync`,
+    /// and the turn's `turnComplete` waits for all of them, so on a busy disk the two sides of a
+    /// turn wait for one journal commit rather than two. The events keep the sides' order.
     pub async fn flush(&self, target: &RecordingTarget, input: bool, output: bool) -> Vec<Event> {
-        let mut events = Vec::new();
+        let Some(artifacts) = &target.artifacts else {
+            return Vec::new();
+        };
         let sides = [(input, AudioSide::Input), (output, AudioSide::Output)];
-        for side in sides.into_iter().filter(|(on, _)| *on).map(|(_, s)| s) {
-            let Some(artifacts) = &target.artifacts else {
-                continue;
-            };
-            for recording in self.take(side) {
-                if !recording.is_empty() {
-                    self.save(&**artifacts, target, side, recording, &mut events)
-                        .await;
-                }
-            }
-        }
-        events
+        let saves = sides
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .flat_map(|(_, side)| self.take(side).into_iter().map(move |r| (side, r)))
+            .filter(|(_, recording)| !recording.is_empty())
+            .map(|(side, recording)| self.save(&**artifacts, target, side, recording));
+        futures::future::join_all(saves).await
     }
 
-    /// Saves one recording, adding its event (or an error event) to `events`.
+    /// Saves one recording; its `fileData` event, or an error event.
     async fn save(
         &self,
         artifacts: &dyn ArtifactService,
         target: &RecordingTarget,
         side: AudioSide,
         mut recording: Recording,
-        events: &mut Vec<Event>,
-    ) {
+    ) -> Event {
         recording.finish_spool(self.spool_dir.as_ref()).await;
         let mime_type = recording.mime_type.clone();
         let timestamp = recording.started;
@@ -369,17 +369,17 @@ impl AudioCache {
                     }],
                     role: Some(role.into()),
                 });
-                events.push(event);
+                event
             }
             Err((error, recording)) => {
                 tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
                 self.hold(side, recording);
-                events.push(Event::error(
+                Event::error(
                     &target.invocation_id,
                     &target.agent_name,
                     error.code(),
                     format!("could not save audio recording {filename}: {error}"),
-                ));
+                )
             }
         }
     }
@@ -388,6 +388,7 @@ impl AudioCache {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
 
     use async_trait::async_trait;
 
@@ -506,15 +507,34 @@ mod tests {
         assert_same(&saved(&*store, &events[0]).await.data, &frames(0..300));
     }
 
-    /// A file store whose next save fails.
+    /// A file store whose next save fails, or whose saves each wait for a second one to start.
     #[derive(Debug)]
-    struct FailOnce {
+    struct TestStore {
         store: FileArtifactService,
         fail: AtomicBool,
+        in_pairs: Option<tokio::sync::Barrier>,
     }
 
-    impl FailOnce {
-        fn failed(&self) -> Option<ArtifactError> {
+    impl TestStore {
+        async fn open(dir: &Path) -> Self {
+            TestStore {
+                store: FileArtifactService::open(dir).await.unwrap(),
+                fail: AtomicBool::new(false),
+                in_pairs: None,
+            }
+        }
+
+        async fn failed(&self) -> Option<ArtifactError> {
+            if let Some(pair) = &self.in_pairs {
+                if tokio::time::timeout(Duration::from_secs(5), pair.wait())
+                    .await
+                    .is_err()
+                {
+                    return Some(ArtifactError::Io(std::io::Error::other(
+                        "no other save started",
+                    )));
+                }
+            }
             self.fail
                 .swap(false, Ordering::SeqCst)
                 .then(|| ArtifactError::Io(std::io::Error::other("disk on fire")))
@@ -522,14 +542,14 @@ mod tests {
     }
 
     #[async_trait]
-    impl ArtifactService for FailOnce {
+    impl ArtifactService for TestStore {
         async fn save(
             &self,
             scope: ArtifactScope<'_>,
             filename: &str,
             artifact: Artifact,
         ) -> Result<u64, ArtifactError> {
-            match self.failed() {
+            match self.failed().await {
                 Some(error) => Err(error),
                 None => self.store.save(scope, filename, artifact).await,
             }
@@ -569,7 +589,7 @@ mod tests {
             mime_type: String,
             spool: SpoolFile,
         ) -> Result<u64, (ArtifactError, SpoolFile)> {
-            match self.failed() {
+            match self.failed().await {
                 Some(error) => Err((error, spool)),
                 None => {
                     self.store
@@ -583,9 +603,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_recording_whose_save_failed_is_saved_whole_at_the_next_flush() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(FailOnce {
-            store: FileArtifactService::open(dir.path()).await.unwrap(),
+        let store = Arc::new(TestStore {
             fail: AtomicBool::new(true),
+            ..TestStore::open(dir.path()).await
         });
         let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
         for n in 0..250 {
@@ -606,5 +626,35 @@ mod tests {
         assert!(events[0].timestamp <= events[1].timestamp);
         let spool_dir = store.spool_dir().unwrap();
         assert_eq!(std::fs::read_dir(spool_dir).unwrap().count(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_turns_two_recordings_are_saved_at_once_and_yielded_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        // Each save waits for the other to start: saved one after the other, both would fail.
+        let store = Arc::new(TestStore {
+            in_pairs: Some(tokio::sync::Barrier::new(2)),
+            ..TestStore::open(dir.path()).await
+        });
+        let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
+        for n in 0..5 {
+            cache.push(AudioSide::Input, &frame(n));
+        }
+        // The answer is long enough to be spooled: both kinds of save take part.
+        for n in 0..300 {
+            cache.push(AudioSide::Output, &frame(1_000 + n));
+        }
+        settle_spill(&cache, AudioSide::Output).await;
+
+        let events = cache.flush(&target(store.clone()), true, true).await;
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(events.iter().all(|e| e.error_code.is_none()), "{events:?}");
+        assert_eq!(events[0].author, "user");
+        assert_same(&saved(&*store, &events[0]).await.data, &frames(0..5));
+        assert_eq!(events[1].author, "agent");
+        assert_same(
+            &saved(&*store, &events[1]).await.data,
+            &frames(1_000..1_300),
+        );
     }
 }
