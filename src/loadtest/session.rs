@@ -160,6 +160,7 @@ impl Turn {
     }
 }
 
+#[derive(Default)]
 struct Shared {
     turn: Mutex<Turn>,
     turn_done: Notify,
@@ -208,11 +209,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     outcome.connect_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
     live.connected.fetch_add(1, Ordering::Relaxed);
     let (mut sink, stream) = socket.split();
-    let shared = Arc::new(Shared {
-        turn: Mutex::new(Turn::default()),
-        turn_done: Notify::new(),
-        closing: false.into(),
-    });
+    let shared = Arc::new(Shared::default());
     let reader = tokio::spawn(read(stream, shared.clone(), live.clone(), arrivals));
 
     if plan.idle {
@@ -665,16 +662,19 @@ mod tests {
         }
     }
 
+    /// What the reader's event and audio handlers work on, fresh.
+    fn reader() -> (Shared, Live, Read, Arc<Arrivals>) {
+        (
+            Shared::default(),
+            Live::default(),
+            Read::default(),
+            Arrivals::new(),
+        )
+    }
+
     #[test]
     fn a_turn_that_times_out_says_how_far_its_answer_got() {
-        let shared = Shared {
-            turn: Mutex::new(Turn::default()),
-            turn_done: Notify::new(),
-            closing: false.into(),
-        };
-        let live = Live::default();
-        let mut read = Read::default();
-        let arrivals = Arrivals::new();
+        let (shared, live, mut read, arrivals) = reader();
         assert_eq!(
             shared.turn().stage(),
             "neither an input transcription nor answer audio came"
@@ -696,14 +696,7 @@ mod tests {
 
     #[test]
     fn a_turn_end_is_timed_from_the_last_answer_audio() {
-        let shared = Shared {
-            turn: Mutex::new(Turn::default()),
-            turn_done: Notify::new(),
-            closing: false.into(),
-        };
-        let live = Live::default();
-        let mut read = Read::default();
-        let arrivals = Arrivals::new();
+        let (shared, live, mut read, arrivals) = reader();
         let done = r#"{"turnComplete":true}"#;
         // A turnComplete with no audio before it (a text answer) has no audio end to time.
         event(done, &shared, &live, &mut read, &arrivals);
