@@ -294,7 +294,10 @@ impl AudioCache {
     /// Keeps a recording whose save failed, to retry at the next flush.
     fn hold(&self, side: AudioSide, recording: Recording) {
         if let Ok(mut sides) = self.inner.lock() {
-            sides[side as usize].held.push(recording);
+            let held = &mut sides[side as usize].held;
+            held.push(recording);
+            // Saves run at once and fail in any order; the next flush saves them oldest first.
+            held.sort_by(|a, b| a.started.total_cmp(&b.started));
         }
     }
 
@@ -626,6 +629,26 @@ mod tests {
         assert!(events[0].timestamp <= events[1].timestamp);
         let spool_dir = store.spool_dir().unwrap();
         assert_eq!(std::fs::read_dir(spool_dir).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn recordings_held_after_failed_saves_are_saved_oldest_first() {
+        let cache = AudioCache::new(None);
+        // Saves that run at once fail in any order.
+        for started in [2.0, 1.0, 3.0] {
+            let recording = Recording {
+                started,
+                ..Recording::default()
+            };
+            cache.hold(AudioSide::Input, recording);
+        }
+        let taken: Vec<f64> = cache
+            .take(AudioSide::Input)
+            .iter()
+            .map(|r| r.started)
+            .collect();
+        // The held ones, then the turn's own (empty here).
+        assert_eq!(taken, [1.0, 2.0, 3.0, 0.0]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
