@@ -26,6 +26,12 @@ const LATENCY_BUCKETS: [f64; 20] = [
     0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Buckets for the end of a turn, which waits for the turn's recordings to reach the disk: from
+/// nothing (the save done while the answer played) to the seconds of a disk that is behind.
+const TURN_END_BUCKETS: [f64; 14] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+];
+
 type Labels = [(&'static str, &'static str); 2];
 
 /// What an event counts as in `livegate_events_total{kind}`: the first of these that it is.
@@ -199,6 +205,12 @@ impl Default for Metrics {
             "From reading the client audio that ended an utterance off its socket to writing the first audio of its answer to the client socket (models that say which input they answer: sim)",
             first_audio.clone(),
         );
+        let turn_end = Histogram::new(TURN_END_BUCKETS);
+        registry.register(
+            "turn_end_seconds",
+            "From writing the last audio of an answer to writing the event that ends its turn (turnComplete or interrupted); the turn's recordings are saved in between",
+            turn_end.clone(),
+        );
         // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
         // second call in the same expression, which may need the write lock, would wait forever.
         let frame = |direction, kind| {
@@ -230,6 +242,7 @@ impl Default for Metrics {
             stalled,
             answer_forward,
             first_audio,
+            turn_end,
             events: Arc::new(events),
         };
         Metrics {
@@ -353,6 +366,7 @@ pub struct Meter {
     stalled: Counter,
     answer_forward: Histogram,
     first_audio: Histogram,
+    turn_end: Histogram,
     events: Arc<EventCounters>,
 }
 
@@ -392,6 +406,11 @@ impl Meter {
     /// received the client audio that prompted it.
     pub fn first_audio(&self, latency: std::time::Duration) {
         self.first_audio.observe(latency.as_secs_f64());
+    }
+
+    /// The event ending a turn is being written `latency` after the turn's last audio was.
+    pub fn turn_end(&self, latency: std::time::Duration) {
+        self.turn_end.observe(latency.as_secs_f64());
     }
 
     /// Counts an event (see [`Meter::event`]) and hands it back.

@@ -166,6 +166,8 @@ where
     let mut unflushed = false;
     // Audio of the current answer has gone out (until its turn completes or is interrupted).
     let mut answering = false;
+    // When the current answer's latest audio was written: its turn's end is timed from there.
+    let mut last_audio: Option<Instant> = None;
     // Never more than half the lead, so a short lead still keeps the client fed.
     let batch = config.audio_batch.min(config.audio_lead / 2);
 
@@ -263,6 +265,14 @@ where
         }
         if let Some(received) = prompted_by {
             meter.first_audio(received.elapsed());
+        }
+        if is_audio {
+            last_audio = Some(Instant::now());
+        }
+        if ends_turn {
+            if let Some(written) = last_audio.take() {
+                meter.turn_end(written.elapsed());
+            }
         }
         answering = (answering || is_audio) && !ends_turn;
         if let Some(pcm) = sizes.0 {
@@ -478,6 +488,12 @@ mod tests {
         assert!(
             text.lines()
                 .any(|l| l == "livegate_first_audio_latency_seconds_count 1"),
+            "{text}"
+        );
+        // Each answer's end is timed once, from its last audio.
+        assert!(
+            text.lines()
+                .any(|l| l == "livegate_turn_end_seconds_count 2"),
             "{text}"
         );
         assert!(
