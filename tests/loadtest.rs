@@ -106,6 +106,8 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(gateway.answer_forward_ms.count, 20, "{gateway:?}");
     assert!(gateway.answer_forward_ms.p50 > 0.0, "{gateway:?}");
     assert_eq!(gateway.first_audio_ms.count, 20, "{gateway:?}");
+    // And timed each answer's end, as the generator did.
+    assert_eq!(gateway.turn_end_ms.count, 20, "{gateway:?}");
     // The whole includes the downstream part.
     assert!(
         gateway.first_audio_ms.mean >= gateway.answer_forward_ms.mean,

@@ -19,6 +19,8 @@ use crate::live::OnReconnect;
 pub const ANSWER_FORWARD_LATENCY: &str = "livegate_answer_forward_latency_seconds";
 /// Name of the first-audio latency histogram (the load generator reads it by this name).
 pub const FIRST_AUDIO_LATENCY: &str = "livegate_first_audio_latency_seconds";
+/// The histogram of the time from an answer's last audio to the event ending its turn.
+pub const TURN_END_LATENCY: &str = "livegate_turn_end_seconds";
 
 /// Upper bounds of the latency buckets, in seconds: fine around the 5 ms target, coarse beyond.
 const LATENCY_BUCKETS: [f64; 20] = [

@@ -357,6 +357,10 @@ impl Report {
                 "of which downstream (model's first audio -> written)",
                 &gateway.answer_forward_ms,
             ));
+            out.push_str(&line(
+                "turn end (last audio written -> turnComplete written)",
+                &gateway.turn_end_ms,
+            ));
         }
         for error in &self.error_samples {
             out.push_str(&format!("error: {error}\n"));

@@ -14,7 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::report::{ServerSample, ServerStats};
 use super::session::Live;
 
-use crate::gateway::metrics::{ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY};
+use crate::gateway::metrics::{ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY, TURN_END_LATENCY};
 
 /// What the gateway's metrics say happened during the run (all its clients, not only ours).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -34,6 +34,9 @@ pub struct GatewayView {
     /// From the model producing an answer's first audio to the gateway writing it to the socket
     /// (the downstream half of the above).
     pub answer_forward_ms: BucketQuantiles,
+    /// From writing an answer's last audio to writing the event that ends its turn (the turn's
+    /// recordings are saved in between).
+    pub turn_end_ms: BucketQuantiles,
 }
 
 /// Quantiles read off a Prometheus histogram (linear within a bucket, as `histogram_quantile`).
@@ -59,6 +62,7 @@ pub struct Scrape {
     turn_complete: f64,
     first_audio: Histo,
     answer_forward: Histo,
+    turn_end: Histo,
     /// `process_cpu_seconds_total`.
     cpu_seconds: Option<f64>,
     /// `process_resident_memory_bytes`.
@@ -199,7 +203,8 @@ pub fn parse(text: &str) -> Scrape {
                 let _ = scrape.first_audio.read(FIRST_AUDIO_LATENCY, name, value)
                     || scrape
                         .answer_forward
-                        .read(ANSWER_FORWARD_LATENCY, name, value);
+                        .read(ANSWER_FORWARD_LATENCY, name, value)
+                    || scrape.turn_end.read(TURN_END_LATENCY, name, value);
             }
         }
     }
@@ -308,6 +313,7 @@ pub fn between(before: &Scrape, after: &Scrape) -> GatewayView {
         turn_complete_events: (after.turn_complete - before.turn_complete).max(0.0) as u64,
         first_audio_ms: after.first_audio.since(&before.first_audio),
         answer_forward_ms: after.answer_forward.since(&before.answer_forward),
+        turn_end_ms: after.turn_end.since(&before.turn_end),
     }
 }
 
