@@ -164,9 +164,8 @@ where
     // Frames fed to the sink but not yet flushed: everything ready goes out in one write, and
     // the sink is flushed before the writer waits.
     let mut unflushed = false;
-    // Audio of the current answer has gone out (until its turn completes or is interrupted).
-    let mut answering = false;
-    // When the current answer's latest audio was written: its turn's end is timed from there.
+    // When the current answer's latest audio went out; `None` until an answer's first audio,
+    // and again once its turn completes or is interrupted. The turn's end is timed from it.
     let mut last_audio: Option<Instant> = None;
     // Never more than half the lead, so a short lead still keeps the client fed.
     let batch = config.audio_batch.min(config.audio_lead / 2);
@@ -201,7 +200,8 @@ where
             continue;
         };
 
-        if front.is_audio() {
+        // The clock as an audio frame goes out: pacing reads it, and so does the turn's end.
+        let audio_at = if front.is_audio() {
             let now = Instant::now();
             let at = playback.send_at(now, config.audio_lead);
             // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
@@ -221,7 +221,10 @@ where
                 }
                 continue;
             }
-        }
+            Some(now)
+        } else {
+            None
+        };
 
         let Some(frame) = pending.pop_front() else {
             continue;
@@ -242,7 +245,7 @@ where
                 return exit;
             }
         }
-        let (is_audio, ends_turn, created) = (frame.is_audio(), frame.ends_turn, frame.created);
+        let (ends_turn, created) = (frame.ends_turn, frame.created);
         let prompted_by = frame.prompted_by;
         let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
         let fed = async {
@@ -258,23 +261,23 @@ where
             return exit;
         }
         unflushed = true;
-        // How long the gateway took to bring an answer's first audio from the model is what a
-        // listener waits for beyond the model (later audio is held back for pacing on purpose).
-        if is_audio && !answering {
-            meter.answer_forwarded(created);
+        if let Some(at) = audio_at {
+            // How long the gateway took to bring an answer's first audio from the model is what
+            // a listener waits for beyond the model (later audio is held back for pacing on
+            // purpose).
+            if last_audio.is_none() {
+                meter.answer_forwarded(created);
+            }
+            last_audio = Some(at);
         }
         if let Some(received) = prompted_by {
             meter.first_audio(received.elapsed());
-        }
-        if is_audio {
-            last_audio = Some(Instant::now());
         }
         if ends_turn {
             if let Some(written) = last_audio.take() {
                 meter.turn_end(written.elapsed());
             }
         }
-        answering = (answering || is_audio) && !ends_turn;
         if let Some(pcm) = sizes.0 {
             meter.sent(true, pcm);
         }
@@ -443,7 +446,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_first_audio_of_each_answer_is_timed() {
+    async fn the_first_audio_and_the_end_of_each_answer_are_timed() {
         let metrics = crate::gateway::metrics::Metrics::default();
         let (sink, out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
@@ -453,11 +456,13 @@ mod tests {
         });
         // Two answers of two chunks each: only the first chunk of each is timed, and from the
         // client's audio only where the model said which audio it answers (the first answer).
+        // A turn with no audio (a text answer) first: it has no audio for its end to be timed from.
         let prompted = Box::new(OutFrame {
             prompted_by: Some(std::time::Instant::now()),
             ..*frame("a1", 20, false)
         });
         for command in [
+            turn_complete.clone(),
             prompted,
             frame("a2", 20, false),
             turn_complete.clone(),
@@ -478,7 +483,7 @@ mod tests {
         )
         .await;
         assert_eq!(exit, WriterExit::Closed);
-        assert_eq!(out.count().await, 6);
+        assert_eq!(out.count().await, 7);
         let text = metrics.render();
         assert!(
             text.lines()
@@ -498,7 +503,7 @@ mod tests {
         );
         assert!(
             text.lines()
-                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 6"#),
+                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 7"#),
             "{text}"
         );
     }
