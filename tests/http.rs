@@ -114,11 +114,23 @@ async fn metrics_count_connections_client_frames_and_answer_forwarding() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn metrics_report_the_process_cpu_memory_and_descriptors() {
+    use livegate::gateway::process::Usage;
+
     let server = start(test_args()).await;
+    let before = Usage::read("self").expect("a readable /proc/self");
     let metrics = http_get(server.addr, "/metrics").await;
+    let after = Usage::read("self").expect("a readable /proc/self");
     let value = |name: &str| metric(&metrics, name).unwrap_or_else(|| panic!("{name}: {metrics}"));
-    // The gateway runs inside this test process, so its numbers are this process's.
-    assert!(value("process_cpu_seconds_total") > 0.0);
+    // The gateway runs inside this test process, so its numbers are this process's: the CPU
+    // time it reports lies between two readings of our own taken around the scrape (a young
+    // process may not have used a clock tick yet, so it cannot be required above zero).
+    let cpu = value("process_cpu_seconds_total");
+    assert!(
+        (before.cpu_seconds..=after.cpu_seconds).contains(&cpu),
+        "{cpu} not in {}..={}",
+        before.cpu_seconds,
+        after.cpu_seconds
+    );
     let rss = value("process_resident_memory_bytes");
     assert!(rss > 1024.0 * 1024.0, "{rss}");
     assert!(value("process_virtual_memory_bytes") >= rss);

@@ -5,7 +5,7 @@
 //! (`livegate loadtest` reads them when it has no `--server-pid`).
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
@@ -76,21 +76,6 @@ fn boot_time(stat: &str) -> Option<u64> {
         .ok()
 }
 
-/// Writes one gauge and its description.
-fn gauge<N: EncodeGaugeValue>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    value: N,
-) -> Result<(), std::fmt::Error> {
-    let gauge = ConstGauge::new(value);
-    gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
-}
-
-fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
 /// Renders this process's `process_*` metrics at each scrape.
 #[derive(Debug, Default)]
 pub struct ProcessCollector;
@@ -107,54 +92,56 @@ impl Collector for ProcessCollector {
             None,
             cpu.metric_type(),
         )?)?;
-        let e = &mut encoder;
-        gauge(
-            e,
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes",
-            to_i64(usage.rss_kib.saturating_mul(1024)),
-        )?;
-        gauge(
-            e,
-            "process_virtual_memory_bytes",
-            "Virtual memory size in bytes",
-            to_i64(usage.virtual_bytes),
-        )?;
-        gauge(
-            e,
-            "process_threads",
-            "Number of OS threads in the process",
-            to_i64(usage.threads),
-        )?;
         let booted = std::fs::read_to_string("/proc/stat")
             .ok()
             .and_then(|s| boot_time(&s));
-        if let Some(booted) = booted {
-            gauge(
-                e,
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds",
-                booted as f64 + usage.start_ticks as f64 / CLOCK_TICKS,
-            )?;
-        }
-        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-            gauge(
-                e,
-                "process_open_fds",
-                "Number of open file descriptors",
-                to_i64(fds.count() as u64),
-            )?;
-        }
-        let limit = std::fs::read_to_string("/proc/self/limits")
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok().map(Iterator::count);
+        let max_fds = std::fs::read_to_string("/proc/self/limits")
             .ok()
             .and_then(|l| max_open_files(&l));
-        if let Some(limit) = limit {
-            gauge(
-                e,
+        // As Prometheus's own clients report them: floating-point gauges, left out when unknown.
+        let gauges = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                Some(usage.rss_kib as f64 * 1024.0),
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                Some(usage.virtual_bytes as f64),
+            ),
+            (
+                "process_threads",
+                "Number of OS threads in the process",
+                Some(usage.threads as f64),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds",
+                booted.map(|b| b as f64 + usage.start_ticks as f64 / CLOCK_TICKS),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                open_fds.map(|n| n as f64),
+            ),
+            (
                 "process_max_fds",
                 "Maximum number of open file descriptors",
-                to_i64(limit),
-            )?;
+                max_fds.map(|n| n as f64),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(value) = value {
+                let gauge = ConstGauge::new(value);
+                gauge.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    gauge.metric_type(),
+                )?)?;
+            }
         }
         Ok(())
     }
