@@ -67,9 +67,8 @@ async fn a_small_load_reports_consistent_counts() {
         report.gateway_latency_ms,
         report.latency_ms
     );
-    // Each answer's end is timed once: its recordings are saved before its turnComplete.
+    // Each answer's end is timed once, from its last audio to its turnComplete.
     assert_eq!(report.turn_end_ms.count, 20);
-    assert!(report.turn_end_ms.p50 >= 0.0 && report.turn_end_ms.max < 20_000.0);
     assert_eq!(report.sent.frames, report.schedule_lag_ms.count as u64);
     assert!(report.audio_bytes_received > 0);
     let server_stats = report.server.as_ref().expect("its own /proc is readable");
@@ -241,4 +240,5 @@ async fn a_metrics_url_given_is_the_only_one_read() {
     assert_eq!(report.turns_completed, 2);
     assert!(report.gateway.is_none(), "{:?}", report.gateway);
     assert!(report.server.is_none(), "{:?}", report.server);
+    server.shutdown(WAIT).await;
 }

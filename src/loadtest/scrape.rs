@@ -349,28 +349,30 @@ mod tests {
 
     #[test]
     fn metrics_url_follows_the_websocket_url() {
-        assert_eq!(
-            metrics_url("ws://127.0.0.1:8080/ws").as_deref(),
-            Some("http://127.0.0.1:8080/metrics")
-        );
-        assert_eq!(
-            metrics_url("wss://example.com/live/ws?x=1").as_deref(),
-            Some("https://example.com/live/metrics")
-        );
-        assert_eq!(
-            metrics_url("ws://example.com/a/b/ws/").as_deref(),
-            Some("http://example.com/a/b/metrics")
-        );
-        assert_eq!(
-            metrics_url("ws://example.com:9000").as_deref(),
-            Some("http://example.com:9000/metrics")
-        );
-        assert_eq!(
-            metrics_url("ws://example.com?/x/ws").as_deref(),
-            Some("http://example.com/metrics")
-        );
-        assert_eq!(metrics_url("http://example.com/ws"), None);
-        assert_eq!(metrics_url("ws:///ws"), None);
+        for (ws, metrics) in [
+            (
+                "ws://127.0.0.1:8080/ws",
+                Some("http://127.0.0.1:8080/metrics"),
+            ),
+            // A proxy's prefix is kept; the query is not.
+            (
+                "wss://example.com/live/ws?x=1",
+                Some("https://example.com/live/metrics"),
+            ),
+            (
+                "ws://example.com/a/b/ws/",
+                Some("http://example.com/a/b/metrics"),
+            ),
+            (
+                "ws://example.com:9000",
+                Some("http://example.com:9000/metrics"),
+            ),
+            ("ws://example.com?/x/ws", Some("http://example.com/metrics")),
+            ("http://example.com/ws", None),
+            ("ws:///ws", None),
+        ] {
+            assert_eq!(metrics_url(ws).as_deref(), metrics, "{ws}");
+        }
     }
 
     #[test]
