@@ -78,6 +78,19 @@ async fn a_small_load_reports_consistent_counts() {
         report.generator_cpu_cores.is_some_and(|c| c > 0.0),
         "the generator's own CPU is reported"
     );
+    // Twenty sockets' worth of frames cost the kernel time, and the kernel's share is part of
+    // the whole, for the server and for the generator (here the same process).
+    let system = server_stats.cpu_system_seconds.expect("from /proc");
+    assert!(
+        0.0 < system && system <= server_stats.cpu_seconds,
+        "{server_stats:?}"
+    );
+    let (cores, system_cores) = (
+        report.generator_cpu_cores.unwrap_or_default(),
+        report.generator_cpu_system_cores.expect("from /proc"),
+    );
+    assert!(0.0 < system_cores && system_cores <= cores);
+    assert!(report.table().contains("of it in the kernel)"));
 
     // What the generator sent is exactly what the gateway received and recorded, and what it
     // received is what the gateway recorded as answers.
@@ -117,10 +130,13 @@ async fn a_small_load_reports_consistent_counts() {
         .machine_cpu_at_peak
         .expect("the sampler saw all 20 sessions connected more than once");
     assert!(
-        peak.busy > 0.0 && peak.busy <= 1.0 && (0.0..=peak.busy).contains(&peak.steal),
+        peak.busy > 0.0
+            && peak.busy <= 1.0
+            && (0.0..=peak.busy).contains(&peak.steal)
+            && (0.0..=peak.busy).contains(&peak.kernel),
         "{peak:?}"
     );
-    assert!(report.table().contains("sessions connected (steal"));
+    assert!(report.table().contains("sessions connected (kernel "));
     // Where the kernel keeps scheduling statistics, the time threads waited for a CPU is known.
     if std::path::Path::new("/proc/self/schedstat").exists() {
         let waits = [
@@ -171,6 +187,7 @@ async fn a_small_load_reports_consistent_counts() {
         "schedule_lag_ms",
         "server",
         "generator_cpu_cores",
+        "generator_cpu_system_cores",
         "machine_cpu_busy",
         "machine_cpu_at_peak",
         "generator_cpu_wait_at_peak",
@@ -216,8 +233,12 @@ async fn without_a_pid_the_server_is_measured_through_its_metrics() {
         .all(|s| s.rss_kib > 0 && s.cpu_seconds >= 0.0));
     // What only /proc can tell is left out rather than made up.
     assert_eq!(
-        (stats.cpu_wait_at_peak, stats.socket_backlog_at_peak),
-        (None, None)
+        (
+            stats.cpu_wait_at_peak,
+            stats.socket_backlog_at_peak,
+            stats.cpu_system_seconds
+        ),
+        (None, None, None)
     );
     assert!(report.table().contains("server (its /metrics): CPU "));
     server.shutdown(WAIT).await;

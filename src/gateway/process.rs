@@ -17,6 +17,8 @@ const CLOCK_TICKS: f64 = 100.0;
 pub struct Usage {
     /// CPU seconds, user and system.
     pub cpu_seconds: f64,
+    /// Of those, the seconds spent in the kernel (system time).
+    pub system_seconds: f64,
     /// Resident memory, KiB.
     pub rss_kib: u64,
     /// Virtual memory, bytes.
@@ -46,8 +48,10 @@ impl Usage {
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
+        let system = field(15)?;
         Some(Usage {
-            cpu_seconds: (field(14)? + field(15)?) as f64 / CLOCK_TICKS,
+            cpu_seconds: (field(14)? + system) as f64 / CLOCK_TICKS,
+            system_seconds: system as f64 / CLOCK_TICKS,
             rss_kib,
             threads: field(20)?,
             start_ticks: field(22)?,
@@ -160,6 +164,7 @@ mod tests {
             Usage::parse(stat, status),
             Some(Usage {
                 cpu_seconds: 3.25,
+                system_seconds: 0.75,
                 rss_kib: 8192,
                 virtual_bytes: 987_654_321,
                 threads: 7,

@@ -84,6 +84,8 @@ pub struct ServerStats {
     pub pid: Option<u32>,
     /// CPU seconds (user + system) used during the run.
     pub cpu_seconds: f64,
+    /// Of those, the seconds in the kernel (system time; from `/proc` only).
+    pub cpu_system_seconds: Option<f64>,
     /// Average cores busy during the run.
     pub cpu_cores: f64,
     /// Largest resident memory seen, KiB.
@@ -126,6 +128,7 @@ impl ServerStats {
         ServerStats {
             pid,
             cpu_seconds,
+            cpu_system_seconds: None,
             cpu_cores: cpu_seconds / elapsed.max(1e-9),
             peak_rss_kib: samples
                 .iter()
@@ -204,6 +207,9 @@ pub struct Report {
     /// Cores the generator itself kept busy: with the server on the same machine, server plus
     /// generator near the machine's core count means latencies include waiting for a CPU.
     pub generator_cpu_cores: Option<f64>,
+    /// Of those, the cores the generator kept busy in the kernel: on loopback its sends also
+    /// deliver each frame into the server's socket.
+    pub generator_cpu_system_cores: Option<f64>,
     /// Share of all the machine's CPU time that was busy during the run (0 to 1): near 1, every
     /// latency includes waiting for a CPU.
     pub machine_cpu_busy: Option<f64>,
@@ -216,6 +222,15 @@ pub struct Report {
     /// The gateway's own counts over the run, from its `/metrics` (all its clients, not only
     /// this run's), when it serves them.
     pub gateway: Option<GatewayView>,
+}
+
+/// `, 45% of it in the kernel` for `system` of `total` CPU seconds (or cores).
+fn in_kernel(system: f64, total: f64) -> String {
+    if total > 0.0 {
+        format!(", {:.0}% of it in the kernel", system / total * 100.0)
+    } else {
+        String::new()
+    }
 }
 
 fn row(name: &str, p: &Percentiles) -> String {
@@ -269,8 +284,12 @@ impl Report {
                 Some(pid) => format!("server pid {pid}"),
                 None => "server (its /metrics)".to_owned(),
             };
+            let kernel = server
+                .cpu_system_seconds
+                .map(|system| in_kernel(system, server.cpu_seconds))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "{whose}: CPU {:.1} s ({:.2} cores), RSS {:.1} MiB at start, peak {:.1} MiB, {:.1} KiB per session\n",
+                "{whose}: CPU {:.1} s ({:.2} cores{kernel}), RSS {:.1} MiB at start, peak {:.1} MiB, {:.1} KiB per session\n",
                 server.cpu_seconds,
                 server.cpu_cores,
                 server.baseline_rss_kib as f64 / 1024.0,
@@ -279,7 +298,11 @@ impl Report {
             ));
         }
         if let Some(cores) = self.generator_cpu_cores {
-            out.push_str(&format!("generator CPU {cores:.2} cores\n"));
+            let kernel = self
+                .generator_cpu_system_cores
+                .map(|system| in_kernel(system, cores))
+                .unwrap_or_default();
+            out.push_str(&format!("generator CPU {cores:.2} cores{kernel}\n"));
         }
         let connected = self
             .sessions_over_time
@@ -294,9 +317,10 @@ impl Report {
             ));
             if let Some(peak) = self.machine_cpu_at_peak {
                 out.push_str(&format!(
-                    ", {:.0}% with {} sessions connected (steal {:.0}%)",
+                    ", {:.0}% with {} sessions connected (kernel {:.0}%, steal {:.0}%)",
                     peak.busy * 100.0,
                     connected,
+                    peak.kernel * 100.0,
                     peak.steal * 100.0
                 ));
                 if peak.busy >= SATURATED {
@@ -497,6 +521,7 @@ mod tests {
             machine_cpu_busy: Some(0.89),
             machine_cpu_at_peak: Some(MachineLoad {
                 busy: 0.9,
+                kernel: 0.45,
                 steal: 0.07,
             }),
             ..Report::default()
@@ -504,13 +529,14 @@ mod tests {
         let calm = report.table();
         assert!(
             calm.contains(
-                "machine CPU 89% busy over the run, 90% with 1000 sessions connected (steal 7%)"
+                "machine CPU 89% busy over the run, 90% with 1000 sessions connected (kernel 45%, steal 7%)"
             ),
             "{calm}"
         );
         assert!(!calm.contains("saturated"));
         report.machine_cpu_at_peak = Some(MachineLoad {
             busy: 0.995,
+            kernel: 0.45,
             steal: 0.07,
         });
         assert!(report.table().contains("saturated"));
@@ -541,6 +567,43 @@ mod tests {
             ),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_table_says_how_much_cpu_went_to_the_kernel() {
+        let mut report = Report {
+            server: Some(ServerStats {
+                pid: Some(42),
+                cpu_seconds: 60.0,
+                cpu_cores: 0.85,
+                cpu_system_seconds: Some(27.0),
+                ..ServerStats::default()
+            }),
+            generator_cpu_cores: Some(0.6),
+            generator_cpu_system_cores: Some(0.42),
+            ..Report::default()
+        };
+        let table = report.table();
+        assert!(
+            table.contains("server pid 42: CPU 60.0 s (0.85 cores, 45% of it in the kernel), "),
+            "{table}"
+        );
+        assert!(
+            table.contains("generator CPU 0.60 cores, 70% of it in the kernel\n"),
+            "{table}"
+        );
+        // Read from the gateway's /metrics, the split is unknown and not made up.
+        if let Some(server) = &mut report.server {
+            server.pid = None;
+            server.cpu_system_seconds = None;
+        }
+        report.generator_cpu_system_cores = None;
+        let table = report.table();
+        assert!(
+            table.contains("server (its /metrics): CPU 60.0 s (0.85 cores), "),
+            "{table}"
+        );
+        assert!(table.contains("generator CPU 0.60 cores\n"), "{table}");
     }
 
     #[test]
