@@ -89,7 +89,7 @@ impl CpuTimes {
         Some(CpuTimes {
             busy: total - idle,
             kernel: at(2) + at(5) + at(6),
-            steal: times.get(7).copied().unwrap_or(0.0),
+            steal: at(7),
             total,
         })
     }
@@ -110,8 +110,8 @@ impl CpuTimes {
 pub struct MachineLoad {
     /// Busy (steal included): near 1, every latency includes waiting for a CPU.
     pub busy: f64,
-    /// Running the kernel (part of `busy`): with the generator on the same machine, the
-    /// loopback's TCP work for both sides, which no change to the gateway's own code removes.
+    /// Running the kernel (part of `busy`): system calls, interrupts and the sockets' protocol
+    /// work, with the generator on the same machine the loopback's TCP work for both sides.
     pub kernel: f64,
     /// Taken by the hypervisor (steal): a VM with less CPU than it has cores.
     pub steal: f64,
