@@ -140,10 +140,25 @@ async fn mock_gemini(args: MockGeminiArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `livegate loadtest`: prints the table, fails when any session saw an error.
+/// Runs `livegate loadtest`: prints the table, fails when any session saw an error. A first
+/// Ctrl-C ends the run early with a report of what ran; a second one quits at once.
 async fn loadtest(args: livegate::loadtest::LoadtestArgs) -> anyhow::Result<()> {
     init_logging(LogFormat::Text);
-    let report = livegate::loadtest::run(&args).await?;
+    let stop = livegate::signal::Signal::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_err() {
+                return;
+            }
+            eprintln!("loadtest: stopping; the turns under way finish (Ctrl-C again to quit now)");
+            stop.fire();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    let report = livegate::loadtest::run_until(&args, stop).await?;
     println!("{}", report.table());
     if report.errors > 0 || report.unexpected_closes > 0 {
         anyhow::bail!(

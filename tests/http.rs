@@ -151,22 +151,6 @@ async fn metrics_report_the_process_cpu_memory_and_descriptors() {
     server.shutdown(WAIT).await;
 }
 
-/// Waits until a metric has `value`. The server notices a close on its own time and tells no
-/// one, so this polls, bounded by [`WAIT`].
-async fn metric_reaches(addr: std::net::SocketAddr, name: &str, value: f64) {
-    let reached = tokio::time::timeout(WAIT, async {
-        loop {
-            let metrics = http_get(addr, "/metrics").await;
-            if metric(&metrics, name) == Some(value) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    assert!(reached.is_ok(), "{name} reached {value}");
-}
-
 #[tokio::test]
 async fn metrics_count_runs_events_errors_and_saved_recordings() {
     let server = start(test_args()).await;

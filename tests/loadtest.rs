@@ -245,6 +245,66 @@ async fn without_a_pid_the_server_is_measured_through_its_metrics() {
 }
 
 #[tokio::test]
+async fn a_stopped_run_ends_with_the_turns_under_way_and_reports_them() {
+    let server = start(test_args()).await;
+    // A minute of turns, and sessions that would go on opening for most of it.
+    let args = LoadtestArgs {
+        turns: 0,
+        ramp: 0.1,
+        ..one_turn_each(server.addr, 5, Duration::from_secs(60))
+    };
+    let stop = livegate::signal::Signal::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { loadtest::run_until(&args, stop).await }
+    });
+    // Once the first session's first answer is complete (its next turn then under way), stop.
+    metric_reaches(
+        server.addr,
+        r#"livegate_events_total{kind="turn_complete"}"#,
+        1.0,
+    )
+    .await;
+    stop.fire();
+    let report = timeout(Duration::from_secs(30), running)
+        .await
+        .expect("a stopped run ends with its turn under way, not after its minute")
+        .expect("the run's task")
+        .expect("the load test runs");
+
+    assert!(report.stopped_early);
+    assert!(report.elapsed_seconds < 60.0, "{}", report.elapsed_seconds);
+    // The session under way finished its turn cleanly, and no further session opened.
+    assert_eq!(report.errors, 0, "{:?}", report.error_samples);
+    assert_eq!(report.unexpected_closes, 0);
+    assert_eq!(report.connect_ms.count, 1, "sessions open 10 s apart");
+    assert!(report.turns_completed >= 1);
+    assert_eq!(report.latency_ms.count as u64, report.turns_completed);
+    assert!(report.table().contains("stopped early (of 60 s)"));
+
+    // Idle sessions leave at once.
+    let args = LoadtestArgs {
+        idle: true,
+        ..one_turn_each(server.addr, 2, Duration::from_secs(60))
+    };
+    let stop = livegate::signal::Signal::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { loadtest::run_until(&args, stop).await }
+    });
+    metric_reaches(server.addr, "livegate_connections", 2.0).await;
+    stop.fire();
+    let report = timeout(WAIT, running)
+        .await
+        .expect("a stopped idle run ends at once")
+        .expect("the run's task")
+        .expect("the load test runs");
+    assert!(report.stopped_early);
+    assert_eq!((report.connect_ms.count, report.errors), (2, 0));
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
 async fn a_metrics_url_given_is_the_only_one_read() {
     let server = start(test_args()).await;
     let args = LoadtestArgs {

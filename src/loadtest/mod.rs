@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::task::JoinSet;
+
+use crate::signal::Signal;
 use tokio::time::Instant;
 
 pub use report::{Percentiles, Report, ServerStats, Traffic};
@@ -210,6 +212,12 @@ fn clips(args: &LoadtestArgs) -> Result<Vec<(Bytes, usize)>, LoadtestError> {
 
 /// Runs a load test and returns its report (also written to `--report` / `--plot`).
 pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
+    run_until(args, Signal::new()).await
+}
+
+/// Runs a load test that `stop` can end early: no session opens or starts a turn once it has
+/// fired, the turns under way finish, and the report covers what ran.
+pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, LoadtestError> {
     if args.sessions == 0 || args.ramp <= 0.0 {
         return Err(LoadtestError::Invalid(
             "--sessions and --ramp must be positive".into(),
@@ -228,6 +236,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
         query: args.query.trim_start_matches('?').to_owned(),
         clips: clips(args)?,
         deadline: start + args.duration,
+        stop: stop.clone(),
         turns: args.turns,
         idle: args.idle,
         epoch: start,
@@ -269,7 +278,11 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     let mut sessions = JoinSet::new();
     let gap = Duration::from_secs_f64(1.0 / args.ramp);
     for index in 0..args.sessions {
-        tokio::time::sleep_until(start + gap * index as u32).await;
+        tokio::select! {
+            biased;
+            () = stop.fired() => break,
+            () = tokio::time::sleep_until(start + gap * index as u32) => {}
+        }
         sessions.spawn(session::run(index, plan.clone(), live.clone()));
     }
     let mut outcomes = Vec::with_capacity(args.sessions);
@@ -295,6 +308,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
     }
     let mut report = summarize(args, &outcomes, elapsed, sampled);
     report.run_id = plan.run_id.clone();
+    report.stopped_early = stop.is_fired();
     report.machine_cpu_busy = machine_before
         .zip(machine_after)
         .map(|(before, after)| before.until(&after).busy);
@@ -375,6 +389,7 @@ fn summarize(
         in_phase: args.in_phase,
         idle: args.idle,
         elapsed_seconds: elapsed,
+        stopped_early: false,
         connect_ms: Percentiles::of(&connects),
         latency_ms: Percentiles::of(&latencies),
         gateway_latency_ms: Percentiles::of(&gateway),

@@ -162,6 +162,8 @@ pub struct Report {
     pub idle: bool,
     /// Seconds the run really took.
     pub elapsed_seconds: f64,
+    /// The run was stopped before its duration (Ctrl-C): it covers the turns that ran.
+    pub stopped_early: bool,
     /// Time to open each WebSocket.
     pub connect_ms: Percentiles,
     /// End of an utterance (last speech frame sent) to the first byte of answer audio.
@@ -244,11 +246,16 @@ impl Report {
     /// The summary table printed at the end of a run.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "livegate loadtest: {} sessions{} against {} for {:.1} s\n\n",
+            "livegate loadtest: {} sessions{} against {} for {:.1} s{}\n\n",
             self.sessions,
             if self.idle { " (idle)" } else { "" },
             self.url,
-            self.elapsed_seconds
+            self.elapsed_seconds,
+            if self.stopped_early {
+                format!(", stopped early (of {:.0} s)", self.duration_seconds)
+            } else {
+                String::new()
+            }
         );
         out.push_str(&format!(
             "{:<24} {:>8} {:>9} {:>9} {:>9} {:>9}\n",

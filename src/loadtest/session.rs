@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::arrival::{Arrivals, StampedTcp};
+use crate::signal::Signal;
 
 /// 20 ms of 16 kHz PCM16.
 pub const FRAME_BYTES: usize = 640;
@@ -45,6 +46,9 @@ pub struct Plan {
     pub clips: Vec<(Bytes, usize)>,
     /// Stop starting turns after this instant.
     pub deadline: Instant,
+    /// Fires when the run is stopped early (Ctrl-C): no session starts another turn, and idle
+    /// sessions leave.
+    pub stop: Signal,
     /// Most turns per session (0: as many as fit).
     pub turns: u32,
     /// Connect and wait only.
@@ -213,7 +217,10 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     let reader = tokio::spawn(read(stream, shared.clone(), live.clone(), arrivals));
 
     if plan.idle {
-        sleep_until(plan.deadline).await;
+        tokio::select! {
+            () = sleep_until(plan.deadline) => {}
+            () = plan.stop.fired() => {}
+        }
     } else if let Err(stop) = speak(index, &plan, &shared, &live, &mut sink, &mut outcome).await {
         let error = match stop {
             Stop::Failed(error) => error,
@@ -333,7 +340,10 @@ async fn speak(
     let start = plan.clock_start(index, Instant::now());
     let mut n: u32 = 0;
     let mut turn: u32 = 0;
-    while Instant::now() < plan.deadline && (plan.turns == 0 || turn < plan.turns) {
+    while Instant::now() < plan.deadline
+        && !plan.stop.is_fired()
+        && (plan.turns == 0 || turn < plan.turns)
+    {
         let (clip, speech_end) = &plan.clips[(index + turn as usize) % plan.clips.len()];
         {
             let mut t = shared.turn();
@@ -619,6 +629,7 @@ mod tests {
             query: String::new(),
             clips: Vec::new(),
             deadline: Instant::now(),
+            stop: Signal::new(),
             turns: 0,
             idle: false,
             epoch: Instant::now(),

@@ -274,6 +274,22 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
     String::from_utf8_lossy(&response).into_owned()
 }
 
+/// Waits until a metric has `value`. The server notices a close on its own time and tells no
+/// one, so this polls, bounded by [`WAIT`].
+pub async fn metric_reaches(addr: std::net::SocketAddr, name: &str, value: f64) {
+    let reached = tokio::time::timeout(WAIT, async {
+        loop {
+            let metrics = http_get(addr, "/metrics").await;
+            if metric(&metrics, name) == Some(value) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "{name} reached {value}");
+}
+
 /// The value of one sample line of a metrics text, named with its labels if it has any.
 pub fn metric(metrics: &str, name: &str) -> Option<f64> {
     metrics
