@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::task::JoinSet;
-
-use crate::signal::Signal;
 use tokio::time::Instant;
 
 pub use report::{Percentiles, Report, ServerStats, Traffic};
 use session::{Live, Outcome, Plan};
+
+use crate::signal::Signal;
 
 /// The clips used when no `--audio` is given (from `tests/fixtures`), cycled across turns.
 const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
