@@ -225,6 +225,24 @@ fn bench_sessions(c: &mut Criterion) {
             }))
         })
     });
+    // At lower load a session's events mostly reach the store alone: one transaction each.
+    group.throughput(Throughput::Elements(1));
+    let mut next = 0usize;
+    group.bench_function("sqlite_append_one_at_a_time", |b| {
+        b.to_async(&runtime).iter(|| {
+            let i = next;
+            next = (next + 1) % SESSIONS;
+            let (store, sessions) = (&store, &sessions);
+            async move {
+                let mut session = sessions[i].lock().await;
+                session.events.clear();
+                store
+                    .append_event(&mut session, event())
+                    .await
+                    .expect("committed");
+            }
+        })
+    });
     group.finish();
 }
 

@@ -255,6 +255,31 @@ async fn conformance(svc: &dyn SessionService) {
     }
     assert_eq!(get(svc, "u1", "s1").await.events.len(), 2);
 
+    // Insertion order survives deleting the session that held the newest events (whose numbers
+    // the store may hand out again).
+    let mut older = svc
+        .create_session("app", "u3", Some("older"), Map::new())
+        .await
+        .unwrap();
+    let mut newer = svc
+        .create_session("app", "u3", Some("newer"), Map::new())
+        .await
+        .unwrap();
+    for (session, ts) in [(&mut older, t0 + 10.0), (&mut newer, t0 + 11.0)] {
+        svc.append_event(session, event_with_delta(json!({}), ts))
+            .await
+            .unwrap();
+    }
+    svc.delete_session("app", "u3", "newer").await.unwrap();
+    svc.append_event(&mut older, event_with_delta(json!({}), t0 + 9.0))
+        .await
+        .unwrap();
+    let read = get_in(svc, "app", "u3", "older").await;
+    assert_eq!(
+        read.events.iter().map(|e| e.timestamp).collect::<Vec<_>>(),
+        vec![t0 + 10.0, t0 + 9.0]
+    );
+
     svc.ping().await.unwrap();
 }
 
