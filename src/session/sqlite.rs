@@ -29,7 +29,8 @@ const SCHEMA: &[&str] = &[
     // a session's events keep their order. Deleting the newest rows only frees numbers above
     // every row left. No AUTOINCREMENT: it keeps numbers from ever being reused, which this
     // order does not need, at the price of a write to `sqlite_sequence` in every transaction (a
-    // page in five of a one-event commit). Databases made with it keep it and work the same.
+    // one-event commit wrote 6.0 pages to the WAL with it, 5.4 without). Databases made with it
+    // keep it and work the same.
     "CREATE TABLE IF NOT EXISTS events (
         seq INTEGER PRIMARY KEY,
         id TEXT NOT NULL, app_name TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
