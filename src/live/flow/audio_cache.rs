@@ -291,13 +291,10 @@ impl AudioCache {
             .unwrap_or_default()
     }
 
-    /// Keeps a recording whose save failed, to retry at the next flush.
+    /// Keeps a recording whose save failed, to retry at the next flush (after those held before).
     fn hold(&self, side: AudioSide, recording: Recording) {
         if let Ok(mut sides) = self.inner.lock() {
-            let held = &mut sides[side as usize].held;
-            held.push(recording);
-            // Saves run at once and fail in any order; the next flush saves them oldest first.
-            held.sort_by(|a, b| a.started.total_cmp(&b.started));
+            sides[side as usize].held.push(recording);
         }
     }
 
@@ -307,7 +304,9 @@ impl AudioCache {
     ///
     /// The recordings are saved at once, not one after another: each save ends in an `fsync`,
     /// and the turn's `turnComplete` waits for all of them, so on a busy disk the two sides of a
-    /// turn wait for one journal commit rather than two. The events keep the sides' order.
+    /// turn wait for one journal commit rather than two. The events keep the sides' order, and
+    /// recordings whose saves failed are held in it too (however the saves finished), so the
+    /// next flush saves them oldest first.
     pub async fn flush(&self, target: &RecordingTarget, input: bool, output: bool) -> Vec<Event> {
         let Some(artifacts) = &target.artifacts else {
             return Vec::new();
@@ -319,17 +318,26 @@ impl AudioCache {
             .flat_map(|(_, side)| self.take(side).into_iter().map(move |r| (side, r)))
             .filter(|(_, recording)| !recording.is_empty())
             .map(|(side, recording)| self.save(&**artifacts, target, side, recording));
-        futures::future::join_all(saves).await
+        let saved = futures::future::join_all(saves).await;
+        saved
+            .into_iter()
+            .map(|(event, failed)| {
+                if let Some((side, recording)) = failed {
+                    self.hold(side, recording);
+                }
+                event
+            })
+            .collect()
     }
 
-    /// Saves one recording; its `fileData` event, or an error event.
+    /// Saves one recording: its `fileData` event, or an error event and the recording to hold.
     async fn save(
         &self,
         artifacts: &dyn ArtifactService,
         target: &RecordingTarget,
         side: AudioSide,
         mut recording: Recording,
-    ) -> Event {
+    ) -> (Event, Option<(AudioSide, Recording)>) {
         recording.finish_spool(self.spool_dir.as_ref()).await;
         let mime_type = recording.mime_type.clone();
         let timestamp = recording.started;
@@ -372,17 +380,17 @@ impl AudioCache {
                     }],
                     role: Some(role.into()),
                 });
-                event
+                (event, None)
             }
             Err((error, recording)) => {
                 tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
-                self.hold(side, recording);
-                Event::error(
+                let error = Event::error(
                     &target.invocation_id,
                     &target.agent_name,
                     error.code(),
                     format!("could not save audio recording {filename}: {error}"),
-                )
+                );
+                (error, Some((side, recording)))
             }
         }
     }
@@ -390,7 +398,7 @@ impl AudioCache {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use async_trait::async_trait;
@@ -510,11 +518,12 @@ mod tests {
         assert_same(&saved(&*store, &events[0]).await.data, &frames(0..300));
     }
 
-    /// A file store whose next save fails, or whose saves each wait for a second one to start.
+    /// A file store whose next saves fail, or whose saves each wait for a second one to start.
     #[derive(Debug)]
     struct TestStore {
         store: FileArtifactService,
-        fail: AtomicBool,
+        /// Saves still to fail.
+        fail: AtomicUsize,
         in_pairs: Option<tokio::sync::Barrier>,
     }
 
@@ -522,7 +531,7 @@ mod tests {
         async fn open(dir: &Path) -> Self {
             TestStore {
                 store: FileArtifactService::open(dir).await.unwrap(),
-                fail: AtomicBool::new(false),
+                fail: AtomicUsize::new(0),
                 in_pairs: None,
             }
         }
@@ -539,7 +548,8 @@ mod tests {
                 }
             }
             self.fail
-                .swap(false, Ordering::SeqCst)
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
                 .then(|| ArtifactError::Io(std::io::Error::other("disk on fire")))
         }
     }
@@ -607,7 +617,7 @@ mod tests {
     async fn a_recording_whose_save_failed_is_saved_whole_at_the_next_flush() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(TestStore {
-            fail: AtomicBool::new(true),
+            fail: AtomicUsize::new(1),
             ..TestStore::open(dir.path()).await
         });
         let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
@@ -631,24 +641,30 @@ mod tests {
         assert_eq!(std::fs::read_dir(spool_dir).unwrap().count(), 0);
     }
 
-    #[test]
-    fn recordings_held_after_failed_saves_are_saved_oldest_first() {
-        let cache = AudioCache::new(None);
-        // Saves that run at once fail in any order.
-        for started in [2.0, 1.0, 3.0] {
-            let recording = Recording {
-                started,
-                ..Recording::default()
-            };
-            cache.hold(AudioSide::Input, recording);
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn recordings_held_after_failed_saves_are_saved_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(TestStore::open(dir.path()).await);
+        let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
+        let target = || target(store.clone());
+        // Three turns' input: the first turn's save fails, then both saves of the second flush
+        // (the held one and the new one, saved at once).
+        let mut errors = Vec::new();
+        for (turn, fails) in [(0..5, 1), (5..10, 2), (10..15, 0)] {
+            for n in turn {
+                cache.push(AudioSide::Input, &frame(n));
+            }
+            store.fail.store(fails, Ordering::SeqCst);
+            let events = cache.flush(&target(), true, false).await;
+            errors.push(events.iter().filter(|e| e.error_code.is_some()).count());
+            if fails == 0 {
+                assert_eq!(events.len(), 3, "{events:?}");
+                for (event, frames_of) in events.iter().zip([0..5, 5..10, 10..15]) {
+                    assert_same(&saved(&*store, event).await.data, &frames(frames_of));
+                }
+            }
         }
-        let taken: Vec<f64> = cache
-            .take(AudioSide::Input)
-            .iter()
-            .map(|r| r.started)
-            .collect();
-        // The held ones, then the turn's own (empty here).
-        assert_eq!(taken, [1.0, 2.0, 3.0, 0.0]);
+        assert_eq!(errors, [1, 2, 0]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
