@@ -202,10 +202,19 @@ fn bench_sessions(c: &mut Criterion) {
         }
         (store, sessions)
     });
-    let event = || {
-        let mut event = Event::new("e-00000000-0000-4000-8000-000000000001", "user");
-        event.input_transcription = Some(Transcription::new("[speech 2.54 s]", true));
-        event
+    // One append to session `i` (of the ring), as a turn's event would be.
+    let append = |i: usize| {
+        let (store, sessions) = (&store, &sessions);
+        async move {
+            let mut event = Event::new("e-00000000-0000-4000-8000-000000000001", "user");
+            event.input_transcription = Some(Transcription::new("[speech 2.54 s]", true));
+            let mut session = sessions[i % SESSIONS].lock().await;
+            session.events.clear();
+            store
+                .append_event(&mut session, event)
+                .await
+                .expect("committed");
+        }
     };
     let mut group = c.benchmark_group("sessions");
     group.throughput(Throughput::Elements(AT_ONCE as u64));
@@ -214,33 +223,15 @@ fn bench_sessions(c: &mut Criterion) {
         b.to_async(&runtime).iter(|| {
             let first = next;
             next = (next + AT_ONCE) % SESSIONS;
-            let (store, sessions) = (&store, &sessions);
-            join_all((first..first + AT_ONCE).map(move |i| async move {
-                let mut session = sessions[i % SESSIONS].lock().await;
-                session.events.clear();
-                store
-                    .append_event(&mut session, event())
-                    .await
-                    .expect("committed");
-            }))
+            join_all((first..first + AT_ONCE).map(append))
         })
     });
     // At lower load a session's events mostly reach the store alone: one transaction each.
     group.throughput(Throughput::Elements(1));
-    let mut next = 0usize;
     group.bench_function("sqlite_append_one_at_a_time", |b| {
         b.to_async(&runtime).iter(|| {
-            let i = next;
             next = (next + 1) % SESSIONS;
-            let (store, sessions) = (&store, &sessions);
-            async move {
-                let mut session = sessions[i].lock().await;
-                session.events.clear();
-                store
-                    .append_event(&mut session, event())
-                    .await
-                    .expect("committed");
-            }
+            append(next)
         })
     });
     group.finish();
