@@ -346,13 +346,16 @@ async fn speak(
     {
         let (clip, speech_end) = &plan.clips[(index + turn as usize) % plan.clips.len()];
         {
+            // A fresh turn that keeps what the session measured so far: a mark added to `Turn`
+            // later starts each turn unset without being listed here.
             let mut t = shared.turn();
-            t.speech_end = None;
-            t.answerable = None;
-            t.answered = false;
-            t.transcribed = false;
-            t.playback_end = None;
-            t.last_audio = None;
+            *t = Turn {
+                latencies_ms: std::mem::take(&mut t.latencies_ms),
+                gateway_ms: std::mem::take(&mut t.gateway_ms),
+                gaps_ms: std::mem::take(&mut t.gaps_ms),
+                turn_ends_ms: std::mem::take(&mut t.turn_ends_ms),
+                ..Turn::default()
+            };
         }
         let done = shared.turn_done.notified();
         tokio::pin!(done);
