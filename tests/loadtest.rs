@@ -245,6 +245,47 @@ async fn without_a_pid_the_server_is_measured_through_its_metrics() {
 }
 
 #[tokio::test]
+async fn answers_in_text_are_timed_by_their_first_text() {
+    let server = start(test_args()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = LoadtestArgs {
+        query: "modality=TEXT".into(),
+        plot: Some(dir.path().join("plot.svg")),
+        ..one_turn_each(server.addr, 5, Duration::from_secs(3))
+    };
+    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
+        .await
+        .expect("the load test ends")
+        .expect("the load test runs");
+
+    assert_eq!(
+        (report.errors, report.turns_completed),
+        (0, 5),
+        "{:?}",
+        report.error_samples
+    );
+    assert_eq!(report.audio_bytes_received, 0, "answers in text only");
+    assert_eq!(report.latency_ms.count, 0);
+    assert_eq!(report.text_latency_ms.count, 5, "each answer timed once");
+    assert_eq!(report.text_gateway_latency_ms.count, 5);
+    // As for audio: gateway-added time starts after the sim's 500 ms of end-of-speech silence.
+    assert!(
+        report.text_gateway_latency_ms.p50 + 400.0 < report.text_latency_ms.p50,
+        "{:?} vs {:?}",
+        report.text_gateway_latency_ms,
+        report.text_latency_ms
+    );
+    assert_eq!(
+        report.turn_end_ms.count, 5,
+        "timed from each answer's last text"
+    );
+    assert!(report.table().contains("first text"));
+    let plot = std::fs::read_to_string(dir.path().join("plot.svg")).unwrap();
+    assert!(plot.contains("first-text latency (ms), n=5"), "{plot}");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
 async fn a_stopped_run_ends_with_the_turns_under_way_and_reports_them() {
     let server = start(test_args()).await;
     // A minute of turns, and a second session that would open 50 s in: far later than the first

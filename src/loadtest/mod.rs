@@ -315,16 +315,16 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     report.gateway = metrics_before
         .zip(metrics_after)
         .map(|(before, after)| scrape::between(&before, &after));
-    let latencies: Vec<f64> = outcomes
-        .iter()
-        .flat_map(|o| o.latencies_ms.iter().copied())
-        .collect();
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report).unwrap_or_default();
         write(path, json.as_bytes())?;
     }
     if let Some(path) = &args.plot {
-        write(path, report.svg(&latencies).as_bytes())?;
+        let svg = report.svg(
+            &all(&outcomes, |o| &o.latencies_ms),
+            &all(&outcomes, |o| &o.text_latencies_ms),
+        );
+        write(path, svg.as_bytes())?;
     }
     Ok(report)
 }
@@ -366,15 +366,18 @@ fn traffic(frames: u64, bytes: u64, elapsed: f64) -> Traffic {
     }
 }
 
+/// One measurement of every session, in one list.
+fn all(outcomes: &[Outcome], f: fn(&Outcome) -> &Vec<f64>) -> Vec<f64> {
+    outcomes.iter().flat_map(|o| f(o).iter().copied()).collect()
+}
+
 fn summarize(
     args: &LoadtestArgs,
     outcomes: &[Outcome],
     elapsed: f64,
     sampled: procfs::Sampled,
 ) -> Report {
-    let all = |f: fn(&Outcome) -> &Vec<f64>| -> Vec<f64> {
-        outcomes.iter().flat_map(|o| f(o).iter().copied()).collect()
-    };
+    let all = |f: fn(&Outcome) -> &Vec<f64>| all(outcomes, f);
     let sum = |f: fn(&Outcome) -> u64| -> u64 { outcomes.iter().map(f).sum() };
     let latencies = all(|o| &o.latencies_ms);
     let gateway = all(|o| &o.gateway_ms);
@@ -393,6 +396,8 @@ fn summarize(
         connect_ms: Percentiles::of(&connects),
         latency_ms: Percentiles::of(&latencies),
         gateway_latency_ms: Percentiles::of(&gateway),
+        text_latency_ms: Percentiles::of(&all(|o| &o.text_latencies_ms)),
+        text_gateway_latency_ms: Percentiles::of(&all(|o| &o.text_gateway_ms)),
         model_delay_ms: args.model_delay_ms,
         audio_gaps_ms: Percentiles::of(&all(|o| &o.gaps_ms)),
         turn_end_ms: Percentiles::of(&all(|o| &o.turn_ends_ms)),

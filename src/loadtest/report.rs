@@ -172,11 +172,16 @@ pub struct Report {
     /// (`--model-delay-ms` after the last speech frame) to the first byte of answer audio. Timed
     /// from when that frame really went out, so a generator behind schedule does not count.
     pub gateway_latency_ms: Percentiles,
+    /// End of an utterance to the first text of an answer in text (`--query modality=TEXT`),
+    /// for turns answered in text.
+    pub text_latency_ms: Percentiles,
+    /// What the gateway adds to those, timed as `gateway_latency_ms`.
+    pub text_gateway_latency_ms: Percentiles,
     /// The model's own delay after the end of speech.
     pub model_delay_ms: f64,
     /// Playback underruns inside an answer: audio that arrived after the previous audio finished.
     pub audio_gaps_ms: Percentiles,
-    /// From an answer's last audio to its `turnComplete`: what the gateway does at a turn's end,
+    /// From an answer's last audio (or text) to its `turnComplete`: what the gateway does at a turn's end,
     /// saving the turn's recordings among it (the next utterance waits for it here).
     pub turn_end_ms: Percentiles,
     /// Answers that completed (`turnComplete`).
@@ -264,6 +269,11 @@ impl Report {
         out.push_str(&row("connect", &self.connect_ms));
         out.push_str(&row("first audio", &self.latency_ms));
         out.push_str(&row("gateway-added", &self.gateway_latency_ms));
+        // Only answers in text have these; an audio run's table stays as it was.
+        if self.text_latency_ms.count > 0 {
+            out.push_str(&row("first text", &self.text_latency_ms));
+            out.push_str(&row("gateway-added (text)", &self.text_gateway_latency_ms));
+        }
         out.push_str(&row("audio gaps", &self.audio_gaps_ms));
         out.push_str(&row("turn end", &self.turn_end_ms));
         out.push_str(&row("generator lag", &self.schedule_lag_ms));
@@ -399,14 +409,20 @@ impl Report {
         out
     }
 
-    /// An SVG with the latency distribution (left) and connected sessions over time (right).
-    pub fn svg(&self, latencies: &[f64]) -> String {
+    /// An SVG with the latency distribution (left) and connected sessions over time (right):
+    /// first audio, or first text when no answer had audio.
+    pub fn svg(&self, audio: &[f64], text: &[f64]) -> String {
+        let (what, latencies, summary) = if audio.is_empty() && !text.is_empty() {
+            ("first-text", text, &self.text_latency_ms)
+        } else {
+            ("first-audio", audio, &self.latency_ms)
+        };
         let (w, h, pad) = (900.0, 360.0, 40.0);
         let half = w / 2.0;
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
         );
-        // Histogram of first-audio latency.
+        // Histogram of the latency.
         let max = latencies.iter().copied().fold(0.0, f64::max).max(1.0);
         let buckets = 40usize;
         let mut counts = vec![0usize; buckets];
@@ -426,10 +442,10 @@ impl Report {
             ));
         }
         svg.push_str(&format!(
-            "<text x=\"{pad}\" y=\"20\">first-audio latency (ms), n={} p50={:.1} p99={:.1}</text>\n<text x=\"{pad}\" y=\"{}\">0</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.0}</text>\n",
-            self.latency_ms.count,
-            self.latency_ms.p50,
-            self.latency_ms.p99,
+            "<text x=\"{pad}\" y=\"20\">{what} latency (ms), n={} p50={:.1} p99={:.1}</text>\n<text x=\"{pad}\" y=\"{}\">0</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.0}</text>\n",
+            summary.count,
+            summary.p50,
+            summary.p99,
             h - pad + 15.0,
             half - pad,
             h - pad + 15.0
@@ -515,9 +531,44 @@ mod tests {
             sessions_over_time: vec![(0.0, 0), (1.0, 2)],
             ..Report::default()
         };
-        assert!(report.table().contains("first audio"));
-        let svg = report.svg(&[1.0, 2.0]);
+        let table = report.table();
+        assert!(table.contains("first audio"));
+        assert!(
+            !table.contains("first text"),
+            "no text answers, no text rows"
+        );
+        let svg = report.svg(&[1.0, 2.0], &[]);
         assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+        assert!(svg.contains("first-audio latency (ms), n=2"), "{svg}");
+    }
+
+    #[test]
+    fn answers_in_text_get_their_own_rows_and_plot() {
+        let report = Report {
+            sessions: 2,
+            text_latency_ms: Percentiles::of(&[600.0, 700.0]),
+            text_gateway_latency_ms: Percentiles::of(&[1.5, 2.5]),
+            ..Report::default()
+        };
+        let table = report.table();
+        let row_of = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(name))
+                .map(str::to_owned)
+        };
+        let text = row_of("first text ").expect("a first-text row");
+        assert!(
+            text.contains("600.00") && text.contains("700.00"),
+            "{table}"
+        );
+        let added = row_of("gateway-added (text)").expect("its gateway-added row");
+        assert!(added.contains("2.50"), "{table}");
+        let svg = report.svg(&[], &[600.0, 700.0]);
+        assert!(
+            svg.contains("first-text latency (ms), n=2 p50=600.0"),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One simulated user: connects, speaks an utterance in real time (20 ms binary frames on a fixed
 //! clock), keeps the microphone open with silence until the answer's `turnComplete`, and repeats.
-//! The reader side times the first answer audio and playback underruns.
+//! The reader side times the first answer audio (or, for an answer in text, its first text) and
+//! playback underruns.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -113,6 +114,8 @@ pub struct Outcome {
     pub connect_ms: Option<f64>,
     pub latencies_ms: Vec<f64>,
     pub gateway_ms: Vec<f64>,
+    pub text_latencies_ms: Vec<f64>,
+    pub text_gateway_ms: Vec<f64>,
     pub gaps_ms: Vec<f64>,
     pub turn_ends_ms: Vec<f64>,
     pub lags_ms: Vec<f64>,
@@ -140,27 +143,48 @@ struct Turn {
     answerable: Option<Instant>,
     /// The first answer audio of this turn was seen.
     answered: bool,
+    /// The first answer text of this turn was seen.
+    text_answered: bool,
     /// An input transcription came during this turn.
     transcribed: bool,
     /// When the audio received so far would finish playing.
     playback_end: Option<Instant>,
-    /// When this turn's last answer audio arrived.
-    last_audio: Option<Instant>,
+    /// When this turn's last answer audio or text arrived.
+    last_answer: Option<Instant>,
+    /// End of speech to the first answer audio, per turn answered with audio.
     latencies_ms: Vec<f64>,
+    /// From when the model could answer to the first answer audio.
     gateway_ms: Vec<f64>,
+    /// The same two for the first answer text, per turn answered with text.
+    text_latencies_ms: Vec<f64>,
+    text_gateway_ms: Vec<f64>,
     gaps_ms: Vec<f64>,
-    /// Last answer audio to `turnComplete`, per answered turn.
+    /// Last answer audio or text to `turnComplete`, per answered turn.
     turn_ends_ms: Vec<f64>,
 }
 
 impl Turn {
     /// How far the answer got, to tell a model that never heard the utterance from a lost end.
     fn stage(&self) -> &'static str {
-        match (self.transcribed, self.answered) {
-            (_, true) => "answer audio came, its turnComplete did not",
-            (true, false) => "an input transcription came, no answer audio",
-            (false, false) => "neither an input transcription nor answer audio came",
+        match (self.transcribed, self.answered, self.text_answered) {
+            (_, true, _) => "answer audio came, its turnComplete did not",
+            (_, false, true) => "answer text came, its turnComplete did not",
+            (true, false, false) => "an input transcription came, no answer",
+            (false, false, false) => "neither an input transcription nor an answer came",
         }
+    }
+
+    /// An answer's first audio or text arrived at `now`: how long after the end of speech, and
+    /// how long after the model could answer (`None` while the utterance is still going out).
+    fn first_answer(&self, now: Instant) -> Option<(f64, f64)> {
+        let end = self.speech_end?;
+        let latency = now.saturating_duration_since(end).as_secs_f64() * 1000.0;
+        // From when the model could answer; an answer before that (a model quicker than
+        // `--model-delay-ms`) counts as nothing added.
+        let added = self.answerable.map_or(0.0, |at| {
+            now.saturating_duration_since(at).as_secs_f64() * 1000.0
+        });
+        Some((latency, added))
     }
 }
 
@@ -253,6 +277,8 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     let turn = std::mem::take(&mut *shared.turn());
     outcome.latencies_ms = turn.latencies_ms;
     outcome.gateway_ms = turn.gateway_ms;
+    outcome.text_latencies_ms = turn.text_latencies_ms;
+    outcome.text_gateway_ms = turn.text_gateway_ms;
     outcome.gaps_ms = turn.gaps_ms;
     outcome.turn_ends_ms = turn.turn_ends_ms;
     live.connected.fetch_sub(1, Ordering::Relaxed);
@@ -352,6 +378,8 @@ async fn speak(
             *t = Turn {
                 latencies_ms: std::mem::take(&mut t.latencies_ms),
                 gateway_ms: std::mem::take(&mut t.gateway_ms),
+                text_latencies_ms: std::mem::take(&mut t.text_latencies_ms),
+                text_gateway_ms: std::mem::take(&mut t.text_gateway_ms),
                 gaps_ms: std::mem::take(&mut t.gaps_ms),
                 turn_ends_ms: std::mem::take(&mut t.turn_ends_ms),
                 ..Turn::default()
@@ -458,7 +486,7 @@ struct Read {
     errors: Vec<String>,
 }
 
-/// The reader: counts what arrives and times answer audio.
+/// The reader: counts what arrives and times answers.
 async fn read(
     mut stream: SplitStream<Socket>,
     shared: Arc<Shared>,
@@ -531,6 +559,11 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
         let len = data.find('"').unwrap_or(0);
         audio(shared, read, len * 3 / 4, OUTPUT_RATE, arrivals);
     }
+    // TEXT modality: the answer is the model's text. (Transcriptions are not `content`.)
+    const TEXT: &str = "\"content\":{\"parts\":[{\"text\":";
+    if text.contains(TEXT) && text.contains("\"role\":\"model\"") {
+        answer_text(shared, arrivals);
+    }
     if text.contains("\"inputTranscription\"") {
         shared.turn().transcribed = true;
     }
@@ -540,7 +573,7 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
     if text.contains("\"turnComplete\":true") {
         let now = Instant::from_std(arrivals.latest_or_now());
         let mut turn = shared.turn();
-        if let Some(last) = turn.last_audio.take() {
+        if let Some(last) = turn.last_answer.take() {
             let end = now.saturating_duration_since(last).as_secs_f64() * 1000.0;
             turn.turn_ends_ms.push(end);
         }
@@ -557,15 +590,9 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
     read.audio_bytes += bytes as u64;
     let now = Instant::from_std(arrivals.latest_or_now());
     let mut turn = shared.turn();
-    if let (Some(end), false) = (turn.speech_end, turn.answered) {
+    if let (Some((latency, added)), false) = (turn.first_answer(now), turn.answered) {
         turn.answered = true;
-        let latency = now.saturating_duration_since(end).as_secs_f64() * 1000.0;
         turn.latencies_ms.push(latency);
-        // From when the model could answer; an answer before that (a model quicker than
-        // `--model-delay-ms`) counts as nothing added.
-        let added = turn.answerable.map_or(0.0, |at| {
-            now.saturating_duration_since(at).as_secs_f64() * 1000.0
-        });
         turn.gateway_ms.push(added);
     }
     if let Some(playback_end) = turn.playback_end {
@@ -574,10 +601,22 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
             turn.gaps_ms.push(gap);
         }
     }
-    turn.last_audio = Some(now);
+    turn.last_answer = Some(now);
     let plays = Duration::from_secs_f64(bytes as f64 / 2.0 / rate);
     let from = turn.playback_end.map_or(now, |end| end.max(now));
     turn.playback_end = Some(from + plays);
+}
+
+/// Answer text arrived: time the first of the turn.
+fn answer_text(shared: &Shared, arrivals: &Arrivals) {
+    let now = Instant::from_std(arrivals.latest_or_now());
+    let mut turn = shared.turn();
+    if let (Some((latency, added)), false) = (turn.first_answer(now), turn.text_answered) {
+        turn.text_answered = true;
+        turn.text_latencies_ms.push(latency);
+        turn.text_gateway_ms.push(added);
+    }
+    turn.last_answer = Some(now);
 }
 
 #[cfg(test)]
@@ -691,15 +730,20 @@ mod tests {
         let (shared, live, mut read, arrivals) = reader();
         assert_eq!(
             shared.turn().stage(),
-            "neither an input transcription nor answer audio came"
+            "neither an input transcription nor an answer came"
         );
         let heard = r#"{"inputTranscription":{"text":"[speech 1.20 s]","finished":true}}"#;
         event(heard, &shared, &live, &mut read, &arrivals);
         assert_eq!(
             shared.turn().stage(),
-            "an input transcription came, no answer audio"
+            "an input transcription came, no answer"
         );
         shared.turn().speech_end = Some(Instant::now());
+        event(MODEL_TEXT, &shared, &live, &mut read, &arrivals);
+        assert_eq!(
+            shared.turn().stage(),
+            "answer text came, its turnComplete did not"
+        );
         audio(&shared, &mut read, 9_600, OUTPUT_RATE, &arrivals);
         assert_eq!(
             shared.turn().stage(),
@@ -708,25 +752,68 @@ mod tests {
         assert_eq!(read.turns, 0);
     }
 
+    /// A text fragment of an answer, as the gateway sends it in TEXT modality.
+    const MODEL_TEXT: &str = r#"{"modelVersion":"sim","content":{"parts":[{"text":"You said"}],"role":"model"},"partial":true}"#;
+
     #[test]
-    fn a_turn_end_is_timed_from_the_last_answer_audio() {
+    fn a_text_answer_is_timed_by_its_first_text_and_a_transcript_is_not_an_answer() {
+        let (shared, live, mut read, arrivals) = reader();
+        let start = Instant::now();
+        shared.turn().speech_end = Some(start - Duration::from_millis(700));
+        shared.turn().answerable = Some(start - Duration::from_millis(200));
+        // Neither what the model says aloud, nor the user's own words, nor a recording is the
+        // answer's text.
+        for not_text in [
+            r#"{"partial":true,"outputTranscription":{"text":"You","finished":false}}"#,
+            r#"{"content":{"parts":[{"text":"typed by the user"}],"role":"user"}}"#,
+            r#"{"content":{"parts":[{"fileData":{"fileUri":"artifact://x"}}],"role":"model"}}"#,
+        ] {
+            event(not_text, &shared, &live, &mut read, &arrivals);
+        }
+        assert!(shared.turn().text_latencies_ms.is_empty());
+        assert_eq!(shared.turn().last_answer, None);
+
+        event(MODEL_TEXT, &shared, &live, &mut read, &arrivals);
+        event(MODEL_TEXT, &shared, &live, &mut read, &arrivals);
+        let turn = std::mem::take(&mut *shared.turn());
+        assert_eq!(turn.text_latencies_ms.len(), 1, "timed once per turn");
+        assert!((700.0..2_000.0).contains(&turn.text_latencies_ms[0]));
+        assert_eq!(turn.text_gateway_ms.len(), 1);
+        assert!((200.0..1_500.0).contains(&turn.text_gateway_ms[0]));
+        assert!(turn.text_latencies_ms[0] - turn.text_gateway_ms[0] >= 499.0);
+        assert!(turn.latencies_ms.is_empty(), "no audio came");
+        assert!(turn.last_answer.is_some());
+    }
+
+    #[test]
+    fn a_turn_end_is_timed_from_the_last_answer_audio_or_text() {
         let (shared, live, mut read, arrivals) = reader();
         let done = r#"{"turnComplete":true}"#;
-        // A turnComplete with no audio before it (a text answer) has no audio end to time.
+        // A turnComplete with no answer before it has no answer end to time.
         event(done, &shared, &live, &mut read, &arrivals);
         assert!(shared.turn().turn_ends_ms.is_empty());
 
         shared.turn().speech_end = Some(Instant::now());
         audio(&shared, &mut read, 9_600, OUTPUT_RATE, &arrivals);
         // As if that audio had come a second ago: timed from the first, the end would be longer.
-        let a_second_ago = shared.turn().last_audio.map(|t| t - Duration::from_secs(1));
-        shared.turn().last_audio = a_second_ago;
+        let a_second_ago = shared
+            .turn()
+            .last_answer
+            .map(|t| t - Duration::from_secs(1));
+        shared.turn().last_answer = a_second_ago;
         audio(&shared, &mut read, 9_600, OUTPUT_RATE, &arrivals);
         event(done, &shared, &live, &mut read, &arrivals);
+        // The same for an answer in text.
+        shared.turn().last_answer = Some(Instant::now() - Duration::from_secs(1));
+        event(MODEL_TEXT, &shared, &live, &mut read, &arrivals);
+        event(done, &shared, &live, &mut read, &arrivals);
         let ends = shared.turn().turn_ends_ms.clone();
-        assert_eq!(ends.len(), 1, "{ends:?}");
-        assert!(ends[0] >= 0.0 && ends[0] < 500.0, "{ends:?}");
-        assert_eq!(shared.turn().last_audio, None);
-        assert_eq!(read.turns, 2);
+        assert_eq!(ends.len(), 2, "{ends:?}");
+        assert!(
+            ends.iter().all(|end| (0.0..500.0).contains(end)),
+            "{ends:?}"
+        );
+        assert_eq!(shared.turn().last_answer, None);
+        assert_eq!(read.turns, 3);
     }
 }
