@@ -193,9 +193,29 @@ async fn a_small_load_reports_consistent_counts() {
         "generator_cpu_wait_at_peak",
         "timeouts_with_unread",
         "gateway",
+        "text_latency_ms",
+        "text_gateway_latency_ms",
     ] {
         assert!(json.get(field).is_some(), "the report has {field}");
     }
+    // The report says when, with what and where it was measured.
+    let started: jiff::Timestamp = json["started_at"].as_str().unwrap().parse().unwrap();
+    let age = jiff::Timestamp::now().duration_since(started);
+    assert!(
+        age > jiff::SignedDuration::ZERO && age < jiff::SignedDuration::from_secs(120),
+        "{started}"
+    );
+    assert_eq!(
+        json["generator"],
+        format!("livegate {}", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(json["machine"]["cpus"].as_u64().is_some_and(|n| n >= 1));
+    assert!(json["machine"]["memory_mib"]
+        .as_u64()
+        .is_some_and(|m| m > 0));
+    assert!(report.table().lines().nth(1).is_some_and(|line| line
+        .starts_with(&format!("{started}, livegate "))
+        && line.contains(" CPUs")));
     assert!(std::fs::read_to_string(dir.path().join("plot.svg"))
         .unwrap()
         .starts_with("<svg"));

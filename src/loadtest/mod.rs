@@ -231,6 +231,10 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     }
     raise_open_file_limit();
     let start = Instant::now();
+    // Whole seconds: a report's date, not a measurement.
+    let started_at = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string());
     let plan = Arc::new(Plan {
         base_url,
         query: args.query.trim_start_matches('?').to_owned(),
@@ -308,6 +312,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     }
     let mut report = summarize(args, &outcomes, elapsed, sampled);
     report.run_id = plan.run_id.clone();
+    report.started_at = started_at;
     report.stopped_early = stop.is_fired();
     report.machine_cpu_busy = machine_before
         .zip(machine_after)
@@ -386,6 +391,9 @@ fn summarize(
     Report {
         url: args.url.clone(),
         run_id: String::new(),
+        started_at: String::new(),
+        generator: format!("livegate {}", env!("CARGO_PKG_VERSION")),
+        machine: procfs::Machine::this(),
         sessions: args.sessions,
         duration_seconds: args.duration.as_secs_f64(),
         ramp_per_second: args.ramp,

@@ -117,6 +117,66 @@ pub struct MachineLoad {
     pub steal: f64,
 }
 
+/// The machine a run measured on: with it, a saved report says where its numbers come from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Machine {
+    /// CPUs the generator may run on.
+    pub cpus: usize,
+    /// The first CPU's model name (`/proc/cpuinfo`).
+    pub cpu_model: Option<String>,
+    /// Memory, MiB (`/proc/meminfo`).
+    pub memory_mib: Option<u64>,
+    /// The kernel's release (`/proc/sys/kernel/osrelease`).
+    pub kernel: Option<String>,
+}
+
+impl Machine {
+    /// This machine, as far as `/proc` describes it (only the CPU count elsewhere).
+    pub fn this() -> Self {
+        let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        Self::parse(
+            cpus,
+            &read("/proc/cpuinfo"),
+            &read("/proc/meminfo"),
+            &read("/proc/sys/kernel/osrelease"),
+        )
+    }
+
+    fn parse(cpus: usize, cpuinfo: &str, meminfo: &str, osrelease: &str) -> Self {
+        let field = |text: &str, name: &str| -> Option<String> {
+            text.lines().find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                (key.trim() == name).then(|| value.trim().to_owned())
+            })
+        };
+        let memory_kib = field(meminfo, "MemTotal")
+            .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok());
+        let kernel = osrelease.trim();
+        Machine {
+            cpus,
+            cpu_model: field(cpuinfo, "model name"),
+            memory_mib: memory_kib.map(|kib| kib / 1024),
+            kernel: (!kernel.is_empty()).then(|| kernel.to_owned()),
+        }
+    }
+
+    /// `2 CPUs (AMD EPYC), 23.5 GiB, Linux 6.1.0`.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{} CPUs", self.cpus);
+        if let Some(model) = &self.cpu_model {
+            out.push_str(&format!(" ({model})"));
+        }
+        if let Some(mib) = self.memory_mib {
+            out.push_str(&format!(", {:.1} GiB", mib as f64 / 1024.0));
+        }
+        if let Some(kernel) = &self.kernel {
+            out.push_str(&format!(", Linux {kernel}"));
+        }
+        out
+    }
+}
+
 /// The machine's CPU time so far, from `/proc/stat` (Linux).
 pub fn machine_cpu() -> Option<CpuTimes> {
     CpuTimes::parse(&std::fs::read_to_string("/proc/stat").ok()?)
@@ -517,5 +577,28 @@ mod tests {
         let usage = read_process(std::process::id()).expect("/proc is readable");
         assert!(usage.rss_kib > 0);
         assert!(0.0 <= usage.system_seconds && usage.system_seconds <= usage.cpu_seconds);
+    }
+
+    #[test]
+    fn the_machine_is_described_from_proc() {
+        let cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 7B13\n";
+        let meminfo = "MemTotal:       24683656 kB\nMemFree:         1000000 kB\n";
+        let machine = Machine::parse(2, cpuinfo, meminfo, "6.18.44-fc\n");
+        assert_eq!(
+            machine,
+            Machine {
+                cpus: 2,
+                cpu_model: Some("AMD EPYC 7B13".into()),
+                memory_mib: Some(24_105),
+                kernel: Some("6.18.44-fc".into()),
+            }
+        );
+        assert_eq!(
+            machine.describe(),
+            "2 CPUs (AMD EPYC 7B13), 23.5 GiB, Linux 6.18.44-fc"
+        );
+        // Without /proc only the CPU count is known, and nothing is made up.
+        let bare = Machine::parse(4, "", "", "");
+        assert_eq!(bare.describe(), "4 CPUs");
     }
 }

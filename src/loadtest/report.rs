@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::backlog::SocketBacklog;
-use super::procfs::{CpuWait, MachineLoad};
+use super::procfs::{CpuWait, Machine, MachineLoad};
 use super::scrape::{BucketQuantiles, GatewayView};
 
 /// Busy share of the machine's CPU from which a run counts as saturated.
@@ -150,6 +150,12 @@ pub struct Report {
     pub url: String,
     /// This run's id: its sessions are user `load-{run_id}`, sessions `s0`, `s1`, ….
     pub run_id: String,
+    /// When the run started (RFC 3339, UTC).
+    pub started_at: String,
+    /// The generator's version (`livegate 0.1.0`).
+    pub generator: String,
+    /// The machine the generator ran on (the gateway's too, unless it was elsewhere).
+    pub machine: Machine,
     /// Sessions asked for.
     pub sessions: usize,
     /// Planned duration, seconds.
@@ -251,7 +257,7 @@ impl Report {
     /// The summary table printed at the end of a run.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "livegate loadtest: {} sessions{} against {} for {:.1} s{}\n\n",
+            "livegate loadtest: {} sessions{} against {} for {:.1} s{}\n{}, {}, on {}\n\n",
             self.sessions,
             if self.idle { " (idle)" } else { "" },
             self.url,
@@ -260,7 +266,10 @@ impl Report {
                 format!(", stopped early (of {:.0} s)", self.duration_seconds)
             } else {
                 String::new()
-            }
+            },
+            self.started_at,
+            self.generator,
+            self.machine.describe(),
         );
         out.push_str(&format!(
             "{:<24} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
