@@ -300,6 +300,20 @@ async fn answers_in_text_are_timed_by_their_first_text() {
         "timed from each answer's last text"
     );
     assert!(report.table().contains("first text"));
+    // The gateway timed them too, from the audio that ended each utterance to the first text.
+    let gateway = report
+        .gateway
+        .as_ref()
+        .expect("the gateway serves /metrics");
+    assert_eq!(gateway.first_text_ms.count, 5, "{gateway:?}");
+    assert_eq!(gateway.first_audio_ms.count, 0, "{gateway:?}");
+    assert!(
+        gateway.first_text_ms.mean + 400.0 < report.text_latency_ms.p50,
+        "{gateway:?}"
+    );
+    assert!(report
+        .table()
+        .contains("gateway-added, text (utterance end read"));
     let plot = std::fs::read_to_string(dir.path().join("plot.svg")).unwrap();
     assert!(plot.contains("first-text latency (ms), n=5"), "{plot}");
     server.shutdown(WAIT).await;

@@ -60,7 +60,7 @@ impl Content {
 }
 
 /// One part of a `Content`; exactly one of the payload fields is normally set.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Part {
     /// Function call requested by the model.
@@ -81,6 +81,32 @@ pub struct Part {
     /// Whether the text is a model thought.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thought: Option<bool>,
+    /// On an answer's first audio or text: when livegate read the client audio that prompted
+    /// the answer (models that say: sim). Only for latency metrics; never serialized.
+    #[serde(skip)]
+    pub prompted_by: Option<Instant>,
+}
+
+/// Parts are equal by what they hold, whatever prompted them.
+impl PartialEq for Part {
+    fn eq(&self, other: &Self) -> bool {
+        // Destructured, so a field added later cannot be left out of the comparison unnoticed.
+        let Part {
+            function_call,
+            function_response,
+            file_data,
+            inline_data,
+            text,
+            thought,
+            prompted_by: _,
+        } = self;
+        *function_call == other.function_call
+            && *function_response == other.function_response
+            && *file_data == other.file_data
+            && *inline_data == other.inline_data
+            && *text == other.text
+            && *thought == other.thought
+    }
 }
 
 impl Part {
@@ -110,8 +136,8 @@ pub struct Blob {
     /// Mime type, including parameters such as `rate=`.
     #[serde(default)]
     pub mime_type: String,
-    /// When livegate read this client audio off its socket; on a model's answer audio, when it
-    /// read the client audio that prompted the answer. Only for latency metrics; never serialized.
+    /// When livegate read this client audio off its socket. Only for latency metrics; never
+    /// serialized.
     #[serde(skip)]
     pub received: Option<Instant>,
 }

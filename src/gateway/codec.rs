@@ -188,8 +188,8 @@ pub struct OutFrame {
     pub ends_turn: bool,
     /// When the event was made (Unix seconds): how long the gateway took to forward it.
     pub created: f64,
-    /// On an answer's first audio, when the gateway received the client audio that prompted it
-    /// (if the model says): the first-audio latency.
+    /// On an answer's first audio or text, when the gateway received the client audio that
+    /// prompted it (if the model says): the first-answer latency.
     pub prompted_by: Option<Instant>,
 }
 
@@ -208,6 +208,7 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
     let mut prompted_by = None;
     if let Some(content) = event.content.as_mut() {
         for part in &mut content.parts {
+            prompted_by = prompted_by.or(part.prompted_by);
             let Some(blob) = part
                 .inline_data
                 .as_mut()
@@ -216,7 +217,6 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
                 continue;
             };
             audio += pcm_duration(blob.data.len(), blob.sample_rate().unwrap_or(24_000));
-            prompted_by = prompted_by.or(blob.received);
             if mode == AudioFrames::Binary && binary.is_none() {
                 binary = Some(std::mem::take(&mut blob.data));
             }

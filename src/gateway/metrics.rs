@@ -19,6 +19,8 @@ use crate::live::OnReconnect;
 pub const ANSWER_FORWARD_LATENCY: &str = "livegate_answer_forward_latency_seconds";
 /// Name of the first-audio latency histogram (the load generator reads it by this name).
 pub const FIRST_AUDIO_LATENCY: &str = "livegate_first_audio_latency_seconds";
+/// Name of the first-text latency histogram (the same for answers in text).
+pub const FIRST_TEXT_LATENCY: &str = "livegate_first_text_latency_seconds";
 /// The histogram of the time from an answer's last audio to the event ending its turn.
 pub const TURN_END_LATENCY: &str = "livegate_turn_end_seconds";
 
@@ -207,6 +209,12 @@ impl Default for Metrics {
             "From reading the client audio that ended an utterance off its socket to writing the first audio of its answer to the client socket (models that say which input they answer: sim)",
             first_audio.clone(),
         );
+        let first_text = Histogram::new(LATENCY_BUCKETS);
+        registry.register(
+            "first_text_latency_seconds",
+            "From reading the client audio that ended an utterance off its socket to writing the first text of its answer to the client socket, for answers in text (models that say which input they answer: sim)",
+            first_text.clone(),
+        );
         let turn_end = Histogram::new(TURN_END_BUCKETS);
         registry.register(
             "turn_end_seconds",
@@ -244,6 +252,7 @@ impl Default for Metrics {
             stalled,
             answer_forward,
             first_audio,
+            first_text,
             turn_end,
             events: Arc::new(events),
         };
@@ -368,6 +377,7 @@ pub struct Meter {
     stalled: Counter,
     answer_forward: Histogram,
     first_audio: Histogram,
+    first_text: Histogram,
     turn_end: Histogram,
     events: Arc<EventCounters>,
 }
@@ -404,10 +414,16 @@ impl Meter {
         self.outbound.count(binary, bytes);
     }
 
-    /// The first audio of an answer is being written to the socket `latency` after the gateway
-    /// received the client audio that prompted it.
-    pub fn first_audio(&self, latency: std::time::Duration) {
-        self.first_audio.observe(latency.as_secs_f64());
+    /// The first audio (or, for an answer in text, the first text) of an answer is being
+    /// written to the socket `latency` after the gateway received the client audio that
+    /// prompted it.
+    pub fn first_answer(&self, audio: bool, latency: std::time::Duration) {
+        let histogram = if audio {
+            &self.first_audio
+        } else {
+            &self.first_text
+        };
+        histogram.observe(latency.as_secs_f64());
     }
 
     /// The event ending a turn is being written `latency` after the turn's last audio was.

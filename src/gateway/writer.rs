@@ -271,7 +271,7 @@ where
             last_audio = Some(at);
         }
         if let Some(received) = prompted_by {
-            meter.first_audio(received.elapsed());
+            meter.first_answer(audio_at.is_some(), received.elapsed());
         }
         if ends_turn {
             if let Some(written) = last_audio.take() {
@@ -456,14 +456,18 @@ mod tests {
         });
         // Two answers of two chunks each: only the first chunk of each is timed, and from the
         // client's audio only where the model said which audio it answers (the first answer).
-        // A turn with no audio (a text answer) first: it has no audio for its end to be timed from.
-        let prompted = Box::new(OutFrame {
-            prompted_by: Some(std::time::Instant::now()),
-            ..*frame("a1", 20, false)
-        });
+        // A text answer first: its first text is timed as such, and it has no audio for its end
+        // to be timed from.
+        let prompted = |frame: Box<OutFrame>| {
+            Box::new(OutFrame {
+                prompted_by: Some(std::time::Instant::now()),
+                ..*frame
+            })
+        };
         for command in [
+            prompted(frame("t1", 0, false)),
             turn_complete.clone(),
-            prompted,
+            prompted(frame("a1", 20, false)),
             frame("a2", 20, false),
             turn_complete.clone(),
             frame("b1", 20, false),
@@ -483,7 +487,7 @@ mod tests {
         )
         .await;
         assert_eq!(exit, WriterExit::Closed);
-        assert_eq!(out.count().await, 7);
+        assert_eq!(out.count().await, 8);
         let text = metrics.render();
         assert!(
             text.lines()
@@ -495,6 +499,11 @@ mod tests {
                 .any(|l| l == "livegate_first_audio_latency_seconds_count 1"),
             "{text}"
         );
+        assert!(
+            text.lines()
+                .any(|l| l == "livegate_first_text_latency_seconds_count 1"),
+            "{text}"
+        );
         // Each answer's end is timed once, from its last audio.
         assert!(
             text.lines()
@@ -503,7 +512,7 @@ mod tests {
         );
         assert!(
             text.lines()
-                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 7"#),
+                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 8"#),
             "{text}"
         );
     }

@@ -403,6 +403,12 @@ impl Report {
                 "gateway-added (utterance end read -> first audio written)",
                 &gateway.first_audio_ms,
             ));
+            if gateway.first_text_ms.count > 0 {
+                out.push_str(&line(
+                    "gateway-added, text (utterance end read -> first text written)",
+                    &gateway.first_text_ms,
+                ));
+            }
             out.push_str(&line(
                 "of which downstream (model's first audio -> written)",
                 &gateway.answer_forward_ms,

@@ -14,7 +14,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::report::{ServerSample, ServerStats};
 use super::session::Live;
 
-use crate::gateway::metrics::{ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY, TURN_END_LATENCY};
+use crate::gateway::metrics::{
+    ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY, FIRST_TEXT_LATENCY, TURN_END_LATENCY,
+};
 
 /// What the gateway's metrics say happened during the run (all its clients, not only ours).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -31,6 +33,8 @@ pub struct GatewayView {
     /// the audio waited unread in its socket (with the sim, which says which input it answers;
     /// its reply delay is included).
     pub first_audio_ms: BucketQuantiles,
+    /// The same to the first text of an answer in text.
+    pub first_text_ms: BucketQuantiles,
     /// From the model producing an answer's first audio to the gateway writing it to the socket
     /// (the downstream half of the above).
     pub answer_forward_ms: BucketQuantiles,
@@ -61,6 +65,7 @@ pub struct Scrape {
     text_in: f64,
     turn_complete: f64,
     first_audio: Histo,
+    first_text: Histo,
     answer_forward: Histo,
     turn_end: Histo,
     /// `process_cpu_seconds_total`.
@@ -201,6 +206,7 @@ pub fn parse(text: &str) -> Scrape {
             "process_resident_memory_bytes" => scrape.rss_bytes = Some(value),
             _ => {
                 let _ = scrape.first_audio.read(FIRST_AUDIO_LATENCY, name, value)
+                    || scrape.first_text.read(FIRST_TEXT_LATENCY, name, value)
                     || scrape
                         .answer_forward
                         .read(ANSWER_FORWARD_LATENCY, name, value)
@@ -312,6 +318,7 @@ pub fn between(before: &Scrape, after: &Scrape) -> GatewayView {
         text_frames_received: (after.text_in - before.text_in).max(0.0) as u64,
         turn_complete_events: (after.turn_complete - before.turn_complete).max(0.0) as u64,
         first_audio_ms: after.first_audio.since(&before.first_audio),
+        first_text_ms: after.first_text.since(&before.first_text),
         answer_forward_ms: after.answer_forward.since(&before.answer_forward),
         turn_end_ms: after.turn_end.since(&before.turn_end),
     }
@@ -390,7 +397,11 @@ mod tests {
                  {FIRST_AUDIO_LATENCY}_sum {sum}\n\
                  {FIRST_AUDIO_LATENCY}_count {all}\n\
                  {FIRST_AUDIO_LATENCY}_bucket{{le=\"0.002\"}} {below_2ms}\n\
-                 {FIRST_AUDIO_LATENCY}_bucket{{le=\"+Inf\"}} {all}\n"
+                 {FIRST_AUDIO_LATENCY}_bucket{{le=\"+Inf\"}} {all}\n\
+                 {FIRST_TEXT_LATENCY}_sum {sum}\n\
+                 {FIRST_TEXT_LATENCY}_count {below_1ms}\n\
+                 {FIRST_TEXT_LATENCY}_bucket{{le=\"0.002\"}} {below_1ms}\n\
+                 {FIRST_TEXT_LATENCY}_bucket{{le=\"+Inf\"}} {below_1ms}\n"
             )
         };
         let before = parse(&text(10, 10, 10, 0.005));
@@ -410,5 +421,9 @@ mod tests {
         assert_eq!(q.count, 100);
         assert!((q.p50 - 1.0101).abs() < 1e-3, "{q:?}");
         assert!((q.p99 - 2.0).abs() < 1e-9, "{q:?}");
+        // And the first text's: 50 more, all under 2 ms.
+        let q = &view.first_text_ms;
+        assert_eq!(q.count, 50);
+        assert!(q.p99 <= 2.0, "{q:?}");
     }
 }

@@ -65,7 +65,7 @@ pub struct Answer {
     duration: Duration,
     started: bool,
     candidates: u64,
-    /// When livegate read the client audio this answers; given to the first audio chunk.
+    /// When livegate read the client audio this answers; given to the first audio or text.
     pub prompted_by: Option<std::time::Instant>,
 }
 
@@ -207,15 +207,15 @@ impl Answer {
                     .as_ref()
                     .map(|v| v.render(start, end))
                     .unwrap_or_default();
-                let blob = Blob {
-                    received: self.prompted_by.take(),
-                    ..Blob::new(data, OUTPUT_MIME)
-                };
-                message.content = Some(Content::blob("model", blob));
+                message.content = Some(Content::blob("model", Blob::new(data, OUTPUT_MIME)));
             }
             Step::Usage(usage) => message.usage_metadata = Some(usage),
             Step::GenerationComplete => message.generation_complete = true,
             Step::TurnComplete => message.turn_complete = true,
+        }
+        // The answer's first audio or text (transcripts are not content) carries the stamp.
+        if let Some(part) = message.content.as_mut().and_then(|c| c.parts.first_mut()) {
+            part.prompted_by = self.prompted_by.take();
         }
         Some(message)
     }

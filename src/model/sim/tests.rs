@@ -596,11 +596,47 @@ async fn without_barge_in_the_answer_finishes_before_the_next() {
 
 #[tokio::test]
 async fn the_first_answer_audio_names_the_input_that_ended_the_utterance() {
+    let (messages, ended_on) = answer_with_stamped_input(Modality::Audio).await;
+    let stamps: Vec<_> = messages
+        .iter()
+        .filter(|m| audio_of(m).is_some())
+        .map(|m| first_part(m).prompted_by)
+        .collect();
+    assert!(stamps.len() > 1, "{} audio chunks", stamps.len());
+    assert_eq!(stamps[0], Some(ended_on), "the first chunk names its input");
+    assert!(stamps[1..].iter().all(Option::is_none), "only the first");
+}
+
+#[tokio::test]
+async fn the_first_answer_text_names_the_input_that_ended_the_utterance() {
+    let (messages, ended_on) = answer_with_stamped_input(Modality::Text).await;
+    let stamps: Vec<_> = messages
+        .iter()
+        .filter(|m| m.content.is_some())
+        .map(|m| (first_part(m).text.is_some(), first_part(m).prompted_by))
+        .collect();
+    assert!(stamps.len() > 1, "{} text fragments", stamps.len());
+    assert_eq!(
+        stamps[0],
+        (true, Some(ended_on)),
+        "the first text names its input"
+    );
+    assert!(
+        stamps[1..].iter().all(|(_, s)| s.is_none()),
+        "only the first"
+    );
+}
+
+/// The first part of a message with content.
+fn first_part(message: &LlmResponse) -> &crate::event::Part {
+    &message.content.as_ref().expect("content").parts[0]
+}
+
+/// One answer to speech whose chunks are stamped as received 1 ms apart; also returns the stamp
+/// of the chunk that ended the utterance (the last of its trailing silence).
+async fn answer_with_stamped_input(modality: Modality) -> (Vec<LlmResponse>, std::time::Instant) {
     let model = SimModel::new(SimConfig::instant());
-    let mut connection = model
-        .connect(connect_config(Modality::Audio))
-        .await
-        .unwrap();
+    let mut connection = model.connect(connect_config(modality)).await.unwrap();
     let audio = [clip("hello.wav"), silence(1000)].concat();
     // Chunk i is stamped as received i ms after t0, so a stamp tells which chunk it was.
     let t0 = std::time::Instant::now();
@@ -616,6 +652,8 @@ async fn the_first_answer_audio_names_the_input_that_ended_the_utterance() {
             events.iter().any(|e| matches!(e, VadEvent::End { .. }))
         })
         .expect("the utterance ends within the audio");
+    let (_, end) = vad_cut(&audio);
+    assert!(ended_on > end as usize / 320, "after the speech itself");
     tokio::spawn(async move {
         for (i, chunk) in chunks.into_iter().enumerate() {
             let blob = Blob {
@@ -628,16 +666,5 @@ async fn the_first_answer_audio_names_the_input_that_ended_the_utterance() {
         }
     });
     let messages = turn(&mut connection).await;
-    let stamps: Vec<Option<std::time::Instant>> = messages
-        .iter()
-        .filter_map(audio_of)
-        .map(|b| b.received)
-        .collect();
-    assert!(stamps.len() > 1, "{} audio chunks", stamps.len());
-    let first = stamps[0].expect("the first chunk names its input");
-    assert!(stamps[1..].iter().all(Option::is_none), "only the first");
-    // Exactly the chunk that ended the utterance: the last of its trailing silence.
-    assert_eq!((first - t0).as_millis() as usize, ended_on);
-    let (_, end) = vad_cut(&audio);
-    assert!(ended_on > end as usize / 320, "after the speech itself");
+    (messages, t0 + Duration::from_millis(ended_on as u64))
 }
