@@ -8,6 +8,9 @@
 //! gateway only by its WebSocket protocol.
 //! Lower layers never import upper ones.
 
+/// This build: the version and, built from git, the commit (`0.1.0 (4a584fd)`).
+pub const BUILD: &str = env!("LIVEGATE_BUILD");
+
 pub mod agent;
 pub mod artifact;
 pub mod event;

@@ -13,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 
 /// A bidirectional live-streaming gateway: browser voice and chat to live models, ADK-compatible.
 #[derive(Debug, Parser)]
-#[command(name = "livegate", version, about)]
+#[command(name = "livegate", version = livegate::BUILD, about)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

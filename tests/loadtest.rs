@@ -205,10 +205,10 @@ async fn a_small_load_reports_consistent_counts() {
         age > jiff::SignedDuration::ZERO && age < jiff::SignedDuration::from_secs(120),
         "{started}"
     );
-    assert_eq!(
-        json["generator"],
-        format!("livegate {}", env!("CARGO_PKG_VERSION"))
-    );
+    assert_eq!(json["generator"], format!("livegate {}", livegate::BUILD));
+    assert!(livegate::BUILD.starts_with(env!("CARGO_PKG_VERSION")));
+    // And which gateway it measured (here the same build).
+    assert_eq!(json["gateway"]["build"], livegate::BUILD);
     assert!(json["machine"]["cpus"].as_u64().is_some_and(|n| n >= 1));
     assert!(json["machine"]["memory_mib"]
         .as_u64()

@@ -21,6 +21,8 @@ pub const ANSWER_FORWARD_LATENCY: &str = "livegate_answer_forward_latency_second
 pub const FIRST_AUDIO_LATENCY: &str = "livegate_first_audio_latency_seconds";
 /// Name of the first-text latency histogram (the same for answers in text).
 pub const FIRST_TEXT_LATENCY: &str = "livegate_first_text_latency_seconds";
+/// Name of the build info metric; its `build` label is [`crate::BUILD`].
+pub const BUILD_INFO: &str = "livegate_build_info";
 /// The histogram of the time from an answer's last audio to the event ending its turn.
 pub const TURN_END_LATENCY: &str = "livegate_turn_end_seconds";
 
@@ -147,6 +149,12 @@ impl Default for Metrics {
         // Prometheus's standard names, without the gateway's prefix.
         root.register_collector(Box::new(super::process::ProcessCollector));
         let registry = root.sub_registry_with_prefix("livegate");
+        // Which code serves these numbers: a load test's report names the gateway's build.
+        registry.register(
+            "build",
+            "This gateway's build: version and git commit",
+            prometheus_client::metrics::info::Info::new([("build", crate::BUILD)]),
+        );
         let connections = Gauge::default();
         registry.register(
             "connections",
@@ -489,6 +497,7 @@ mod tests {
                 r#"livegate_bytes_total{direction="in"} 1300"#,
                 r#"livegate_bytes_total{direction="out"} 9600"#,
                 "livegate_answer_forward_latency_seconds_count 1",
+                &format!(r#"{BUILD_INFO}{{build="{}"}} 1"#, crate::BUILD),
             ],
         );
         drop(guard);

@@ -392,7 +392,7 @@ fn summarize(
         url: args.url.clone(),
         run_id: String::new(),
         started_at: String::new(),
-        generator: format!("livegate {}", env!("CARGO_PKG_VERSION")),
+        generator: format!("livegate {}", crate::BUILD),
         machine: procfs::Machine::this(),
         sessions: args.sessions,
         duration_seconds: args.duration.as_secs_f64(),

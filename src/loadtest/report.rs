@@ -152,7 +152,7 @@ pub struct Report {
     pub run_id: String,
     /// When the run started (RFC 3339, UTC).
     pub started_at: String,
-    /// The generator's version (`livegate 0.1.0`).
+    /// The generator's build (`livegate 0.1.0 (4a584fd)`).
     pub generator: String,
     /// The machine the generator ran on (the gateway's too, unless it was elsewhere).
     pub machine: Machine,
@@ -395,8 +395,13 @@ impl Report {
                     q.p50, q.p95, q.p99, q.mean, q.count
                 )
             };
+            let build = gateway
+                .build
+                .as_ref()
+                .map(|build| format!(" (livegate {build})"))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "gateway's own view: {} audio frames received, {} turnComplete events sent\n",
+                "gateway's own view{build}: {} audio frames received, {} turnComplete events sent\n",
                 gateway.audio_frames_received, gateway.turn_complete_events
             ));
             out.push_str(&line(

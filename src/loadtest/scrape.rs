@@ -15,12 +15,14 @@ use super::report::{ServerSample, ServerStats};
 use super::session::Live;
 
 use crate::gateway::metrics::{
-    ANSWER_FORWARD_LATENCY, FIRST_AUDIO_LATENCY, FIRST_TEXT_LATENCY, TURN_END_LATENCY,
+    ANSWER_FORWARD_LATENCY, BUILD_INFO, FIRST_AUDIO_LATENCY, FIRST_TEXT_LATENCY, TURN_END_LATENCY,
 };
 
 /// What the gateway's metrics say happened during the run (all its clients, not only ours).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GatewayView {
+    /// The gateway's build (`livegate_build_info`), when it says.
+    pub build: Option<String>,
     /// Binary (audio) messages the gateway received from clients.
     pub audio_frames_received: u64,
     /// Text messages the gateway received from clients.
@@ -72,6 +74,8 @@ pub struct Scrape {
     cpu_seconds: Option<f64>,
     /// `process_resident_memory_bytes`.
     rss_bytes: Option<f64>,
+    /// The `build` label of `livegate_build_info`.
+    build: Option<String>,
 }
 
 impl Scrape {
@@ -204,6 +208,13 @@ pub fn parse(text: &str) -> Scrape {
             r#"livegate_events_total{kind="turn_complete"}"# => scrape.turn_complete = value,
             "process_cpu_seconds_total" => scrape.cpu_seconds = Some(value),
             "process_resident_memory_bytes" => scrape.rss_bytes = Some(value),
+            _ if name.starts_with(BUILD_INFO) => {
+                scrape.build = name
+                    .strip_prefix(BUILD_INFO)
+                    .and_then(|labels| labels.strip_prefix("{build=\""))
+                    .and_then(|labels| labels.strip_suffix("\"}"))
+                    .map(str::to_owned);
+            }
             _ => {
                 let _ = scrape.first_audio.read(FIRST_AUDIO_LATENCY, name, value)
                     || scrape.first_text.read(FIRST_TEXT_LATENCY, name, value)
@@ -314,6 +325,7 @@ async fn follow(
 /// What happened between two scrapes.
 pub fn between(before: &Scrape, after: &Scrape) -> GatewayView {
     GatewayView {
+        build: after.build.clone(),
         audio_frames_received: (after.audio_in - before.audio_in).max(0.0) as u64,
         text_frames_received: (after.text_in - before.text_in).max(0.0) as u64,
         turn_complete_events: (after.turn_complete - before.turn_complete).max(0.0) as u64,
@@ -387,6 +399,7 @@ mod tests {
         let text = |below_1ms: u32, below_2ms: u32, all: u32, sum: f64| {
             format!(
                 "# HELP x\n\
+                 livegate_build_info{{build=\"0.1.0 (4a584fd, modified)\"}} 1\n\
                  livegate_frames_total{{direction=\"in\",kind=\"audio\"}} {all}\n\
                  livegate_events_total{{kind=\"turn_complete\"}} {below_1ms}\n\
                  {ANSWER_FORWARD_LATENCY}_sum {sum}\n\
@@ -408,6 +421,7 @@ mod tests {
         // Then 100 more: 50 under 1 ms, 49 between 1 and 2 ms, 1 slower than any bound.
         let after = parse(&text(60, 109, 110, 0.105));
         let view = between(&before, &after);
+        assert_eq!(view.build.as_deref(), Some("0.1.0 (4a584fd, modified)"));
         assert_eq!(view.audio_frames_received, 100);
         assert_eq!(view.turn_complete_events, 50);
         let q = &view.answer_forward_ms;
