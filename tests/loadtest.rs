@@ -32,6 +32,14 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
     }
 }
 
+/// Runs a load test that must end within a minute without failing to run.
+async fn run(args: &LoadtestArgs) -> loadtest::Report {
+    timeout(Duration::from_secs(60), loadtest::run(args))
+        .await
+        .expect("the load test ends")
+        .expect("the load test runs")
+}
+
 #[tokio::test]
 async fn a_small_load_reports_consistent_counts() {
     let server = start(test_args()).await;
@@ -42,10 +50,7 @@ async fn a_small_load_reports_consistent_counts() {
         plot: Some(dir.path().join("plot.svg")),
         ..one_turn_each(server.addr, 20, Duration::from_secs(4))
     };
-    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
-        .await
-        .expect("the load test ends")
-        .expect("the load test runs");
+    let report = run(&args).await;
 
     assert_eq!(
         (report.errors, report.unexpected_closes),
@@ -227,10 +232,7 @@ async fn a_small_load_reports_consistent_counts() {
 async fn without_a_pid_the_server_is_measured_through_its_metrics() {
     let server = start(test_args()).await;
     let args = one_turn_each(server.addr, 5, Duration::from_secs(3));
-    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
-        .await
-        .expect("the load test ends")
-        .expect("the load test runs");
+    let report = run(&args).await;
     assert_eq!((report.errors, report.turns_completed), (0, 5));
 
     let stats = report
@@ -273,10 +275,7 @@ async fn answers_in_text_are_timed_by_their_first_text() {
         plot: Some(dir.path().join("plot.svg")),
         ..one_turn_each(server.addr, 5, Duration::from_secs(3))
     };
-    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
-        .await
-        .expect("the load test ends")
-        .expect("the load test runs");
+    let report = run(&args).await;
 
     assert_eq!(
         (report.errors, report.turns_completed),
@@ -388,10 +387,7 @@ async fn a_metrics_url_given_is_the_only_one_read() {
         metrics_url: Some(format!("http://{}/elsewhere/metrics", server.addr)),
         ..one_turn_each(server.addr, 2, Duration::from_secs(3))
     };
-    let report = timeout(Duration::from_secs(60), loadtest::run(&args))
-        .await
-        .expect("the load test ends")
-        .expect("the load test runs");
+    let report = run(&args).await;
 
     assert_eq!(report.errors, 0, "{:?}", report.error_samples);
     assert_eq!(report.turns_completed, 2);

@@ -174,17 +174,37 @@ impl Turn {
         }
     }
 
-    /// An answer's first audio or text arrived at `now`: how long after the end of speech, and
-    /// how long after the model could answer (`None` while the utterance is still going out).
-    fn first_answer(&self, now: Instant) -> Option<(f64, f64)> {
-        let end = self.speech_end?;
-        let latency = now.saturating_duration_since(end).as_secs_f64() * 1000.0;
+    /// Answer audio (or text, with `text`) arrived at `now`: the turn's first of its kind is
+    /// timed from the end of speech and from when the model could answer.
+    fn answer_arrived(&mut self, text: bool, now: Instant) {
+        self.last_answer = Some(now);
+        // Nothing is timed while the utterance is still going out.
+        let Some(end) = self.speech_end else {
+            return;
+        };
+        let answerable = self.answerable;
+        let (seen, latencies, added) = if text {
+            (
+                &mut self.text_answered,
+                &mut self.text_latencies_ms,
+                &mut self.text_gateway_ms,
+            )
+        } else {
+            (
+                &mut self.answered,
+                &mut self.latencies_ms,
+                &mut self.gateway_ms,
+            )
+        };
+        if std::mem::replace(seen, true) {
+            return;
+        }
+        latencies.push(now.saturating_duration_since(end).as_secs_f64() * 1000.0);
         // From when the model could answer; an answer before that (a model quicker than
         // `--model-delay-ms`) counts as nothing added.
-        let added = self.answerable.map_or(0.0, |at| {
+        added.push(answerable.map_or(0.0, |at| {
             now.saturating_duration_since(at).as_secs_f64() * 1000.0
-        });
-        Some((latency, added))
+        }));
     }
 }
 
@@ -562,7 +582,8 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
     // TEXT modality: the answer is the model's text. (Transcriptions are not `content`.)
     const TEXT: &str = "\"content\":{\"parts\":[{\"text\":";
     if text.contains(TEXT) && text.contains("\"role\":\"model\"") {
-        answer_text(shared, arrivals);
+        let now = Instant::from_std(arrivals.latest_or_now());
+        shared.turn().answer_arrived(true, now);
     }
     if text.contains("\"inputTranscription\"") {
         shared.turn().transcribed = true;
@@ -590,33 +611,16 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
     read.audio_bytes += bytes as u64;
     let now = Instant::from_std(arrivals.latest_or_now());
     let mut turn = shared.turn();
-    if let (Some((latency, added)), false) = (turn.first_answer(now), turn.answered) {
-        turn.answered = true;
-        turn.latencies_ms.push(latency);
-        turn.gateway_ms.push(added);
-    }
+    turn.answer_arrived(false, now);
     if let Some(playback_end) = turn.playback_end {
         if now > playback_end {
             let gap = (now - playback_end).as_secs_f64() * 1000.0;
             turn.gaps_ms.push(gap);
         }
     }
-    turn.last_answer = Some(now);
     let plays = Duration::from_secs_f64(bytes as f64 / 2.0 / rate);
     let from = turn.playback_end.map_or(now, |end| end.max(now));
     turn.playback_end = Some(from + plays);
-}
-
-/// Answer text arrived: time the first of the turn.
-fn answer_text(shared: &Shared, arrivals: &Arrivals) {
-    let now = Instant::from_std(arrivals.latest_or_now());
-    let mut turn = shared.turn();
-    if let (Some((latency, added)), false) = (turn.first_answer(now), turn.text_answered) {
-        turn.text_answered = true;
-        turn.text_latencies_ms.push(latency);
-        turn.text_gateway_ms.push(added);
-    }
-    turn.last_answer = Some(now);
 }
 
 #[cfg(test)]
