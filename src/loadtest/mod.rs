@@ -232,9 +232,8 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     raise_open_file_limit();
     let start = Instant::now();
     // Whole seconds: a report's date, not a measurement.
-    let started_at = jiff::Timestamp::now()
-        .round(jiff::Unit::Second)
-        .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string());
+    let now = jiff::Timestamp::now();
+    let started_at = now.round(jiff::Unit::Second).unwrap_or(now).to_string();
     let plan = Arc::new(Plan {
         base_url,
         query: args.query.trim_start_matches('?').to_owned(),

@@ -187,8 +187,8 @@ pub struct Report {
     pub model_delay_ms: f64,
     /// Playback underruns inside an answer: audio that arrived after the previous audio finished.
     pub audio_gaps_ms: Percentiles,
-    /// From an answer's last audio (or text) to its `turnComplete`: what the gateway does at a turn's end,
-    /// saving the turn's recordings among it (the next utterance waits for it here).
+    /// From an answer's last audio (or text) to its `turnComplete`: what the gateway does at a
+    /// turn's end, saving the turn's recordings among it (the next utterance waits for it here).
     pub turn_end_ms: Percentiles,
     /// Answers that completed (`turnComplete`).
     pub turns_completed: u64,
