@@ -306,6 +306,9 @@ async fn answers_in_text_are_timed_by_their_first_text() {
         .expect("the gateway serves /metrics");
     assert_eq!(gateway.first_text_ms.count, 5, "{gateway:?}");
     assert_eq!(gateway.first_audio_ms.count, 0, "{gateway:?}");
+    // And each answer's way down and its end, from its first and its last text.
+    assert_eq!(gateway.answer_forward_ms.count, 5, "{gateway:?}");
+    assert_eq!(gateway.turn_end_ms.count, 5, "{gateway:?}");
     assert!(
         gateway.first_text_ms.mean + 400.0 < report.text_latency_ms.p50,
         "{gateway:?}"

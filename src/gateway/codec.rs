@@ -186,6 +186,8 @@ pub struct OutFrame {
     pub interrupted: bool,
     /// The event completes or interrupts the model's turn.
     pub ends_turn: bool,
+    /// The event carries text of the model's answer (not a thought): an answer in text.
+    pub answer_text: bool,
     /// When the event was made (Unix seconds): how long the gateway took to forward it.
     pub created: f64,
     /// On an answer's first audio or text, when the gateway received the client audio that
@@ -206,7 +208,13 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
     let mut binary = None;
     let mut audio = Duration::ZERO;
     let mut prompted_by = None;
+    let mut answer_text = false;
     if let Some(content) = event.content.as_mut() {
+        answer_text = content.role.as_deref() == Some("model")
+            && content
+                .parts
+                .iter()
+                .any(|p| p.text.is_some() && p.thought != Some(true));
         for part in &mut content.parts {
             prompted_by = prompted_by.or(part.prompted_by);
             let Some(blob) = part
@@ -228,6 +236,7 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
         audio,
         interrupted: event.interrupted == Some(true),
         ends_turn: event.interrupted == Some(true) || event.turn_complete == Some(true),
+        answer_text,
         created: event.timestamp,
         prompted_by,
     })
@@ -267,6 +276,36 @@ mod tests {
         );
         let r = decode_binary(&[1, 0, 2, 0], &mut FrameBlocks::default()).unwrap();
         assert_eq!(r.blob.unwrap().mime_type, INPUT_AUDIO_MIME);
+    }
+
+    #[test]
+    fn only_the_model_s_own_text_is_answer_text() {
+        use crate::event::{Content, Part};
+
+        let with = |content: Content| {
+            let event = Event {
+                content: Some(content),
+                ..Event::default()
+            };
+            encode_event(event, AudioFrames::Binary)
+                .unwrap()
+                .answer_text
+        };
+        assert!(with(Content::text("model", "It is sunny.")));
+        assert!(!with(Content::text("user", "What is the weather?")));
+        let thought = Content {
+            parts: vec![Part {
+                thought: Some(true),
+                ..Part::text("Let me think.")
+            }],
+            role: Some("model".into()),
+        };
+        assert!(!with(thought));
+        let audio = Content::blob(
+            "model",
+            crate::event::Blob::new(Bytes::from_static(&[0, 0]), "audio/pcm;rate=24000"),
+        );
+        assert!(!with(audio));
     }
 
     #[test]

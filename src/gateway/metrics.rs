@@ -23,7 +23,7 @@ pub const FIRST_AUDIO_LATENCY: &str = "livegate_first_audio_latency_seconds";
 pub const FIRST_TEXT_LATENCY: &str = "livegate_first_text_latency_seconds";
 /// Name of the build info metric; its `build` label is [`crate::BUILD`].
 pub const BUILD_INFO: &str = "livegate_build_info";
-/// The histogram of the time from an answer's last audio to the event ending its turn.
+/// The histogram of the time from an answer's last audio or text to the event ending its turn.
 pub const TURN_END_LATENCY: &str = "livegate_turn_end_seconds";
 
 /// Upper bounds of the latency buckets, in seconds: fine around the 5 ms target, coarse beyond.
@@ -208,7 +208,7 @@ impl Default for Metrics {
         let answer_forward = Histogram::new(LATENCY_BUCKETS);
         registry.register(
             "answer_forward_latency_seconds",
-            "From the model producing the first audio of an answer to the gateway writing it to the client socket",
+            "From the model producing the first audio (or, for an answer in text, text) of an answer to the gateway writing it to the client socket",
             answer_forward.clone(),
         );
         let first_audio = Histogram::new(LATENCY_BUCKETS);
@@ -226,7 +226,7 @@ impl Default for Metrics {
         let turn_end = Histogram::new(TURN_END_BUCKETS);
         registry.register(
             "turn_end_seconds",
-            "From writing the last audio of an answer to writing the event that ends its turn (turnComplete or interrupted); the turn's recordings are saved in between",
+            "From writing the last audio or text of an answer to writing the event that ends its turn (turnComplete or interrupted); the turn's recordings are saved in between",
             turn_end.clone(),
         );
         // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
@@ -434,7 +434,8 @@ impl Meter {
         histogram.observe(latency.as_secs_f64());
     }
 
-    /// The event ending a turn is being written `latency` after the turn's last audio was.
+    /// The event ending a turn is being written `latency` after the turn's last audio or text
+    /// was.
     pub fn turn_end(&self, latency: std::time::Duration) {
         self.turn_end.observe(latency.as_secs_f64());
     }

@@ -164,9 +164,10 @@ where
     // Frames fed to the sink but not yet flushed: everything ready goes out in one write, and
     // the sink is flushed before the writer waits.
     let mut unflushed = false;
-    // When the current answer's latest audio went out; `None` until an answer's first audio,
-    // and again once its turn completes or is interrupted. The turn's end is timed from it.
-    let mut last_audio: Option<Instant> = None;
+    // When the current answer's latest audio or text went out; `None` until an answer's first
+    // audio or text, and again once its turn completes or is interrupted. The turn's end is
+    // timed from it.
+    let mut last_answer: Option<Instant> = None;
     // Never more than half the lead, so a short lead still keeps the client fed.
     let batch = config.audio_batch.min(config.audio_lead / 2);
 
@@ -246,6 +247,8 @@ where
             }
         }
         let (ends_turn, created) = (frame.ends_turn, frame.created);
+        // Text is not paced, so only an answer's text reads the clock here.
+        let answer_at = audio_at.or_else(|| frame.answer_text.then(Instant::now));
         let prompted_by = frame.prompted_by;
         let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
         let fed = async {
@@ -261,20 +264,20 @@ where
             return exit;
         }
         unflushed = true;
-        if let Some(at) = audio_at {
-            // How long the gateway took to bring an answer's first audio from the model is what
-            // a listener waits for beyond the model (later audio is held back for pacing on
-            // purpose).
-            if last_audio.is_none() {
+        if let Some(at) = answer_at {
+            // How long the gateway took to bring an answer's first audio or text from the model
+            // is what a listener waits for beyond the model (later audio is held back for pacing
+            // on purpose).
+            if last_answer.is_none() {
                 meter.answer_forwarded(created);
             }
-            last_audio = Some(at);
+            last_answer = Some(at);
         }
         if let Some(received) = prompted_by {
             meter.first_answer(audio_at.is_some(), received.elapsed());
         }
         if ends_turn {
-            if let Some(written) = last_audio.take() {
+            if let Some(written) = last_answer.take() {
                 meter.turn_end(written.elapsed());
             }
         }
@@ -360,6 +363,7 @@ mod tests {
             audio: Duration::from_millis(audio_ms),
             interrupted,
             ends_turn: interrupted,
+            answer_text: false,
             created: 0.0,
             prompted_by: None,
         })
@@ -446,7 +450,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_first_audio_and_the_end_of_each_answer_are_timed() {
+    async fn the_first_audio_or_text_and_the_end_of_each_answer_are_timed() {
         let metrics = crate::gateway::metrics::Metrics::default();
         let (sink, out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
@@ -454,18 +458,25 @@ mod tests {
             ends_turn: true,
             ..*frame("done", 0, false)
         });
-        // Two answers of two chunks each: only the first chunk of each is timed, and from the
-        // client's audio only where the model said which audio it answers (the first answer).
-        // A text answer first: its first text is timed as such, and it has no audio for its end
-        // to be timed from.
+        // Three answers of two chunks each, one in text and two in audio: only the first chunk
+        // of each is timed, and from the client's audio only where the model said which audio
+        // it answers. A turn with no answer first: it has nothing for its end to be timed from.
         let prompted = |frame: Box<OutFrame>| {
             Box::new(OutFrame {
                 prompted_by: Some(std::time::Instant::now()),
                 ..*frame
             })
         };
+        let text = |json: &str| {
+            Box::new(OutFrame {
+                answer_text: true,
+                ..*frame(json, 0, false)
+            })
+        };
         for command in [
-            prompted(frame("t1", 0, false)),
+            turn_complete.clone(),
+            prompted(text("t1")),
+            text("t2"),
             turn_complete.clone(),
             prompted(frame("a1", 20, false)),
             frame("a2", 20, false),
@@ -487,11 +498,11 @@ mod tests {
         )
         .await;
         assert_eq!(exit, WriterExit::Closed);
-        assert_eq!(out.count().await, 8);
+        assert_eq!(out.count().await, 10);
         let text = metrics.render();
         assert!(
             text.lines()
-                .any(|l| l == "livegate_answer_forward_latency_seconds_count 2"),
+                .any(|l| l == "livegate_answer_forward_latency_seconds_count 3"),
             "{text}"
         );
         assert!(
@@ -504,15 +515,15 @@ mod tests {
                 .any(|l| l == "livegate_first_text_latency_seconds_count 1"),
             "{text}"
         );
-        // Each answer's end is timed once, from its last audio.
+        // Each answer's end is timed once, from its last audio or text.
         assert!(
             text.lines()
-                .any(|l| l == "livegate_turn_end_seconds_count 2"),
+                .any(|l| l == "livegate_turn_end_seconds_count 3"),
             "{text}"
         );
         assert!(
             text.lines()
-                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 8"#),
+                .any(|l| l == r#"livegate_frames_total{direction="out",kind="text"} 10"#),
             "{text}"
         );
     }

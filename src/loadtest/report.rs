@@ -415,11 +415,11 @@ impl Report {
                 ));
             }
             out.push_str(&line(
-                "of which downstream (model's first audio -> written)",
+                "of which downstream (model's first audio or text -> written)",
                 &gateway.answer_forward_ms,
             ));
             out.push_str(&line(
-                "turn end (last audio written -> turnComplete written)",
+                "turn end (last audio or text written -> turnComplete written)",
                 &gateway.turn_end_ms,
             ));
         }
