@@ -210,13 +210,10 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
     let mut prompted_by = None;
     let mut answer_text = false;
     if let Some(content) = event.content.as_mut() {
-        answer_text = content.role.as_deref() == Some("model")
-            && content
-                .parts
-                .iter()
-                .any(|p| p.text.is_some() && p.thought != Some(true));
+        let from_model = content.role.as_deref() == Some("model");
         for part in &mut content.parts {
             prompted_by = prompted_by.or(part.prompted_by);
+            answer_text |= from_model && part.text.is_some() && part.thought != Some(true);
             let Some(blob) = part
                 .inline_data
                 .as_mut()
