@@ -579,9 +579,13 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
         let len = data.find('"').unwrap_or(0);
         audio(shared, read, len * 3 / 4, OUTPUT_RATE, arrivals);
     }
-    // TEXT modality: the answer is the model's text. (Transcriptions are not `content`.)
+    // TEXT modality: the answer is the model's text, not its thoughts. (Transcriptions are not
+    // `content`.)
     const TEXT: &str = "\"content\":{\"parts\":[{\"text\":";
-    if text.contains(TEXT) && text.contains("\"role\":\"model\"") {
+    if text.contains(TEXT)
+        && text.contains("\"role\":\"model\"")
+        && !text.contains("\"thought\":true")
+    {
         let now = Instant::from_std(arrivals.latest_or_now());
         shared.turn().answer_arrived(true, now);
     }
@@ -765,12 +769,13 @@ mod tests {
         let start = Instant::now();
         shared.turn().speech_end = Some(start - Duration::from_millis(700));
         shared.turn().answerable = Some(start - Duration::from_millis(200));
-        // Neither what the model says aloud, nor the user's own words, nor a recording is the
-        // answer's text.
+        // Neither what the model says aloud, nor the user's own words, nor a recording, nor the
+        // model's thoughts are the answer's text.
         for not_text in [
             r#"{"partial":true,"outputTranscription":{"text":"You","finished":false}}"#,
             r#"{"content":{"parts":[{"text":"typed by the user"}],"role":"user"}}"#,
             r#"{"content":{"parts":[{"fileData":{"fileUri":"artifact://x"}}],"role":"model"}}"#,
+            r#"{"content":{"parts":[{"text":"Let me think.","thought":true}],"role":"model"}}"#,
         ] {
             event(not_text, &shared, &live, &mut read, &arrivals);
         }
