@@ -37,13 +37,11 @@ pub struct GatewayView {
     pub first_audio_ms: BucketQuantiles,
     /// The same to the first text of an answer in text.
     pub first_text_ms: BucketQuantiles,
-    /// From the model producing an answer's first audio (or text) to the gateway writing it to the
-    /// socket
-    /// (the downstream half of the above).
+    /// From the model producing an answer's first audio (or text) to the gateway writing it to
+    /// the socket (the downstream half of the above).
     pub answer_forward_ms: BucketQuantiles,
-    /// From writing an answer's last audio (or text) to writing the event that ends its turn (the
-    /// turn's
-    /// recordings are saved in between).
+    /// From writing an answer's last audio (or text) to writing the event that ends its turn
+    /// (the turn's recordings are saved in between).
     pub turn_end_ms: BucketQuantiles,
 }
 
