@@ -321,6 +321,28 @@ async fn answers_in_text_are_timed_by_their_first_text() {
     server.shutdown(WAIT).await;
 }
 
+/// Runs a load test and stops it once the gateway's `metric` reaches `value`; its report must
+/// come within `bound` of the stop.
+async fn stopped_at(
+    args: LoadtestArgs,
+    addr: std::net::SocketAddr,
+    (metric, value): (&str, f64),
+    bound: Duration,
+) -> loadtest::Report {
+    let stop = livegate::signal::Signal::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { loadtest::run_until(&args, stop).await }
+    });
+    metric_reaches(addr, metric, value).await;
+    stop.fire();
+    timeout(bound, running)
+        .await
+        .expect("a stopped run ends within its bound")
+        .expect("the run's task")
+        .expect("the load test runs")
+}
+
 #[tokio::test]
 async fn a_stopped_run_ends_with_the_turns_under_way_and_reports_them() {
     let server = start(test_args()).await;
@@ -331,24 +353,16 @@ async fn a_stopped_run_ends_with_the_turns_under_way_and_reports_them() {
         ramp: 0.02,
         ..one_turn_each(server.addr, 5, Duration::from_secs(60))
     };
-    let stop = livegate::signal::Signal::new();
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { loadtest::run_until(&args, stop).await }
-    });
-    // Once the first session's first answer is complete (its next turn then under way), stop.
-    metric_reaches(
+    // Once the first session's first answer is complete (its next turn then under way), stop:
+    // the run ends with that turn, not after its minute.
+    let turn_complete = r#"livegate_events_total{kind="turn_complete"}"#;
+    let report = stopped_at(
+        args,
         server.addr,
-        r#"livegate_events_total{kind="turn_complete"}"#,
-        1.0,
+        (turn_complete, 1.0),
+        Duration::from_secs(30),
     )
     .await;
-    stop.fire();
-    let report = timeout(Duration::from_secs(30), running)
-        .await
-        .expect("a stopped run ends with its turn under way, not after its minute")
-        .expect("the run's task")
-        .expect("the load test runs");
 
     assert!(report.stopped_early);
     assert!(report.elapsed_seconds < 60.0, "{}", report.elapsed_seconds);
@@ -365,18 +379,7 @@ async fn a_stopped_run_ends_with_the_turns_under_way_and_reports_them() {
         idle: true,
         ..one_turn_each(server.addr, 2, Duration::from_secs(60))
     };
-    let stop = livegate::signal::Signal::new();
-    let running = tokio::spawn({
-        let stop = stop.clone();
-        async move { loadtest::run_until(&args, stop).await }
-    });
-    metric_reaches(server.addr, "livegate_connections", 2.0).await;
-    stop.fire();
-    let report = timeout(WAIT, running)
-        .await
-        .expect("a stopped idle run ends at once")
-        .expect("the run's task")
-        .expect("the load test runs");
+    let report = stopped_at(args, server.addr, ("livegate_connections", 2.0), WAIT).await;
     assert!(report.stopped_early);
     assert_eq!((report.connect_ms.count, report.errors), (2, 0));
     server.shutdown(WAIT).await;
