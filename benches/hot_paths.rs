@@ -1,14 +1,19 @@
-//! Hot paths of one audio chunk: client frame decode and metering (up), event encode and metering
-//! (down, binary and base64), the live flow's response processing, the sim's voice activity
-//! detection per 20 ms frame, the Gemini client's per-message work (microphone chunk out, answer
-//! audio in); and the session store's commit of the events a turn leaves.
+//! Hot paths of one audio chunk: client frame decode and metering (up), event encode (audio in
+//! binary and base64, transcription, text) and metering (down), the live flow's response
+//! processing, an answer chunk's whole way from the model to the socket's bytes, the sim's voice
+//! activity detection per 20 ms frame, the Gemini client's per-message work (microphone chunk out,
+//! answer audio in); and the session store's commit of the events a turn leaves.
 
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use livegate::event::{Blob, Content, Event, Transcription};
-use livegate::gateway::{decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks};
-use livegate::live::flow::{AudioCache, AudioSide, ResponseProcessor};
+use livegate::gateway::{
+    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, SOCKET_WRITE_BUFFER,
+};
+use livegate::live::flow::{AudioCache, AudioSide, ResponseProcessor, Step};
 use livegate::model::LlmResponse;
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::{Message, WebSocket};
 
 fn audio_event() -> Event {
     // 40 ms of 24 kHz PCM16, the sim's chunk size.
@@ -20,6 +25,31 @@ fn audio_event() -> Event {
             Blob::new(pcm, "audio/pcm;rate=24000"),
         )),
         ..Event::new("e-00000000-0000-4000-8000-000000000001", "assistant")
+    }
+}
+
+/// A server-side WebSocket over a stream that takes every byte and has nothing to read, with the
+/// gateway's write buffer: what framing and buffering cost short of the `send` system call.
+fn socket() -> WebSocket<Discard> {
+    let config = WebSocketConfig::default().write_buffer_size(SOCKET_WRITE_BUFFER);
+    WebSocket::from_raw_socket(Discard, Role::Server, Some(config))
+}
+
+/// Accepts all writes, reads nothing yet.
+struct Discard;
+
+impl std::io::Read for Discard {
+    fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::WouldBlock.into())
+    }
+}
+
+impl std::io::Write for Discard {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(black_box(buf).len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -41,6 +71,16 @@ fn bench_down(c: &mut Criterion) {
     group.bench_function("encode_transcription_event", |b| {
         b.iter(|| encode_event(black_box(transcript.clone()), AudioFrames::Binary))
     });
+    // A chunk of a model's answer in text (a TEXT-modality run streams these as partials).
+    let text = Event {
+        partial: Some(true),
+        model_version: Some("sim".into()),
+        content: Some(Content::text("model", "The lighthouse keeper ")),
+        ..Event::new("e-00000000-0000-4000-8000-000000000001", "assistant")
+    };
+    group.bench_function("encode_text_event", |b| {
+        b.iter(|| encode_event(black_box(text.clone()), AudioFrames::Binary))
+    });
     // What the gateway counts for `/metrics` per event of a run (kind, error code, artifacts).
     let meter = livegate::gateway::metrics::Metrics::default().meter();
     group.bench_function("meter_audio_event", |b| {
@@ -54,6 +94,32 @@ fn bench_down(c: &mut Criterion) {
             ..LlmResponse::default()
         };
         b.iter(|| processor.process(black_box(response.clone())))
+    });
+    // The whole way of one answer chunk from the model to the socket's bytes: the flow's
+    // response processing, the `/metrics` count, the encoding, and the WebSocket framing of its
+    // binary and text frames into the write buffer, as the writer feeds them and flushes.
+    group.bench_function("forward_audio_chunk", |b| {
+        let mut processor = ResponseProcessor::new("e-1", "assistant", false);
+        let response = LlmResponse {
+            content: event.content.clone(),
+            model_version: Some("sim".into()),
+            ..LlmResponse::default()
+        };
+        let mut socket = socket();
+        b.iter(|| {
+            for step in processor.process(black_box(response.clone())) {
+                if let Step::Emit(event) = step {
+                    meter.event(&event);
+                    if let Ok(frame) = encode_event(event, AudioFrames::Binary) {
+                        if let Some(pcm) = frame.binary {
+                            let _ = socket.write(Message::Binary(pcm));
+                        }
+                        let _ = socket.write(Message::Text(frame.json.into()));
+                    }
+                }
+            }
+            let _ = socket.flush();
+        })
     });
     group.bench_function("record_audio_chunk", |b| {
         let blob = Blob::new(Bytes::from(vec![7u8; 1920]), "audio/pcm;rate=24000");

@@ -38,8 +38,7 @@ pub use config::ServeArgs;
 pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
 pub use registry::SessionRegistry;
-use writer::SOCKET_WRITE_BUFFER;
-pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit};
+pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
 use crate::artifact::open_artifact_service;

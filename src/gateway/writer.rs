@@ -19,7 +19,7 @@ pub const CLOSE_POLICY: u16 = 1008;
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
 /// a bigger frame is written at once.
-pub(super) const SOCKET_WRITE_BUFFER: usize = 8192;
+pub const SOCKET_WRITE_BUFFER: usize = 8192;
 
 /// What the connection asks the writer to do.
 #[derive(Debug)]
