@@ -389,11 +389,13 @@ impl Report {
             out.push('\n');
         }
         if let Some(gateway) = &self.gateway {
-            let line = |what: &str, q: &BucketQuantiles| {
-                format!(
-                    "  {what} p50 {:.2} / p95 {:.2} / p99 {:.2} ms (mean {:.2}, {} answers)\n",
-                    q.p50, q.p95, q.p99, q.mean, q.count
-                )
+            // An empty histogram has no quantiles; zeros would read as instant answers.
+            let line = |what: &str, q: &BucketQuantiles| match q.count {
+                0 => format!("  {what}: none\n"),
+                n => format!(
+                    "  {what} p50 {:.2} / p95 {:.2} / p99 {:.2} ms (mean {:.2}, {n} answers)\n",
+                    q.p50, q.p95, q.p99, q.mean
+                ),
             };
             let build = gateway
                 .build
@@ -568,9 +570,30 @@ mod tests {
             sessions: 2,
             text_latency_ms: Percentiles::of(&[600.0, 700.0]),
             text_gateway_latency_ms: Percentiles::of(&[1.5, 2.5]),
+            gateway: Some(GatewayView {
+                first_text_ms: BucketQuantiles {
+                    count: 2,
+                    mean: 0.9,
+                    p50: 0.8,
+                    p95: 1.0,
+                    p99: 1.0,
+                },
+                ..GatewayView::default()
+            }),
             ..Report::default()
         };
         let table = report.table();
+        // The gateway timed no audio answer: its audio line says so rather than showing zeros.
+        assert!(
+            table.contains("(utterance end read -> first audio written): none\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "first text written) p50 0.80 / p95 1.00 / p99 1.00 ms (mean 0.90, 2 answers)"
+            ),
+            "{table}"
+        );
         let row_of = |name: &str| {
             table
                 .lines()
