@@ -33,9 +33,11 @@ const LATENCY_BUCKETS: [f64; 20] = [
 ];
 
 /// Buckets for the end of a turn, which waits for the turn's recordings to reach the disk: from
-/// nothing (the save done while the answer played) to the seconds of a disk that is behind.
-const TURN_END_BUCKETS: [f64; 14] = [
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+/// nothing (the save done while the answer played: tens of µs, which a first bucket of 1 ms
+/// turned into a median of 0.5 ms) to the seconds of a disk that is behind.
+const TURN_END_BUCKETS: [f64; 17] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 20.0, 30.0,
 ];
 
 type Labels = [(&'static str, &'static str); 2];
@@ -489,10 +491,13 @@ mod tests {
         meter.received(false, 20);
         meter.sent(true, 9600);
         meter.answer_forwarded(now_timestamp());
+        meter.turn_end(std::time::Duration::from_micros(40));
         assert_rendered(
             &metrics,
             &[
                 "livegate_connections 1",
+                // A turn end saved while the answer played is told apart from 1 ms.
+                r#"livegate_turn_end_seconds_bucket{le="0.0001"} 1"#,
                 r#"livegate_frames_total{direction="in",kind="audio"} 2"#,
                 r#"livegate_frames_total{direction="in",kind="text"} 1"#,
                 r#"livegate_bytes_total{direction="in"} 1300"#,
