@@ -247,6 +247,13 @@ fn in_kernel(system: f64, total: f64) -> String {
 }
 
 fn row(name: &str, p: &Percentiles) -> String {
+    if p.count == 0 {
+        // Nothing measured has no quantiles; zeros would read as instant.
+        return format!(
+            "{name:<24} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
+            0, "–", "–", "–", "–"
+        );
+    }
     format!(
         "{name:<24} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
         p.count, p.p50, p.p95, p.p99, p.max
@@ -607,6 +614,12 @@ mod tests {
         );
         let added = row_of("gateway-added (text)").expect("its gateway-added row");
         assert!(added.contains("2.50"), "{table}");
+        // No audio came: its row has no quantiles rather than zeros.
+        let audio = row_of("first audio ").expect("the first-audio row");
+        assert!(
+            audio.contains(" 0 ") && audio.contains('–') && !audio.contains("0.00"),
+            "{table}"
+        );
         let svg = report.svg(&[], &[600.0, 700.0]);
         assert!(
             svg.contains("first-text latency (ms), n=2 p50=600.0"),
