@@ -100,6 +100,21 @@ pub trait SessionService: Send + Sync + std::fmt::Debug {
         event: Event,
     ) -> Result<Event, SessionError>;
 
+    /// Commits events of one session in their order, each as `append_event` would: one outcome
+    /// per event, in the same order. A store may commit them together (a turn's end brings
+    /// several at once); the caller's copy of the session sees them applied in order.
+    async fn append_events(
+        &self,
+        session: &mut Session,
+        events: Vec<Event>,
+    ) -> Vec<Result<Event, SessionError>> {
+        let mut outcomes = Vec::with_capacity(events.len());
+        for event in events {
+            outcomes.push(self.append_event(session, event).await);
+        }
+        outcomes
+    }
+
     /// Checks the store is reachable (for `/readyz`).
     async fn ping(&self) -> Result<(), SessionError>;
 }

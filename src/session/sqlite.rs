@@ -70,8 +70,9 @@ pub struct SqliteSessionService {
     /// The one write connection, shared in turn by the append writer and by session creation
     /// and deletion: writes queue for it in order instead of starving in SQLite's busy handler.
     writer: SqlitePool,
-    /// Appends go to one writer task that commits whatever is waiting in one transaction.
-    appends: mpsc::Sender<Append>,
+    /// Appends go to one writer task that commits whatever is waiting in one transaction; the
+    /// events one call hands over travel together, so they are committed together.
+    appends: mpsc::Sender<Vec<Append>>,
 }
 
 /// Most appends committed in one transaction.
@@ -87,6 +88,11 @@ struct Append {
     event: Event,
     json: String,
     done: oneshot::Sender<(Event, Result<bool, SessionError>)>,
+}
+
+/// The error of an append whose writer task has stopped.
+fn writer_gone() -> SessionError {
+    SessionError::Database(sqlx::Error::PoolClosed)
 }
 
 fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
@@ -208,13 +214,13 @@ async fn apply_scoped(
 /// The writer: takes the first waiting append and everything queued behind it (up to
 /// `MAX_BATCH`), and commits them in one transaction; a bad append fails alone (see
 /// `append_in`). Callers still wait for their commit: commit-before-yield holds.
-async fn write_appends(pool: SqlitePool, mut queue: mpsc::Receiver<Append>) {
+async fn write_appends(pool: SqlitePool, mut queue: mpsc::Receiver<Vec<Append>>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.recv().await {
-        batch.push(first);
+        batch.extend(first);
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(append) => batch.push(append),
+                Ok(appends) => batch.extend(appends),
                 Err(_) => break,
             }
         }
@@ -580,31 +586,78 @@ impl SessionService for SqliteSessionService {
     async fn append_event(
         &self,
         session: &mut Session,
-        mut event: Event,
+        event: Event,
     ) -> Result<Event, SessionError> {
-        let Some(full_delta) = prepare_append(&mut event) else {
-            return Ok(event);
-        };
-        let json = serde_json::to_string(&event)?;
-        let (done, outcome) = oneshot::channel();
-        let append = Append {
-            app_name: session.app_name.clone(),
-            user_id: session.user_id.clone(),
-            session_id: session.id.clone(),
-            event,
-            json,
-            done,
-        };
-        let gone = || SessionError::Database(sqlx::Error::PoolClosed);
-        self.appends.send(append).await.map_err(|_| gone())?;
-        let (event, stored) = outcome.await.map_err(|_| gone())?;
-        if !stored? {
-            // A re-delivery of an event already committed changes nothing.
-            return Ok(event);
-        }
+        let mut outcomes = self.append_events(session, vec![event]).await;
+        outcomes.pop().unwrap_or(Err(writer_gone()))
+    }
 
-        apply_committed(session, full_delta, &event);
-        Ok(event)
+    async fn append_events(
+        &self,
+        session: &mut Session,
+        events: Vec<Event>,
+    ) -> Vec<Result<Event, SessionError>> {
+        /// An event's way through the call: settled here (boxed: rare, as callers hand over
+        /// events to store), or waiting for the writer.
+        enum Slot {
+            Settled(Box<Result<Event, SessionError>>),
+            Queued {
+                full_delta: Map<String, Value>,
+                outcome: oneshot::Receiver<(Event, Result<bool, SessionError>)>,
+            },
+        }
+        let mut slots = Vec::with_capacity(events.len());
+        let mut appends = Vec::with_capacity(events.len());
+        for mut event in events {
+            let Some(full_delta) = prepare_append(&mut event) else {
+                slots.push(Slot::Settled(Box::new(Ok(event))));
+                continue;
+            };
+            let json = match serde_json::to_string(&event) {
+                Ok(json) => json,
+                Err(error) => {
+                    slots.push(Slot::Settled(Box::new(Err(error.into()))));
+                    continue;
+                }
+            };
+            let (done, outcome) = oneshot::channel();
+            appends.push(Append {
+                app_name: session.app_name.clone(),
+                user_id: session.user_id.clone(),
+                session_id: session.id.clone(),
+                event,
+                json,
+                done,
+            });
+            slots.push(Slot::Queued {
+                full_delta,
+                outcome,
+            });
+        }
+        // A closed queue drops the appends, and with them their outcomes' senders.
+        if !appends.is_empty() {
+            let _ = self.appends.send(appends).await;
+        }
+        let mut outcomes = Vec::with_capacity(slots.len());
+        for slot in slots {
+            outcomes.push(match slot {
+                Slot::Settled(outcome) => *outcome,
+                Slot::Queued {
+                    full_delta,
+                    outcome,
+                } => match outcome.await {
+                    Err(_) => Err(writer_gone()),
+                    Ok((_, Err(error))) => Err(error),
+                    // A re-delivery of an event already committed changes nothing.
+                    Ok((event, Ok(false))) => Ok(event),
+                    Ok((event, Ok(true))) => {
+                        apply_committed(session, full_delta, &event);
+                        Ok(event)
+                    }
+                },
+            });
+        }
+        outcomes
     }
 
     async fn ping(&self) -> Result<(), SessionError> {

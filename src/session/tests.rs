@@ -370,12 +370,81 @@ async fn concurrent_plain_appends(svc: &dyn SessionService) {
     }
 }
 
+/// Events handed over together are committed as one after the other would be: in order, each
+/// with its own outcome (a partial one untouched, a re-delivery unchanged, state applied).
+async fn appends_together(svc: &dyn SessionService) {
+    let mut session = svc
+        .create_session("tapp", "u", Some("t"), Map::new())
+        .await
+        .unwrap();
+    let earlier = svc
+        .append_event(&mut session, event_with_delta(json!({}), 1.0))
+        .await
+        .unwrap();
+    let mut partial = event_with_delta(json!({}), 2.5);
+    partial.partial = Some(true);
+    let outcomes = svc
+        .append_events(
+            &mut session,
+            vec![
+                event_with_delta(json!({}), 2.0),
+                partial.clone(),
+                event_with_delta(json!({"a": 1, "temp:x": 2, "user:u": 3}), 3.0),
+                earlier.clone(),
+                event_with_delta(json!({"a": 4}), 4.0),
+            ],
+        )
+        .await;
+    assert_eq!(outcomes.len(), 5, "{outcomes:?}");
+    let outcomes: Vec<Event> = outcomes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        outcomes[1], partial,
+        "a partial event is returned untouched"
+    );
+    assert_eq!(outcomes[3], earlier, "a re-delivery changes nothing");
+    assert!(!outcomes[2].actions.state_delta.contains_key("temp:x"));
+    let times = |s: &Session| s.events.iter().map(|e| e.timestamp).collect::<Vec<_>>();
+    assert_eq!(times(&session), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(
+        session.state,
+        obj(json!({"a": 4, "temp:x": 2, "user:u": 3}))
+    );
+    let read = get_in(svc, "tapp", "u", "t").await;
+    assert_eq!(
+        times(&read),
+        vec![1.0, 2.0, 3.0, 4.0],
+        "stored once each, in order"
+    );
+    assert_eq!(read.state, obj(json!({"a": 4, "user:u": 3})));
+    assert_eq!(read.last_update_time, 4.0);
+
+    // Without the session every event fails, each with its own error.
+    svc.delete_session("tapp", "u", "t").await.unwrap();
+    let refused = svc
+        .append_events(
+            &mut session,
+            vec![
+                event_with_delta(json!({}), 5.0),
+                event_with_delta(json!({"b": 1}), 6.0),
+            ],
+        )
+        .await;
+    assert_eq!(refused.len(), 2);
+    assert!(
+        refused
+            .iter()
+            .all(|r| matches!(r, Err(SessionError::NotFound(_)))),
+        "{refused:?}"
+    );
+}
+
 #[tokio::test]
 async fn in_memory_store_conforms() {
     let svc = InMemorySessionService::default();
     conformance(&svc).await;
     concurrent_appends(&svc).await;
     concurrent_plain_appends(&svc).await;
+    appends_together(&svc).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,6 +455,7 @@ async fn sqlite_store_conforms_and_survives_a_reopen() {
     conformance(&svc).await;
     concurrent_appends(&svc).await;
     concurrent_plain_appends(&svc).await;
+    appends_together(&svc).await;
     let mut session = svc
         .create_session("app", "u9", Some("keep"), obj(json!({"user:z": 0})))
         .await
