@@ -14,7 +14,9 @@ use livegate::live::{live_request_queue, LiveRequestQueue, RunConfig};
 use livegate::model::sim::{SimConfig, SimModel};
 use livegate::model::{LiveModel, LlmResponse, Modality};
 use livegate::runner::Runner;
-use livegate::session::{GetSessionConfig, InMemorySessionService, Session};
+use livegate::session::{
+    GetSessionConfig, InMemorySessionService, Session, SessionError, SessionService,
+};
 use serde_json::{json, Map, Value};
 use tokio::sync::Barrier;
 use tokio::time::timeout;
@@ -567,4 +569,168 @@ async fn run_async_answers_a_turn_with_tools_and_persists_it() {
         )
         .await
         .is_err());
+}
+
+/// The in-memory store, noting the events each commit took.
+#[derive(Debug, Default)]
+struct CommitsNoted {
+    store: InMemorySessionService,
+    commits: std::sync::Mutex<Vec<Vec<Event>>>,
+}
+
+#[async_trait::async_trait]
+impl SessionService for CommitsNoted {
+    async fn create_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        state: Map<String, Value>,
+    ) -> Result<Session, SessionError> {
+        self.store
+            .create_session(app_name, user_id, session_id, state)
+            .await
+    }
+
+    async fn get_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        config: &GetSessionConfig,
+    ) -> Result<Option<Session>, SessionError> {
+        self.store
+            .get_session(app_name, user_id, session_id, config)
+            .await
+    }
+
+    async fn list_sessions(
+        &self,
+        app_name: &str,
+        user_id: &str,
+    ) -> Result<Vec<Session>, SessionError> {
+        self.store.list_sessions(app_name, user_id).await
+    }
+
+    async fn delete_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
+        self.store
+            .delete_session(app_name, user_id, session_id)
+            .await
+    }
+
+    async fn append_event(
+        &self,
+        session: &mut Session,
+        event: Event,
+    ) -> Result<Event, SessionError> {
+        self.append_events(session, vec![event])
+            .await
+            .pop()
+            .expect("one outcome")
+    }
+
+    async fn append_events(
+        &self,
+        session: &mut Session,
+        events: Vec<Event>,
+    ) -> Vec<Result<Event, SessionError>> {
+        self.commits.lock().unwrap().push(events.clone());
+        self.store.append_events(session, events).await
+    }
+
+    async fn ping(&self) -> Result<(), SessionError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn events_ready_together_are_committed_together_but_never_past_a_state_change() {
+    let counter = FunctionTool::new(
+        "bump",
+        "counts",
+        json!({"type": "object"}),
+        |_, ctx| async move {
+            let n = ctx.state("count").and_then(|v| v.as_u64()).unwrap_or(0) + 1;
+            ctx.set_state("count", json!(n));
+            Ok(json!({"count": n}))
+        },
+    );
+    // State changed by every piece of an answer, each of which comes with more behind it.
+    let callbacks = Callbacks::default().after_model(|ctx, response| async move {
+        if response.content.is_some() {
+            let n = ctx.state("pieces").and_then(|v| v.as_u64()).unwrap_or(0) + 1;
+            ctx.set_state("pieces", json!(n));
+        }
+        None
+    });
+    let store = Arc::new(CommitsNoted::default());
+    let runner = Runner::new(
+        "app",
+        LlmAgent::new("assistant", "", sim())
+            .with_tool(counter)
+            .with_callbacks(callbacks),
+        store.clone(),
+        Arc::new(InMemoryArtifactService::default()),
+    );
+    let mut live = Live::start(&runner, "s").await;
+    let mut yielded = Vec::new();
+    for text in ["bump", "hello there", "bump"] {
+        live.say(text).await;
+        yielded.extend(live.turn().await);
+    }
+    live.queue.close();
+    while let Some(event) = live.next().await {
+        yielded.push(event);
+    }
+
+    let commits = store.commits.lock().unwrap().clone();
+    assert!(
+        commits.iter().any(|events| events.len() > 1),
+        "a turn's events that come at once are committed together: {:?}",
+        commits.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    for events in &commits {
+        let (_, before) = events.split_last().expect("no empty commit");
+        assert!(
+            before.iter().all(|e| e.actions.state_delta.is_empty()),
+            "only the last event of a commit may change state: {events:#?}"
+        );
+    }
+    // The second bump saw the first one's count, committed before the flow went on.
+    assert_eq!(response_of(&yielded, "bump"), &json!({"count": 1}));
+    let responses: Vec<_> = yielded
+        .iter()
+        .flat_map(|e| e.function_responses())
+        .map(|r| r.response.clone())
+        .collect();
+    assert_eq!(responses, vec![json!({"count": 1}), json!({"count": 2})]);
+    // Everything committed was stored once, in the order it was yielded.
+    let stored_ids: Vec<_> = stored(&runner, "s")
+        .await
+        .events
+        .iter()
+        .map(|e| e.id.clone())
+        .collect();
+    let committed_ids: Vec<_> = commits.iter().flatten().map(|e| e.id.clone()).collect();
+    assert_eq!(stored_ids, committed_ids);
+    let yielded_ids: Vec<_> = yielded.iter().map(|e| e.id.clone()).collect();
+    let yielded_stored: Vec<_> = yielded_ids
+        .iter()
+        .filter(|id| stored_ids.contains(id))
+        .cloned()
+        .collect();
+    let stored_yielded: Vec<_> = stored_ids
+        .iter()
+        .filter(|id| yielded_ids.contains(id))
+        .cloned()
+        .collect();
+    assert_eq!(
+        yielded_stored, stored_yielded,
+        "yielded in the order stored"
+    );
 }

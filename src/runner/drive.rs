@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Map;
 
 use super::history::history_contents;
@@ -116,13 +116,33 @@ impl Drive {
                 session.drop_events();
                 let (items, end) = flow.run(agent_requests);
                 futures::pin_mut!(items);
-                while let Some(item) = items.next().await {
-                    let Some(FlowItem { event, emit }) = self.shape(item, &mut usage) else { continue };
-                    for (i, event) in self.commit(&mut session, event).await.into_iter().enumerate() {
-                        // The first is the event itself; any later one reports a failed commit.
-                        if emit || i > 0 {
+                while let Some(first) = items.next().await {
+                    // What the flow has ready behind an event to store is committed with it: a
+                    // turn's end brings six at once. Audio is yielded as it comes, and the flow is
+                    // not run past an event that changes state or who runs next until it is
+                    // committed.
+                    let mut ready = vec![first];
+                    let mut flow_done = false;
+                    while ready.len() < MAX_COMMITTED_TOGETHER
+                        && ready.last().is_some_and(|item| may_gather_past(&item.event))
+                    {
+                        match items.next().now_or_never() {
+                            Some(Some(item)) => ready.push(item),
+                            Some(None) => {
+                                flow_done = true;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    let ready = ready.into_iter().filter_map(|item| self.shape(item, &mut usage)).collect();
+                    for (event, emit) in self.commit_all(&mut session, ready).await {
+                        if emit {
                             yield event;
                         }
+                    }
+                    if flow_done {
+                        break;
                     }
                 }
                 let FlowEnd { reason, requests: returned } = match end.await {
@@ -255,44 +275,83 @@ impl Drive {
 
     /// Commits an event (when ADK's live rule says so) and records its state for the run. Returns
     /// the event, then an error event if the commit failed.
-    async fn commit(&self, session: &mut RunSession, mut event: Event) -> Vec<Event> {
-        if let Some(extra) = &self.run_config.custom_metadata {
-            let merged = event.custom_metadata.get_or_insert_with(Map::new);
-            for (k, v) in extra {
-                merged.entry(k.clone()).or_insert_with(|| v.clone());
+    async fn commit(&self, session: &mut RunSession, event: Event) -> Vec<Event> {
+        let item = FlowItem { event, emit: true };
+        let committed = self.commit_all(session, vec![item]).await;
+        committed.into_iter().map(|(event, _)| event).collect()
+    }
+
+    /// Commits items in order (those ADK's live rule stores, together) and records their state
+    /// for the run, in order. Returns each event with whether to yield it, each failed one
+    /// followed by an error event (always yielded).
+    async fn commit_all(
+        &self,
+        session: &mut RunSession,
+        items: Vec<FlowItem>,
+    ) -> Vec<(Event, bool)> {
+        let mut out = Vec::with_capacity(items.len());
+        // Where in `out` each stored event goes, with its full delta: `temp:` keys are stripped
+        // from what is stored but the rest of the run still sees them.
+        let mut stored = Vec::new();
+        let mut to_store = Vec::new();
+        for FlowItem { mut event, emit } in items {
+            if let Some(extra) = &self.run_config.custom_metadata {
+                let merged = event.custom_metadata.get_or_insert_with(Map::new);
+                for (k, v) in extra {
+                    merged.entry(k.clone()).or_insert_with(|| v.clone());
+                }
             }
+            if event.is_persisted_in_live() {
+                stored.push((out.len(), event.actions.state_delta.clone()));
+                to_store.push(event.clone());
+            }
+            out.push((event, emit));
         }
-        if !event.is_persisted_in_live() {
-            return vec![event];
+        if to_store.is_empty() {
+            return out;
         }
-        // `temp:` keys are stripped from what is stored but the rest of the run still sees them.
-        let delta = event.actions.state_delta.clone();
-        let appended = self
+        let outcomes = self
             .sessions
-            .append_event(&mut session.session, event.clone())
+            .append_events(&mut session.session, to_store)
             .await;
         session.drop_events();
-        match appended {
-            Ok(stored) => {
-                self.invocation.commit_state(&delta);
-                vec![stored]
-            }
-            Err(error) => {
-                let inv = &self.invocation.invocation_id;
-                tracing::error!(%error, invocation_id = inv, "committing an event failed");
-                let author = event.author.clone();
-                vec![
-                    event,
-                    Event::error(
-                        inv,
-                        &author,
-                        error.code(),
-                        format!("could not save event: {error}"),
-                    ),
-                ]
+        let inv = &self.invocation.invocation_id;
+        let mut failed = Vec::new();
+        for ((at, delta), outcome) in stored.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(event) => {
+                    self.invocation.commit_state(&delta);
+                    out[at].0 = event;
+                }
+                Err(error) => {
+                    tracing::error!(%error, invocation_id = inv, "committing an event failed");
+                    let message = format!("could not save event: {error}");
+                    failed.push((
+                        at,
+                        Event::error(inv, &out[at].0.author, error.code(), message),
+                    ));
+                }
             }
         }
+        // From the back, so the places of earlier failures still hold.
+        for (at, error) in failed.into_iter().rev() {
+            out.insert(at + 1, (error, true));
+        }
+        out
     }
+}
+
+/// Most events the run takes from a flow's ready ones to commit together.
+const MAX_COMMITTED_TOGETHER: usize = 32;
+
+/// True if the run may take the flow's next ready event before committing this one: it is to be
+/// stored (an event that is not, such as audio, goes out at once), changes no state (which tools
+/// and callbacks read as committed) and does not hand the run to another agent.
+fn may_gather_past(event: &Event) -> bool {
+    event.is_persisted_in_live()
+        && event.actions.state_delta.is_empty()
+        && event.actions.transfer_to_agent.is_none()
+        && event.actions.escalate.is_none()
 }
 
 /// The event of an agent callback: its content (as the agent's answer) and its state changes.
