@@ -200,6 +200,11 @@ impl OutFrame {
     pub fn is_audio(&self) -> bool {
         !self.audio.is_zero()
     }
+
+    /// True if the frame carries the model's answer: its audio or its text.
+    pub fn is_answer(&self) -> bool {
+        self.is_audio() || self.answer_text
+    }
 }
 
 /// Encodes an event for the client. In binary mode the PCM of an audio chunk is moved out of the

@@ -172,8 +172,15 @@ where
     let batch = config.audio_batch.min(config.audio_lead / 2);
 
     loop {
-        // Take what is queued, so an `interrupted` can drop the audio it overtakes.
-        while open && close.is_none() && pending.len() < config.max_pending {
+        // Take what is queued, so an `interrupted` can drop the audio it overtakes; but not past
+        // an answer's first audio or text, which the listener is waiting for: what is ready
+        // behind it can be the rest of the answer, and taking that first runs its whole way
+        // through the flow and the codec before the first byte goes out.
+        while open
+            && close.is_none()
+            && pending.len() < config.max_pending
+            && !(last_answer.is_none() && pending.iter().any(OutFrame::is_answer))
+        {
             // Polled without a waker: whenever the writer waits, it awaits `commands` again.
             match commands.next().now_or_never() {
                 Some(Some(command)) => {
@@ -265,10 +272,14 @@ where
         }
         unflushed = true;
         if let Some(at) = answer_at {
-            // How long the gateway took to bring an answer's first audio or text from the model
-            // is what a listener waits for beyond the model (later audio is held back for pacing
-            // on purpose).
             if last_answer.is_none() {
+                // The first audio or text of an answer goes out now, not with what comes next.
+                if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
+                    return exit;
+                }
+                // How long the gateway took to bring an answer's first audio or text from the
+                // model is what a listener waits for beyond the model (later audio is held back
+                // for pacing on purpose).
                 meter.answer_forwarded(created);
             }
             last_answer = Some(at);
@@ -547,9 +558,19 @@ mod tests {
         )
     }
 
-    /// A sink that logs what it is given and each flush.
-    #[derive(Default)]
-    struct LogSink(Vec<String>);
+    /// A sink that logs what it is given and each flush (in a log others may write to too).
+    #[derive(Default, Clone)]
+    struct LogSink(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl LogSink {
+        fn push(&self, entry: String) {
+            self.0.lock().unwrap().push(entry);
+        }
+
+        fn entries(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
 
     impl Sink<Message> for LogSink {
         type Error = String;
@@ -561,21 +582,21 @@ mod tests {
             std::task::Poll::Ready(Ok(()))
         }
 
-        fn start_send(mut self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), String> {
+        fn start_send(self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), String> {
             let entry = match item {
                 Message::Binary(pcm) => format!("binary {}", pcm.len()),
                 Message::Text(text) => format!("text {}", text.as_str()),
                 other => format!("{other:?}"),
             };
-            self.0.push(entry);
+            self.push(entry);
             Ok(())
         }
 
         fn poll_flush(
-            mut self: std::pin::Pin<&mut Self>,
+            self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
         ) -> std::task::Poll<Result<(), String>> {
-            self.0.push("flush".into());
+            self.push("flush".into());
             std::task::Poll::Ready(Ok(()))
         }
 
@@ -604,23 +625,69 @@ mod tests {
         tx.send(audio("small", 1920)).await.unwrap();
         drop(tx);
         let (_abort_tx, abort) = oneshot::channel();
-        let mut sink = LogSink::default();
-        let (exit, _) = run_default(&mut sink, rx, abort).await;
+        let sink = LogSink::default();
+        let (exit, _) = run_default(sink.clone(), rx, abort).await;
         assert_eq!(exit, WriterExit::Closed);
         let big = format!("binary {}", SOCKET_WRITE_BUFFER + 1);
         assert_eq!(
-            sink.0,
+            sink.entries(),
             [
                 "text t",
                 "flush",
                 &big,
                 "flush",
                 "text big",
+                // The answer's first audio is written at once.
+                "flush",
                 "binary 1920",
                 "text small",
                 "flush"
             ],
             "the events before the big frame are written first, the small frame is gathered"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answers_first_audio_is_written_before_the_rest_is_taken() {
+        let (tx, rx) = mpsc::channel(8);
+        let audio = |json: &str| {
+            let mut f = frame(json, 40, false);
+            f.binary = Some(Bytes::from(vec![0; 1920]));
+            WriterCommand::Frame(f)
+        };
+        tx.send(WriterCommand::Frame(frame("transcript", 0, false)))
+            .await
+            .unwrap();
+        for json in ["a1", "a2", "a3"] {
+            tx.send(audio(json)).await.unwrap();
+        }
+        drop(tx);
+        // One log for what the writer takes and what it writes.
+        let sink = LogSink::default();
+        let taken = sink.clone();
+        let commands = ReceiverStream::new(rx).inspect(move |command| {
+            if let WriterCommand::Frame(frame) = command {
+                taken.push(format!("take {}", frame.json));
+            }
+        });
+        let (_abort_tx, abort) = oneshot::channel();
+        let config = WriterConfig::default();
+        let (exit, _) = run_writer(sink.clone(), commands, config, abort, Meter::default()).await;
+        assert_eq!(exit, WriterExit::Closed);
+        assert_eq!(
+            sink.entries()[..8],
+            [
+                "take transcript",
+                "take a1",
+                "text transcript",
+                "binary 1920",
+                "text a1",
+                "flush",
+                "take a2",
+                "take a3",
+            ],
+            "the rest of the answer is taken once its first audio is out: {:?}",
+            sink.entries()
         );
     }
 
