@@ -303,45 +303,41 @@ fn bench_sessions(c: &mut Criterion) {
     // A turn's end brings six events of one session at once (usage, both transcriptions, both
     // recordings, `turnComplete`): committed one after the other, or handed over together.
     const TURN: usize = 6;
-    let turn = || {
-        (0..TURN)
-            .map(|_| {
+    let commit_turn = |i: usize, together: bool| {
+        let (store, session) = (&store, &sessions[i % SESSIONS]);
+        async move {
+            let turn = (0..TURN).map(|_| {
                 let mut event = Event::new("e-00000000-0000-4000-8000-000000000001", "assistant");
                 event.output_transcription = Some(Transcription::new("You said something.", true));
                 event
-            })
-            .collect::<Vec<_>>()
-    };
-    group.throughput(Throughput::Elements(TURN as u64));
-    group.bench_function("sqlite_append_a_turn_one_by_one", |b| {
-        b.to_async(&runtime).iter(|| {
-            next = (next + 1) % SESSIONS;
-            let (store, session) = (&store, &sessions[next]);
-            let events = turn();
-            async move {
-                let mut session = session.lock().await;
-                session.events.clear();
-                for event in events {
+            });
+            let mut session = session.lock().await;
+            session.events.clear();
+            if together {
+                for outcome in store.append_events(&mut session, turn.collect()).await {
+                    outcome.expect("committed");
+                }
+            } else {
+                for event in turn {
                     store
                         .append_event(&mut session, event)
                         .await
                         .expect("committed");
                 }
             }
+        }
+    };
+    group.throughput(Throughput::Elements(TURN as u64));
+    group.bench_function("sqlite_append_a_turn_one_by_one", |b| {
+        b.to_async(&runtime).iter(|| {
+            next = (next + 1) % SESSIONS;
+            commit_turn(next, false)
         })
     });
     group.bench_function("sqlite_append_a_turn_at_once", |b| {
         b.to_async(&runtime).iter(|| {
             next = (next + 1) % SESSIONS;
-            let (store, session) = (&store, &sessions[next]);
-            let events = turn();
-            async move {
-                let mut session = session.lock().await;
-                session.events.clear();
-                for outcome in store.append_events(&mut session, events).await {
-                    outcome.expect("committed");
-                }
-            }
+            commit_turn(next, true)
         })
     });
     group.finish();
