@@ -75,7 +75,8 @@ pub struct SqliteSessionService {
     appends: mpsc::Sender<Vec<Append>>,
 }
 
-/// Most appends committed in one transaction.
+/// Most appends the writer takes before it commits: a batch is at most one group short of twice
+/// this (a group is taken whole), 511 rows of 9 parameters, within SQLite's 32,766.
 const MAX_BATCH: usize = 256;
 
 /// An event waiting for the writer, and where its outcome goes (`true`: stored, `false`: it
@@ -634,9 +635,13 @@ impl SessionService for SqliteSessionService {
                 outcome,
             });
         }
-        // A closed queue drops the appends, and with them their outcomes' senders.
-        if !appends.is_empty() {
+        // In groups of at most `MAX_BATCH`, so that one statement's parameters stay within
+        // SQLite's limit however many events a caller hands over. A closed queue drops the
+        // appends, and with them their outcomes' senders.
+        while !appends.is_empty() {
+            let rest = appends.split_off(appends.len().min(MAX_BATCH));
             let _ = self.appends.send(appends).await;
+            appends = rest;
         }
         let mut outcomes = Vec::with_capacity(slots.len());
         for slot in slots {

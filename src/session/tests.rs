@@ -418,6 +418,24 @@ async fn appends_together(svc: &dyn SessionService) {
     assert_eq!(read.state, obj(json!({"a": 4, "user:u": 3})));
     assert_eq!(read.last_update_time, 4.0);
 
+    // More than one statement can hold (nine parameters an event, SQLite allows 32,766): all
+    // stored, in order.
+    let many: Vec<Event> = (0..4000)
+        .map(|i| event_with_delta(json!({}), 10.0 + f64::from(i)))
+        .collect();
+    let outcomes = svc.append_events(&mut session, many).await;
+    assert!(
+        outcomes.iter().all(Result::is_ok),
+        "{:?}",
+        outcomes.iter().find(|o| o.is_err())
+    );
+    let read = get_in(svc, "tapp", "u", "t").await;
+    assert_eq!(read.events.len(), 4004);
+    assert!(read
+        .events
+        .windows(2)
+        .all(|w| w[0].timestamp < w[1].timestamp));
+
     // Without the session every event fails, each with its own error.
     svc.delete_session("tapp", "u", "t").await.unwrap();
     let refused = svc
