@@ -86,13 +86,14 @@ fn bench_down(c: &mut Criterion) {
     group.bench_function("meter_audio_event", |b| {
         b.iter(|| meter.event(black_box(&event)))
     });
+    // The model's message carrying that chunk.
+    let response = LlmResponse {
+        content: event.content.clone(),
+        model_version: Some("sim".into()),
+        ..LlmResponse::default()
+    };
     group.bench_function("process_audio_response", |b| {
         let mut processor = ResponseProcessor::new("e-1", "assistant", false);
-        let response = LlmResponse {
-            content: event.content.clone(),
-            model_version: Some("sim".into()),
-            ..LlmResponse::default()
-        };
         b.iter(|| processor.process(black_box(response.clone())))
     });
     // The whole way of one answer chunk from the model to the socket's bytes: the flow's
@@ -100,11 +101,6 @@ fn bench_down(c: &mut Criterion) {
     // binary and text frames into the write buffer, as the writer feeds them and flushes.
     group.bench_function("forward_audio_chunk", |b| {
         let mut processor = ResponseProcessor::new("e-1", "assistant", false);
-        let response = LlmResponse {
-            content: event.content.clone(),
-            model_version: Some("sim".into()),
-            ..LlmResponse::default()
-        };
         let mut socket = socket();
         b.iter(|| {
             for step in processor.process(black_box(response.clone())) {

@@ -539,6 +539,13 @@ mod tests {
         );
     }
 
+    /// 40 ms of binary audio, `bytes` long, with its event `json`.
+    fn audio(json: &str, bytes: usize) -> WriterCommand {
+        let mut f = frame(json, 40, false);
+        f.binary = Some(Bytes::from(vec![0; bytes]));
+        WriterCommand::Frame(f)
+    }
+
     /// A writer with the default settings, counting into metrics nobody reads.
     fn run_default<S>(
         sink: S,
@@ -611,11 +618,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_audio_frame_bigger_than_the_write_buffer_goes_out_alone() {
         let (tx, rx) = mpsc::channel(8);
-        let audio = |json: &str, bytes: usize| {
-            let mut f = frame(json, 40, false);
-            f.binary = Some(Bytes::from(vec![0; bytes]));
-            WriterCommand::Frame(f)
-        };
         tx.send(WriterCommand::Frame(frame("t", 0, false)))
             .await
             .unwrap();
@@ -650,16 +652,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_answers_first_audio_is_written_before_the_rest_is_taken() {
         let (tx, rx) = mpsc::channel(8);
-        let audio = |json: &str| {
-            let mut f = frame(json, 40, false);
-            f.binary = Some(Bytes::from(vec![0; 1920]));
-            WriterCommand::Frame(f)
-        };
         tx.send(WriterCommand::Frame(frame("transcript", 0, false)))
             .await
             .unwrap();
         for json in ["a1", "a2", "a3"] {
-            tx.send(audio(json)).await.unwrap();
+            tx.send(audio(json, 1920)).await.unwrap();
         }
         drop(tx);
         // One log for what the writer takes and what it writes.
