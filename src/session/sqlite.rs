@@ -139,7 +139,7 @@ impl SqliteSessionService {
             .connect_with(options)
             .await?;
         let (appends, queue) = mpsc::channel(MAX_BATCH * 4);
-        spawn_writer(writer.clone(), queue)?;
+        tokio::spawn(write_appends(writer.clone(), queue));
         Ok(SqliteSessionService {
             pool,
             writer,
@@ -210,28 +210,6 @@ async fn apply_scoped(
         .await?;
     }
     Ok(scoped.session)
-}
-
-/// Starts the append writer on a thread of its own, with a runtime of its own; it ends when the
-/// last handle to the store is dropped.
-///
-/// Each batch is several hand-offs between the writer task and SQLite's thread: the query, its
-/// rows, and the connection's return to the pool (a spawned task that pings the connection)
-/// before the next batch can take it. On the gateway's runtime each hand-off waited its turn
-/// behind every session's tasks: at 1,000 live sessions on two busy cores batches took 50 ms to
-/// over a second, the writer fell behind, and a turn's `turnComplete` waited seconds for its
-/// commit. On a thread of its own a hand-off is a thread wake-up.
-fn spawn_writer(pool: SqlitePool, queue: mpsc::Receiver<Vec<Append>>) -> Result<(), SessionError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        // Acquiring a pooled connection is timed.
-        .enable_time()
-        .build()
-        .map_err(sqlx::Error::Io)?;
-    std::thread::Builder::new()
-        .name("livegate-appends".into())
-        .spawn(move || runtime.block_on(write_appends(pool, queue)))
-        .map_err(sqlx::Error::Io)?;
-    Ok(())
 }
 
 /// The writer: takes the first waiting append and everything queued behind it (up to
@@ -742,42 +720,6 @@ mod tests {
             .await
             .unwrap();
         assert!(sql.contains("AUTOINCREMENT"), "left as it was: {sql}");
-    }
-
-    /// The append writer runs on a thread of its own: a store keeps committing after the runtime
-    /// that opened it is gone.
-    #[test]
-    fn appends_outlive_the_runtime_that_opened_the_store() {
-        let runtime = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        let (store, mut session) = runtime().block_on(async {
-            let store = SqliteSessionService::open(&path).await.unwrap();
-            let session = store
-                .create_session("app", "u", Some("s"), Map::new())
-                .await
-                .unwrap();
-            (store, session)
-        });
-        runtime().block_on(async {
-            let events = vec![Event::new("e-1", "user"), Event::new("e-1", "model")];
-            let wait = Duration::from_secs(10);
-            let outcomes = tokio::time::timeout(wait, store.append_events(&mut session, events))
-                .await
-                .expect("the appends were committed in time");
-            assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
-            let read = store
-                .get_session("app", "u", "s", &GetSessionConfig::default())
-                .await
-                .unwrap()
-                .unwrap();
-            assert_eq!(read.events.len(), 2);
-        });
     }
 
     /// Every connection, the writer's above all (it runs the checkpoints), uses the longer log.
