@@ -95,7 +95,17 @@ async fn a_small_load_reports_consistent_counts() {
         report.generator_cpu_system_cores.expect("from /proc"),
     );
     assert!(0.0 < system_cores && system_cores <= cores);
-    assert!(report.table().contains("of it in the kernel)"));
+    assert!(report.table().contains("of it in the kernel;"));
+    // And at the load itself, apart from the ramp and the drain: the sampler saw all 20
+    // sessions connected for seconds (as for the machine's load below).
+    assert!(
+        server_stats.cpu_cores_at_peak.is_some_and(|c| c > 0.0),
+        "{server_stats:?}"
+    );
+    assert!(report.generator_cpu_cores_at_peak.is_some_and(|c| c > 0.0));
+    assert!(report
+        .table()
+        .contains(" with 20 sessions connected), RSS "));
 
     // What the generator sent is exactly what the gateway received and recorded, and what it
     // received is what the gateway recorded as answers.
@@ -193,6 +203,7 @@ async fn a_small_load_reports_consistent_counts() {
         "server",
         "generator_cpu_cores",
         "generator_cpu_system_cores",
+        "generator_cpu_cores_at_peak",
         "machine_cpu_busy",
         "machine_cpu_at_peak",
         "generator_cpu_wait_at_peak",
@@ -203,6 +214,7 @@ async fn a_small_load_reports_consistent_counts() {
     ] {
         assert!(json.get(field).is_some(), "the report has {field}");
     }
+    assert!(json["server"]["cpu_cores_at_peak"].as_f64().is_some());
     // The report says when, with what and where it was measured.
     let started: jiff::Timestamp = json["started_at"].as_str().unwrap().parse().unwrap();
     let age = jiff::Timestamp::now().duration_since(started);

@@ -431,6 +431,7 @@ fn summarize(
         server: sampled.server,
         generator_cpu_cores: sampled.generator_cpu_cores,
         generator_cpu_system_cores: sampled.generator_cpu_system_cores,
+        generator_cpu_cores_at_peak: sampled.generator_cpu_cores_at_peak,
         machine_cpu_busy: None,
         machine_cpu_at_peak: sampled.machine_at_peak,
         generator_cpu_wait_at_peak: sampled.generator_cpu_wait,

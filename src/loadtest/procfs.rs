@@ -33,6 +33,8 @@ pub struct Sampled {
     pub generator_cpu_cores: Option<f64>,
     /// Of those, the cores it kept busy in the kernel.
     pub generator_cpu_system_cores: Option<f64>,
+    /// Cores the load generator kept busy while the most sessions were connected.
+    pub generator_cpu_cores_at_peak: Option<f64>,
     /// The machine's CPU while the most sessions were connected.
     pub machine_at_peak: Option<MachineLoad>,
     /// How long the generator's threads waited for a CPU while the most sessions were connected.
@@ -200,12 +202,12 @@ pub fn load_at_peak(samples: &[(usize, CpuTimes)], peak: usize) -> Option<Machin
     span_at_peak(samples, peak).map(|(first, last)| first.until(&last))
 }
 
-/// How fast a count grew while `peak` sessions (the most) were connected, per second; each
-/// sample is `(sessions, (seconds, count))`.
-fn rate_at_peak(samples: &[(usize, (f64, u64))], peak: usize) -> Option<f64> {
+/// How fast a count (frames sent, CPU seconds) grew while `peak` sessions (the most) were
+/// connected, per second; each sample is `(sessions, (seconds, count))`.
+pub(super) fn rate_at_peak(samples: &[(usize, (f64, f64))], peak: usize) -> Option<f64> {
     span_at_peak(samples, peak)
         .filter(|((t0, _), (t1, _))| t1 > t0)
-        .map(|((t0, n0), (t1, n1))| n1.saturating_sub(n0) as f64 / (t1 - t0))
+        .map(|((t0, n0), (t1, n1))| (n1 - n0).max(0.0) / (t1 - t0))
 }
 
 /// How long a process's threads waited for a CPU while `peak` sessions (the most) were
@@ -334,7 +336,7 @@ impl Sampler {
             let (mut my_threads, mut server_threads) =
                 (ThreadTimes::default(), ThreadTimes::default());
             let (mut my_sched, mut server_sched) = (Vec::new(), Vec::new());
-            let (mut unread, mut frames_sent) = (Vec::new(), Vec::new());
+            let (mut unread, mut frames_sent, mut my_cpu) = (Vec::new(), Vec::new(), Vec::new());
             let mut n = 0u64;
             loop {
                 // On a fixed schedule: the first sample at once, then one each period.
@@ -363,7 +365,10 @@ impl Sampler {
                     }
                 }
                 let sent = live.frames_sent.load(std::sync::atomic::Ordering::Relaxed);
-                frames_sent.push((sessions, (t, sent)));
+                frames_sent.push((sessions, (t, sent as f64)));
+                if let Some(now) = read_process(me) {
+                    my_cpu.push((sessions, (t, now.cpu_seconds)));
+                }
                 if let (Some(pid), Some(first)) = (pid, first) {
                     if let Some(now) = read_process(pid) {
                         samples.push(ServerSample {
@@ -383,6 +388,7 @@ impl Sampler {
             let peak = sampled.peak();
             sampled.machine_at_peak = load_at_peak(&machine, peak);
             sampled.generator_cpu_wait = cpu_wait_at_peak(&my_sched, peak);
+            sampled.generator_cpu_cores_at_peak = rate_at_peak(&my_cpu, peak);
             if let (Some(first), Some(last)) = (my_first, read_process(me)) {
                 sampled.generator_cpu_cores =
                     Some((last.cpu_seconds - first.cpu_seconds) / elapsed);
@@ -433,11 +439,11 @@ mod tests {
     fn the_rate_at_the_peak_leaves_out_the_ramp() {
         // 100 frames a second while ramping, 1,000 with all ten sessions connected.
         let samples = [
-            (5, (0.5, 50)),
-            (10, (1.0, 100)),
-            (10, (2.0, 1_100)),
-            (10, (3.0, 2_100)),
-            (4, (3.5, 2_150)),
+            (5, (0.5, 50.0)),
+            (10, (1.0, 100.0)),
+            (10, (2.0, 1_100.0)),
+            (10, (3.0, 2_100.0)),
+            (4, (3.5, 2_150.0)),
         ];
         assert_eq!(rate_at_peak(&samples, 10), Some(1_000.0));
         assert_eq!(rate_at_peak(&samples[..2], 10), None);
