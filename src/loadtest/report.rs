@@ -88,8 +88,8 @@ pub struct ServerStats {
     pub cpu_system_seconds: Option<f64>,
     /// Average cores busy during the run.
     pub cpu_cores: f64,
-    /// Cores busy while the most sessions were connected: the run's average above also covers
-    /// the ramp and the drain, and at 1,000 sessions reads 12–14% lower than this.
+    /// Cores busy while the most sessions were connected: the load a target is set at, where
+    /// the run's average above also covers the ramp and the drain with fewer sessions.
     pub cpu_cores_at_peak: Option<f64>,
     /// Largest resident memory seen, KiB.
     pub peak_rss_kib: u64,
