@@ -32,7 +32,8 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub use codec::{
-    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, OutFrame,
+    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, FrameLimits,
+    OutFrame,
 };
 pub use config::ServeArgs;
 pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
