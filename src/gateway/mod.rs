@@ -3,6 +3,7 @@
 
 mod assets;
 mod auth;
+mod close;
 mod codec;
 pub mod config;
 mod connection;
@@ -36,7 +37,7 @@ pub use codec::{
     OutFrame,
 };
 pub use config::ServeArgs;
-pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
+pub use connection::{ConnectOptions, SessionLimits, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
 pub use registry::SessionRegistry;
 pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
@@ -49,6 +50,10 @@ use crate::session::open_session_service;
 
 /// Bytes read from a client socket at a time (larger messages still arrive whole).
 const SOCKET_READ_BUFFER: usize = 2048;
+
+/// Kernel send buffer asked for on accepted sockets (Linux doubles it for its own bookkeeping):
+/// room for about a second of answer audio.
+const SOCKET_SEND_BUFFER: usize = 32 * 1024;
 
 /// Instruction of the built-in default agent.
 pub const DEFAULT_INSTRUCTION: &str = "You are a helpful, concise voice assistant.";
@@ -79,6 +84,12 @@ pub struct Gateway {
     /// What `/metrics` reports.
     pub metrics: metrics::Metrics,
     connections: TaskTracker,
+    /// Size limits of client messages by kind.
+    pub frame_limits: FrameLimits,
+    /// Bytes of media and text a live run's request queue may hold.
+    pub queue_max_bytes: usize,
+    /// Idle timeout and maximum duration of a WebSocket connection.
+    pub session_limits: SessionLimits,
 }
 
 /// Errors starting the gateway.
@@ -153,6 +164,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         shutdown: Signal::new(),
         writer_config: WriterConfig {
             audio_lead: Duration::from_millis(args.audio_lead_ms),
+            send_timeout: args.slow_client_timeout,
             ..WriterConfig::default()
         },
         queue_capacity: args.queue_capacity,
@@ -163,6 +175,16 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         web_root: args.web_root.clone(),
         metrics: metrics::Metrics::default(),
         connections: TaskTracker::new(),
+        frame_limits: FrameLimits {
+            text_bytes: args.max_text_bytes,
+            audio_frame_bytes: args.max_audio_frame_bytes,
+            media_bytes: args.max_media_bytes,
+        },
+        queue_max_bytes: args.queue_max_bytes,
+        session_limits: SessionLimits {
+            idle: config::limit(args.idle_timeout),
+            max_duration: config::limit(args.max_session_duration),
+        },
     });
     let listener = TcpListener::bind(args.bind)
         .await
@@ -182,6 +204,11 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::warn!(%error, "could not set TCP_NODELAY");
+        }
+        // A client that stops reading is noticed when sends block; a small kernel send buffer
+        // keeps what piles up unseen in it (and so the slow-client timeout's slack) small.
+        if let Err(error) = socket2::SockRef::from(&*tcp).set_send_buffer_size(SOCKET_SEND_BUFFER) {
+            tracing::warn!(%error, "could not set SO_SNDBUF");
         }
     });
     let task = tokio::spawn(async move {
