@@ -9,6 +9,7 @@ mod error;
 pub mod gemini;
 mod response;
 pub mod sim;
+pub mod tls;
 
 use std::sync::Arc;
 
