@@ -2,6 +2,7 @@
 //! owns the sink and takes the run's events.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -158,8 +159,8 @@ struct Connection {
     writer_done: Signal,
     /// Fires when the run has ended.
     run_done: Signal,
-    /// Fires when the run yielded an error (it failed rather than ended).
-    run_failed: Signal,
+    /// Whether the run's last event (recordings aside) was an error: it failed rather than ended.
+    run_failed: Arc<AtomicBool>,
 }
 
 impl Connection {
@@ -174,7 +175,7 @@ impl Connection {
             writer_rx: Some(writer_rx),
             writer_done: Signal::new(),
             run_done: Signal::new(),
-            run_failed: Signal::new(),
+            run_failed: Arc::default(),
         }
     }
 
@@ -389,7 +390,7 @@ impl Connection {
             writer.abort();
         }
         if close_after_pending {
-            let close = if self.run_failed.is_fired() {
+            let close = if self.run_failed.load(Ordering::Relaxed) {
                 WriterCommand::Close {
                     code: close::INTERNAL,
                     reason: "live run failed".into(),
@@ -554,8 +555,8 @@ struct RunFrames {
     meter: Option<RunMeter>,
     mode: AudioFrames,
     done: Signal,
-    /// Fired when the run yields an error event.
-    failed: Signal,
+    /// Set while the run's last event (recordings aside) is an error.
+    failed: Arc<AtomicBool>,
 }
 
 impl RunFrames {
@@ -566,7 +567,7 @@ impl RunFrames {
             meter: None,
             mode: AudioFrames::default(),
             done: Signal::new(),
-            failed: Signal::new(),
+            failed: Arc::default(),
         }
     }
 
@@ -595,8 +596,10 @@ impl Stream for RunFrames {
         while let Some(meter) = &this.meter {
             match ready!(this.events.poll_next_unpin(cx)) {
                 Some(event) => {
-                    if event.error_code.is_some() {
-                        this.failed.fire();
+                    // The recordings a run flushes as it ends come after its last word.
+                    if !announces_recordings(&event) {
+                        this.failed
+                            .store(event.error_code.is_some(), Ordering::Relaxed);
                     }
                     if let Some(command) = encoded(meter.counted(event), this.mode) {
                         return Poll::Ready(Some(command));
@@ -607,6 +610,14 @@ impl Stream for RunFrames {
         }
         Poll::Ready(None)
     }
+}
+
+/// True for an event that only announces saved recordings.
+fn announces_recordings(event: &Event) -> bool {
+    event
+        .content
+        .as_ref()
+        .is_some_and(|c| !c.parts.is_empty() && c.parts.iter().all(|p| p.file_data.is_some()))
 }
 
 /// The writer's command for an event; `None` (logged) if it cannot be encoded.
