@@ -1,6 +1,6 @@
 //! Fuzzing the client frame codec with proptest: arbitrary bytes and arbitrary JSON decode to a
 //! request or a typed error, never a panic. Cheap enough to run with every `cargo test`
-//! (`PROPTEST_CASES=100000 cargo test --test codec_fuzz` runs it longer).
+//! (`PROPTEST_CASES=10000 cargo test --test codec_fuzz` runs it longer, as CI does).
 
 use livegate::gateway::{decode_binary, decode_text, FrameBlocks, FrameError, FrameLimits};
 use proptest::prelude::*;
@@ -71,8 +71,16 @@ fn check_error(error: &FrameError) {
     assert!(!error.to_string().is_empty());
 }
 
+/// Cases per target: a few hundred with every `cargo test`, more from `PROPTEST_CASES` (CI).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes_as_a_binary_frame(data in prop::collection::vec(any::<u8>(), 0..1024)) {
