@@ -272,63 +272,87 @@ where
         if frame.is_audio() {
             playback.sent(frame.audio);
         }
-        // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its write
-        // buffer's capacity for good, and one that had held such a frame together with events
-        // stayed at twice the frame, ~19 KiB per connection at 200 ms chunks. The frame is
-        // written at once anyway, so this costs a write only when events were waiting.
-        let alone = frame
-            .binary
-            .as_ref()
-            .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
-        if alone {
-            if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
-                return exit;
-            }
-        }
-        let (ends_turn, created) = (frame.ends_turn, frame.created);
-        // Text is not paced, so only an answer's text reads the clock here.
-        let answer_at = audio_at.or_else(|| frame.answer_text.then(Instant::now));
-        let prompted_by = frame.prompted_by;
-        let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
-        let fed = async {
-            if let Some(pcm) = frame.binary {
-                sink.feed(Message::Binary(pcm)).await?;
-                if alone {
-                    sink.flush().await?;
-                }
-            }
-            sink.feed(Message::Text(frame.json.into())).await
-        };
-        if let Err(exit) = within(config.send_timeout, fed).await {
+        let written = write_frame(
+            sink,
+            frame,
+            audio_at,
+            &mut unflushed,
+            &mut last_answer,
+            config.send_timeout,
+            meter,
+        );
+        if let Err(exit) = written.await {
             return exit;
         }
-        unflushed = true;
-        if let Some(at) = answer_at {
-            if last_answer.is_none() {
-                // The first audio or text of an answer goes out now, not with what comes next.
-                if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
-                    return exit;
-                }
-                // How long the gateway took to bring an answer's first audio or text from the
-                // model is what a listener waits for beyond the model (later audio is held back
-                // for pacing on purpose).
-                meter.answer_forwarded(created);
-            }
-            last_answer = Some(at);
-        }
-        if let Some(received) = prompted_by {
-            meter.first_answer(audio_at.is_some(), received.elapsed());
-        }
-        if ends_turn {
-            if let Some(written) = last_answer.take() {
-                meter.turn_end(written.elapsed());
-            }
-        }
-        if let Some(pcm) = sizes.0 {
-            meter.sent(true, pcm);
-        }
-        meter.sent(false, sizes.1);
     }
+}
+
+/// Writes one frame (its audio, then its event) and counts it: an answer's first audio or text
+/// is flushed at once and timed, and so is the end of its turn.
+async fn write_frame<S>(
+    sink: &mut S,
+    frame: OutFrame,
+    audio_at: Option<Instant>,
+    unflushed: &mut bool,
+    last_answer: &mut Option<Instant>,
+    limit: Duration,
+    meter: &Meter,
+) -> Result<(), WriterExit>
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its write
+    // buffer's capacity for good, and one that had held such a frame together with events
+    // stayed at twice the frame, ~19 KiB per connection at 200 ms chunks. The frame is
+    // written at once anyway, so this costs a write only when events were waiting.
+    let alone = frame
+        .binary
+        .as_ref()
+        .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
+    if alone {
+        flush(sink, unflushed, limit).await?;
+    }
+    let (ends_turn, created) = (frame.ends_turn, frame.created);
+    // Text is not paced, so only an answer's text reads the clock here.
+    let answer_at = audio_at.or_else(|| frame.answer_text.then(Instant::now));
+    let prompted_by = frame.prompted_by;
+    let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
+    let fed = async {
+        if let Some(pcm) = frame.binary {
+            sink.feed(Message::Binary(pcm)).await?;
+            if alone {
+                sink.flush().await?;
+            }
+        }
+        sink.feed(Message::Text(frame.json.into())).await
+    };
+    within(limit, fed).await?;
+    *unflushed = true;
+    if let Some(at) = answer_at {
+        if last_answer.is_none() {
+            // The first audio or text of an answer goes out now, not with what comes next.
+            flush(sink, unflushed, limit).await?;
+            // How long the gateway took to bring an answer's first audio or text from the
+            // model is what a listener waits for beyond the model (later audio is held back
+            // for pacing on purpose).
+            meter.answer_forwarded(created);
+        }
+        *last_answer = Some(at);
+    }
+    if let Some(received) = prompted_by {
+        meter.first_answer(audio_at.is_some(), received.elapsed());
+    }
+    if ends_turn {
+        if let Some(written) = last_answer.take() {
+            meter.turn_end(written.elapsed());
+        }
+    }
+    if let Some(pcm) = sizes.0 {
+        meter.sent(true, pcm);
+    }
+    meter.sent(false, sizes.1);
+    Ok(())
 }
 
 /// Flushes what was fed to the sink, if anything was; the writer does so before it waits.
