@@ -185,6 +185,20 @@ async fn an_idle_client_is_closed_with_1008_counted_from_its_last_frame() {
 }
 
 #[tokio::test]
+async fn zero_turns_the_time_limits_off() {
+    let mut args = test_args();
+    args.idle_timeout = Duration::ZERO;
+    args.max_session_duration = Duration::ZERO;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("still here").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| text_of(e).contains("still here")));
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
 async fn a_session_is_closed_at_its_maximum_duration() {
     let mut args = test_args();
     args.max_session_duration = Duration::from_millis(500);
