@@ -602,3 +602,39 @@ async fn the_gemini_client_answers_the_servers_close_frame() {
     let answered = timeout(WAIT, server).await.unwrap().unwrap();
     assert_eq!(answered, Some(1011), "the close frame was echoed");
 }
+
+#[tokio::test]
+async fn a_blackholed_upstream_times_out_connecting() {
+    // Accepts TCP connections and never answers the WebSocket handshake.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            held.push(tcp);
+        }
+    });
+    let mut args = test_args();
+    args.model = MODEL.into();
+    args.gemini_base_url = format!("ws://{addr}");
+    args.gemini_connect_timeout = Duration::from_millis(500);
+    let server = start(args).await;
+    let started = std::time::Instant::now();
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    let error = client.next_event().await;
+    assert_eq!(error["errorCode"], "UNAVAILABLE", "{error}");
+    assert!(
+        error["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    server.shutdown(WAIT).await;
+    held.abort();
+}
