@@ -404,8 +404,7 @@ impl Connection {
             let _ = self.writer_tx.send(close).await;
         }
         drop(self.writer_tx);
-        let linger = self.gateway.writer_config.send_timeout;
-        match tokio::time::timeout(linger + Duration::from_secs(5), writer).await {
+        match tokio::time::timeout(Duration::from_secs(5), writer).await {
             Ok(Ok((exit, stats))) => log_exit(exit, stats),
             Ok(Err(error)) if error.is_cancelled() => {}
             Ok(Err(error)) => tracing::error!(%error, "writer task failed"),
@@ -532,16 +531,17 @@ where
             let commands = futures::stream::select(&mut run, ReceiverStream::new(control));
             let result = run_writer(&mut sink, commands, config, abort, meter).await;
             writer_done.fire();
-            // Keep draining after the client is gone so the run can finish committing and
-            // flushing recordings; a stalled client's close frame waits meanwhile for it to
-            // read again.
-            match &result.0 {
-                WriterExit::Stalled(reason) => {
-                    let close = close_stalled(&mut sink, reason.clone(), config.send_timeout);
-                    futures::join!(close, run.drain());
-                }
-                _ => run.drain().await,
+            // A stalled client's close frame waits for it to read again, in a task of its own
+            // (bounded): the connection, and the session's lease, do not wait for it.
+            if let WriterExit::Stalled(reason) = &result.0 {
+                let reason = reason.clone();
+                let linger =
+                    async move { close_stalled(&mut sink, reason, config.send_timeout).await };
+                tokio::spawn(linger.in_current_span());
             }
+            // Keep draining after the client is gone so the run can finish committing and
+            // flushing recordings.
+            run.drain().await;
             result
         }
         .in_current_span(),
