@@ -67,8 +67,22 @@ async fn speaking_over_the_answer_interrupts_it() {
     client.stream_pcm(&pcm).await;
     let frames = client.frames_until(|e| e["interrupted"] == true).await;
     assert!(!frames.is_empty());
-    // After `interrupted`, the next audio may only be the answer to the new utterance, which
-    // follows its transcription.
+    // As on Gemini, the interrupted turn then completes, with the usage of what was generated.
+    let cut = client.frames_until(is_turn_complete).await;
+    assert!(
+        !cut.iter().any(|f| matches!(f, Frame::Audio(_))),
+        "no audio of the interrupted answer after `interrupted`"
+    );
+    let usage = cut.iter().find_map(|f| match f {
+        Frame::Event(e) => e.get("usageMetadata"),
+        _ => None,
+    });
+    assert!(
+        usage.is_some_and(|u| u["totalTokenCount"].as_u64() > Some(0)),
+        "the interrupted turn reports its usage: {cut:?}"
+    );
+    // After it, the next audio may only be the answer to the new utterance, which follows its
+    // transcription.
     let after = client.frames_until(is_turn_complete).await;
     let transcript = after
         .iter()

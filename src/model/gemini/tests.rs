@@ -56,7 +56,8 @@ fn model_turn_audio_text_and_thoughts() {
         .unwrap();
     assert_eq!(blob.data, Bytes::from_static(&[1, 0, 2, 0, 3, 0]));
     assert_eq!(blob.mime_type, "audio/pcm;rate=24000");
-    assert_eq!(audio.content.unwrap().role.as_deref(), Some("model"));
+    // No role from Gemini, none added: ADK passes `modelTurn` on as it is.
+    assert_eq!(audio.content.unwrap().role, None);
     assert_eq!(audio.model_version.as_deref(), Some(MODEL));
 
     let text = parse(
@@ -194,6 +195,7 @@ fn setup_carries_every_setting_in_camel_case() {
     );
     assert_eq!(s["generationConfig"]["enableAffectiveDialog"], true);
     assert_eq!(s["systemInstruction"]["parts"][0]["text"], "Be brief.");
+    assert_eq!(s["systemInstruction"]["role"], "system", "as ADK sends it");
     assert_eq!(
         s["tools"][0]["functionDeclarations"][0]["name"],
         "get_current_time"

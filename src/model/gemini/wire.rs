@@ -41,7 +41,8 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
     {
         setup.insert(
             "systemInstruction".into(),
-            json!({ "parts": [{ "text": instruction }], "role": "user" }),
+            // ADK sends the instruction with the `system` role.
+            json!({ "parts": [{ "text": instruction }], "role": "system" }),
         );
     }
     if !config.tools.is_empty() {
@@ -261,10 +262,8 @@ pub fn parse_server_message(json: &[u8], model: &str) -> Result<ServerEvent, Mod
             || content.turn_complete
             || content.interrupted
             || content.generation_complete;
-        response.content = turn.map(|mut c| {
-            c.role.get_or_insert_with(|| "model".into());
-            c
-        });
+        // The role stays as Gemini sent it (usually absent), as ADK passes it on.
+        response.content = turn;
         response.turn_complete = content.turn_complete;
         response.interrupted = content.interrupted;
         response.generation_complete = content.generation_complete;
