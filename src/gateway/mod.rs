@@ -308,8 +308,8 @@ async fn ws_upgrade(
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let ids = PathId::parse("user id", &user_id)
-        .and_then(|u| Ok((u, PathId::parse("session id", &session_id)?)));
+    let ids =
+        PathId::parse("user id", &user_id).and_then(|u| Ok((u, PathId::new_session(&session_id)?)));
     let (user_id, session_id) = match ids {
         Ok(ids) => ids,
         Err(message) => return bad_request(message),
