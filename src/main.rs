@@ -170,9 +170,14 @@ async fn loadtest(args: livegate::loadtest::LoadtestArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Logs go to stderr (stdout carries the listening address and reports), coloured only when
+/// stderr is a terminal, so a log file or a pipe gets no escape codes.
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
