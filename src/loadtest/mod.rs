@@ -72,9 +72,11 @@ pub struct LoadtestArgs {
     /// Extra query string for each connection, e.g. `audio=base64`.
     #[arg(long, default_value = "")]
     pub query: String,
-    /// The model's own delay from the end of speech to its answer (the sim's end-of-speech
-    /// silence plus its reply delay): gateway-added latency is timed from the frame that ends it.
-    #[arg(long, default_value_t = 500.0)]
+    /// The model's own delay from the end of speech to its answer, not counted as
+    /// gateway-added: gateway-added latency is timed from the frame that ends it. The default is
+    /// the sim's with its defaults: 500 ms of end-of-speech silence plus its 150 ms reply delay
+    /// (with `--sim-reply-delay-ms 0` on the gateway, use 500).
+    #[arg(long, default_value_t = sim_model_delay_ms())]
     pub model_delay_ms: f64,
     /// The gateway's process id: sample its CPU time and memory from /proc, with how long its
     /// threads waited for a CPU and what its sockets left unread. Without it, CPU time and memory
@@ -94,6 +96,13 @@ pub struct LoadtestArgs {
     /// No progress line.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// The sim's own delay with its default settings: the silence that ends an utterance, then its
+/// reply delay.
+pub fn sim_model_delay_ms() -> f64 {
+    let sim = crate::model::sim::SimConfig::default();
+    f64::from(sim.vad_silence_ms) + sim.reply_delay.as_secs_f64() * 1000.0
 }
 
 /// Why a load test could not run.
