@@ -48,8 +48,6 @@ API_KEY = "test-key"
 # ending the turn, which ADK on 2.5 waits for; so tools are compared on 3.x.
 MODEL_25 = "gemini-2.5-flash-native-audio-preview-12-2025"
 MODEL_3 = "gemini-3.1-flash-live-preview"
-# Fields ADK adds that livegate deliberately leaves out (PROTOCOL.md, "Differences from ADK").
-ADK_ONLY = {MODEL_25: set(), MODEL_3: {"groundingMetadata"}}
 
 
 def start_gateway(binary):
@@ -235,10 +233,9 @@ async def same_fields_as_adk(binary, model):
         for name, modality, inputs in turns:
             adk = await adk_turn(runner, name, modality, inputs)
             ours = await livegate_turn(addr, name, modality, inputs)
-            skip = ADK_ONLY[model]
             # A tool's result is the tool's own JSON, not the runtime's.
-            shape = lambda e: frozenset(p for p in field_paths(e) if p.split(".")[0] not in skip
-                                        and not p.startswith("content.parts[].functionResponse.response."))
+            shape = lambda e: frozenset(p for p in field_paths(e)
+                                        if not p.startswith("content.parts[].functionResponse.response."))
             adk_shapes, our_shapes = {shape(e) for e in adk}, {shape(e) for e in ours}
             if adk_shapes != our_shapes:
                 only_adk = [sorted(s) for s in adk_shapes - our_shapes]

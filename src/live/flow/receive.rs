@@ -115,6 +115,7 @@ impl ResponseProcessor {
             let mut event = self.agent_event(&model_version);
             event.turn_complete = Some(true);
             event.interrupted = response.interrupted.then_some(true);
+            event.grounding_metadata = response.grounding_metadata;
             steps.push(Step::Emit(event));
         } else if response.interrupted {
             if self.record_audio {

@@ -46,6 +46,27 @@ fn setup_complete_and_empty_messages() {
 }
 
 #[test]
+fn turn_complete_has_grounding_as_adk_reports_it() {
+    let complete = br#"{"serverContent":{"turnComplete":true}}"#;
+    let on = |model: &str, json: &[u8]| match parse_server_message(json, model).unwrap() {
+        ServerEvent::Response(r) => r.grounding_metadata,
+        other => panic!("{other:?}"),
+    };
+    // ADK gives 3.x live models' turnComplete an empty grounding object, and 2.5's none.
+    assert_eq!(
+        on("gemini-3.1-flash-live-preview", complete),
+        Some(json!({}))
+    );
+    assert_eq!(on(MODEL, complete), None);
+    // What the model sent is kept.
+    let grounded = br#"{"serverContent":{"turnComplete":true,"groundingMetadata":{"webSearchQueries":["q"]}}}"#;
+    assert_eq!(
+        on(MODEL, grounded),
+        Some(json!({"webSearchQueries": ["q"]}))
+    );
+}
+
+#[test]
 fn model_turn_audio_text_and_thoughts() {
     let audio = parse(
         r#"{"serverContent":{"modelTurn":{"parts":[{"inlineData":{"mimeType":"audio/pcm;rate=24000","data":"AQACAAMA"}}]}}}"#,
