@@ -23,7 +23,7 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         idle: false,
         in_phase: false,
         query: String::new(),
-        model_delay_ms: 500.0,
+        model_delay_ms: None,
         server_pid: None,
         metrics_url: None,
         report: None,
@@ -64,7 +64,9 @@ async fn a_small_load_reports_consistent_counts() {
     assert_eq!(report.interrupted, 0);
     assert_eq!(report.timeouts_with_unread, 0);
     assert!(report.latency_ms.p50 > 0.0);
-    // Gateway-added time starts when the sim's 500 ms of end-of-speech silence has been sent.
+    // Gateway-added time starts when the sim's 500 ms of end-of-speech silence has been sent
+    // (with no reply delay): the gateway's /metrics said so.
+    assert_eq!(report.model_delay_ms, 500.0);
     assert_eq!(report.gateway_latency_ms.count, 20);
     assert!(
         report.gateway_latency_ms.p50 + 400.0 < report.latency_ms.p50,

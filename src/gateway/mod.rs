@@ -160,7 +160,11 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
-        metrics: metrics::Metrics::default(),
+        // The sim's delay is known; a load test reads it from here.
+        metrics: match args.model.as_str() {
+            "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
+            _ => metrics::Metrics::default(),
+        },
         connections: TaskTracker::new(),
     });
     let listener = TcpListener::bind(args.bind)
