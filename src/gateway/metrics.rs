@@ -143,6 +143,8 @@ pub struct Metrics {
     connections: Gauge,
     reconnects: Counter,
     meter: Meter,
+    /// What the connection limits refused.
+    pub limits: super::limits::LimitCounters,
 }
 
 impl Default for Metrics {
@@ -266,11 +268,13 @@ impl Default for Metrics {
             turn_end,
             events: Arc::new(events),
         };
+        let limits = super::limits::LimitCounters::register(registry);
         Metrics {
             registry: root,
             connections,
             reconnects,
             meter,
+            limits,
         }
     }
 }
