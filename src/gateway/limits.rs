@@ -53,6 +53,8 @@ pub struct LimitCounters {
     shed: Counter,
     accept_errors: Counter,
     header_timeouts: Counter,
+    /// Certificate reloads that failed (the previous certificate stayed in service).
+    pub tls_reload_failures: Counter,
 }
 
 impl LimitCounters {
@@ -78,6 +80,11 @@ impl LimitCounters {
             "connection_errors",
             "Connections that ended with an HTTP error (header timeout, bad request, reset)",
             counters.header_timeouts.clone(),
+        );
+        registry.register(
+            "tls_reload_failures",
+            "Changed TLS certificate or key files that could not be loaded (the previous pair stays in service)",
+            counters.tls_reload_failures.clone(),
         );
         counters
     }

@@ -120,6 +120,8 @@ pub enum StartError {
 pub struct Server {
     /// The address it listens on.
     pub addr: SocketAddr,
+    /// `https` with TLS, else `http`.
+    pub scheme: &'static str,
     gateway: Arc<Gateway>,
     task: JoinHandle<()>,
 }
@@ -163,9 +165,11 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         events: args.history_max_events,
         bytes: args.history_max_bytes,
     };
+    let metrics = metrics::Metrics::default();
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Arc::new(
-            tls::ReloadingTls::open(cert, key).map_err(|e| StartError::Tls(e.to_string()))?,
+            tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
+                .map_err(|e| StartError::Tls(e.to_string()))?,
         )),
         (None, None) => None,
         _ => {
@@ -174,7 +178,6 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
             ))
         }
     };
-    let metrics = metrics::Metrics::default();
     let limits = Arc::new(limits::Limits::new(
         limits::LimitSettings {
             max_connections: args.max_connections,
@@ -236,6 +239,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     ));
     Ok(Server {
         addr,
+        scheme,
         gateway,
         task,
     })

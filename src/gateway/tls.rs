@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use prometheus_client::metrics::counter::Counter;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
@@ -29,6 +30,7 @@ pub struct ReloadingTls {
     cert: PathBuf,
     key: PathBuf,
     current: Mutex<Current>,
+    failures: Counter,
 }
 
 impl std::fmt::Debug for ReloadingTls {
@@ -42,7 +44,8 @@ impl std::fmt::Debug for ReloadingTls {
 
 impl ReloadingTls {
     /// Loads the certificate chain and key; an error names the file that is wrong.
-    pub fn open(cert: &Path, key: &Path) -> io::Result<Self> {
+    /// Failed reloads are counted in `failures`.
+    pub fn open(cert: &Path, key: &Path, failures: Counter) -> io::Result<Self> {
         let stamp = stamp(cert, key);
         let acceptor = load(cert, key)?;
         Ok(ReloadingTls {
@@ -53,6 +56,7 @@ impl ReloadingTls {
                 stamp,
                 checked: Instant::now(),
             }),
+            failures,
         })
     }
 
@@ -72,6 +76,7 @@ impl ReloadingTls {
                         tracing::info!(cert = %self.cert.display(), "TLS certificate reloaded");
                     }
                     Err(error) => {
+                        self.failures.inc();
                         tracing::warn!(%error, "TLS certificate not reloaded; serving the previous one");
                     }
                 }
