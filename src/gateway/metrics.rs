@@ -197,6 +197,12 @@ impl Default for Metrics {
             "Error events of live runs by error code",
             errors.clone(),
         );
+        let recordings_dropped = Counter::default();
+        registry.register(
+            "recordings_dropped",
+            "Times recording audio was dropped because it could not be saved and reached the memory cap",
+            recordings_dropped.clone(),
+        );
         let artifacts = Family::<[(&'static str, &'static str); 1], Counter>::default();
         registry.register(
             "artifacts_saved",
@@ -257,6 +263,7 @@ impl Default for Metrics {
             errors,
             recordings,
             agent_artifacts,
+            recordings_dropped,
         };
         let meter = Meter {
             inbound: way("in"),
@@ -348,6 +355,7 @@ struct EventCounters {
     errors: Family<[(&'static str, String); 1], Counter>,
     recordings: Counter,
     agent_artifacts: Counter,
+    recordings_dropped: Counter,
 }
 
 impl EventCounters {
@@ -366,6 +374,9 @@ impl EventCounters {
             self.errors
                 .get_or_create(&[("code", error_label(code).to_owned())])
                 .inc();
+            if code == crate::live::flow::RECORDING_DROPPED {
+                self.recordings_dropped.inc();
+            }
         }
         // Recordings are announced as `fileData` parts pointing at artifacts; tools and callbacks
         // report what they saved in the artifact delta.
