@@ -169,6 +169,10 @@ pub struct ServeArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "LIVEGATE_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Most recording audio one connection holds in memory when it cannot be saved (a full disk);
+    /// beyond it audio is dropped with an error event (0: no cap).
+    #[arg(long, env = "LIVEGATE_MAX_UNSAVED_RECORDING_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES)]
+    pub max_unsaved_recording_bytes: usize,
 }
 
 impl ServeArgs {
@@ -209,6 +213,7 @@ impl ServeArgs {
             ready_checks_model: false,
             tls_cert: None,
             tls_key: None,
+            max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
         }
     }
 
@@ -314,6 +319,7 @@ struct FileConfig {
     ready_checks_model: Option<bool>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    max_unsaved_recording_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -424,6 +430,7 @@ impl ServeArgs {
                 self.tls_key = Some(key);
             }
         }
+        fill!(max_unsaved_recording_bytes);
         Ok(())
     }
 }
@@ -479,6 +486,37 @@ mod tests {
         assert_eq!(args.sim_pacing, SimPacingArg::Burst);
         assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn limits_and_tls_come_from_flags_or_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "max-connections = 7\nmax_sessions_per_user = 3\ntrusted-proxies = [\"10.0.0.0/8\", \"192.0.2.1\"]\nheader-read-timeout-secs = 4\ntls-cert = \"c.pem\"\ntls-key = \"k.pem\"\nmax-unsaved-recording-bytes = 1024\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--max-connections", "9"]).unwrap();
+        assert_eq!(args.max_connections, 9, "the flag wins");
+        assert_eq!(args.max_sessions_per_user, 3);
+        assert_eq!(args.header_read_timeout_secs, 4);
+        assert_eq!(args.max_unsaved_recording_bytes, 1024);
+        assert_eq!(
+            args.trusted_proxies,
+            vec![
+                "10.0.0.0/8".parse::<ipnet::IpNet>().unwrap(),
+                "192.0.2.1/32".parse().unwrap()
+            ]
+        );
+        assert_eq!(args.tls_cert, Some(PathBuf::from("c.pem")));
+        let defaults = parse(&["livegate"]).unwrap();
+        assert_eq!(defaults.connections_per_second, 20);
+        assert_eq!(defaults.tls_cert, None);
+        std::fs::write(&path, "trusted-proxies = [\"not-an-ip\"]").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("trusted_proxies"), "{error}");
     }
 
     #[test]

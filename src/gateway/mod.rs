@@ -165,6 +165,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         events: args.history_max_events,
         bytes: args.history_max_bytes,
     };
+    crate::live::flow::set_max_unsaved_bytes(args.max_unsaved_recording_bytes);
     let metrics = metrics::Metrics::default();
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Arc::new(
