@@ -404,6 +404,40 @@ async fn readyz_is_not_ready_when_the_data_dir_cannot_be_written() {
     server.shutdown(WAIT).await;
 }
 
+#[tokio::test]
+async fn readyz_checks_the_model_only_when_asked() {
+    // Something listening where the model is: a connect succeeds.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = upstream.local_addr().unwrap();
+    let gemini = |check: bool| {
+        let mut args = test_args();
+        args.model = "gemini-live-2.5-flash-preview".into();
+        args.gemini_base_url = format!("ws://{up}");
+        args.ready_checks_model = check;
+        args
+    };
+    let server = start(gemini(true)).await;
+    let unchecked = start(gemini(false)).await;
+    assert_eq!(request(server.addr, "/readyz", &[]).await.0, 200);
+    drop(upstream);
+    // Cached for a second; poll (bounded) for the next answer.
+    let body = timeout(WAIT, async {
+        loop {
+            let (status, body) = request(server.addr, "/readyz", &[]).await;
+            if status == 503 {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("not ready once the model is gone");
+    assert!(body.contains("model unreachable"), "{body}");
+    assert_eq!(request(unchecked.addr, "/readyz", &[]).await.0, 200);
+    server.shutdown(WAIT).await;
+    unchecked.shutdown(WAIT).await;
+}
+
 fn tls_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/tls")
