@@ -335,6 +335,38 @@ async fn a_page_of_history_reads_only_that_page_from_the_store() {
 }
 
 #[tokio::test]
+async fn a_live_run_reads_only_its_bounded_history() {
+    let mut args = test_args();
+    args.history_max_events = 40;
+    let server = start(args).await;
+    let sessions = server.gateway().runner.sessions.clone();
+    let mut session = sessions
+        .create_session("livegate", "u1", Some("long"), Default::default())
+        .await
+        .unwrap();
+    let events: Vec<Event> = (0..2_000)
+        .map(|i| Event {
+            content: Some(Content::text("user", format!("message {i}"))),
+            ..Event::new("e-1", "user")
+        })
+        .collect();
+    for outcome in sessions.append_events(&mut session, events).await {
+        outcome.expect("event stored");
+    }
+    let before = sessions.events_read();
+    let mut client = Client::connect(server.addr, "u1", "long", "modality=TEXT").await;
+    client.send_text("what did I say last?").await;
+    client.events_until_turn_complete().await;
+    client.close().await;
+    let read = sessions.events_read() - before;
+    assert!(
+        read <= 2 * 40,
+        "a live run read {read} events of a 2,000-event session"
+    );
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
 async fn listing_artifacts_reads_metadata_never_their_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(durable_args(dir.path())).await;
