@@ -138,8 +138,7 @@ pub(super) async fn serve(
     });
     let connections = TaskTracker::new();
     let mut backoff = MIN_ACCEPT_BACKOFF;
-    let mut last_logged: Option<Instant> = None;
-    let mut unlogged = 0u64;
+    let mut log = LogThrottle::default();
     loop {
         let accepted = tokio::select! {
             biased;
@@ -159,12 +158,8 @@ pub(super) async fn serve(
                 if shed {
                     shared.limits.counters.shed();
                 }
-                if last_logged.is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY) {
-                    tracing::warn!(%error, suppressed = unlogged, shed, "could not accept a connection; backing off");
-                    last_logged = Some(Instant::now());
-                    unlogged = 0;
-                } else {
-                    unlogged += 1;
+                if let Some(suppressed) = log.ready(Instant::now()) {
+                    tracing::warn!(%error, suppressed, shed, "could not accept a connection; backing off");
                 }
                 tokio::select! {
                     _ = shutdown.fired() => break,
@@ -192,6 +187,28 @@ pub(super) async fn serve(
         .is_err()
     {
         tracing::warn!("HTTP connections did not finish within the grace period");
+    }
+}
+
+/// Lets a repeated log line out at most once per [`ACCEPT_LOG_EVERY`].
+#[derive(Debug, Default)]
+struct LogThrottle {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogThrottle {
+    /// `Some(lines held back since the last one)` if a line may be logged at `now`.
+    fn ready(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < ACCEPT_LOG_EVERY)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
     }
 }
 
@@ -324,6 +341,20 @@ fn too_many_connections() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accept_errors_are_logged_at_most_once_a_second() {
+        let mut log = LogThrottle::default();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        assert_eq!(log.ready(at(0)), Some(0));
+        let logged: Vec<_> = (1..2_000).filter_map(|ms| log.ready(at(ms))).collect();
+        assert_eq!(
+            logged,
+            vec![999],
+            "one more line after a second, with the count held back"
+        );
+    }
 
     #[test]
     fn the_oldest_unfinished_connection_makes_room() {
