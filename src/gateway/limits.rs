@@ -232,7 +232,7 @@ impl Limits {
             rate.retain_recent();
             rate.shrink_to_fit();
         }
-        let allowed = rate.check_key(&client).is_ok();
+        let allowed = rate.check_key(&rate_key(client)).is_ok();
         if !allowed {
             self.counters.refused(Refused::Rate);
         }
@@ -270,6 +270,18 @@ impl Limits {
             .trusted_proxies
             .iter()
             .any(|net| net.contains(&addr))
+    }
+}
+
+/// The bucket an address counts against: itself, or for IPv6 its /64, which one subscriber
+/// usually holds whole (counting single addresses would give them 2^64 buckets).
+fn rate_key(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+        v4 => v4,
     }
 }
 
@@ -361,5 +373,11 @@ mod tests {
         assert!(l.allow_new_connection(b));
         let local: IpAddr = "127.0.0.1".parse().unwrap();
         assert!((0..100).all(|_| l.allow_new_connection(local)));
+        // One IPv6 /64 is one bucket.
+        let v6 = |a: &str| a.parse::<IpAddr>().unwrap();
+        assert!(l.allow_new_connection(v6("2001:db8::1")));
+        assert!(l.allow_new_connection(v6("2001:db8::2")));
+        assert!(!l.allow_new_connection(v6("2001:db8::3")));
+        assert!(l.allow_new_connection(v6("2001:db8:0:1::1")));
     }
 }
