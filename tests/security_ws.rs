@@ -292,7 +292,7 @@ async fn a_burst_of_bad_frames_is_counted_but_logged_at_most_once_a_second() {
         ])
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("livegate runs");
@@ -309,14 +309,11 @@ async fn a_burst_of_bad_frames_is_counted_but_logged_at_most_once_a_second() {
     })
     .await
     .expect("starts in time");
-    // One task reads the log to the end, so the child never blocks on a full pipe.
-    let log = tokio::spawn(async move {
-        let mut bad = 0;
-        while let Ok(Some(line)) = lines.next_line().await {
-            bad += usize::from(line.contains("bad client frame"));
-        }
-        bad
-    });
+    // One task reads each stream to the end, so the child never blocks on a full pipe; logs go
+    // to stderr, but a line is counted wherever it shows up.
+    let log = tokio::spawn(bad_frame_lines(lines));
+    let stderr = BufReader::new(gateway.stderr.take().unwrap()).lines();
+    let error_log = tokio::spawn(bad_frame_lines(stderr));
 
     const CONNECTIONS: usize = 3;
     const FRAMES: usize = 1000;
@@ -350,11 +347,23 @@ async fn a_burst_of_bad_frames_is_counted_but_logged_at_most_once_a_second() {
     assert_eq!(counted, Some((CONNECTIONS * FRAMES) as f64), "{metrics}");
     let _ = gateway.start_kill();
     let _ = timeout(WAIT, gateway.wait()).await;
-    let logged = timeout(WAIT, log).await.unwrap().unwrap();
+    let logged = timeout(WAIT, log).await.unwrap().unwrap()
+        + timeout(WAIT, error_log).await.unwrap().unwrap();
     // Once per connection, then at most once a second each.
     assert!(
         logged >= CONNECTIONS && logged <= CONNECTIONS * (seconds + 2),
         "{logged} log lines for {} bad frames in {seconds} s",
         CONNECTIONS * FRAMES
     );
+}
+
+/// Counts the "bad client frame" lines of a log stream, to its end.
+async fn bad_frame_lines<R: tokio::io::AsyncRead + Unpin>(
+    mut lines: tokio::io::Lines<BufReader<R>>,
+) -> usize {
+    let mut bad = 0;
+    while let Ok(Some(line)) = lines.next_line().await {
+        bad += usize::from(line.contains("bad client frame"));
+    }
+    bad
 }
