@@ -23,6 +23,7 @@ use super::registry::Lease;
 use super::writer::{close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats};
 use super::Gateway;
 use crate::event::Event;
+use crate::live::flow::RECORDING_DROPPED;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
 use crate::model::Modality;
 use crate::signal::Signal;
@@ -596,10 +597,14 @@ impl Stream for RunFrames {
         while let Some(meter) = &this.meter {
             match ready!(this.events.poll_next_unpin(cx)) {
                 Some(event) => {
-                    // The recordings a run flushes as it ends come after its last word.
+                    // The recordings a run flushes as it ends come after its last word, and a
+                    // recording that could not be kept is no failure of the run.
                     if !announces_recordings(&event) {
-                        this.failed
-                            .store(event.error_code.is_some(), Ordering::Relaxed);
+                        let failed = event
+                            .error_code
+                            .as_deref()
+                            .is_some_and(|code| code != RECORDING_DROPPED);
+                        this.failed.store(failed, Ordering::Relaxed);
                     }
                     if let Some(command) = encoded(meter.counted(event), this.mode) {
                         return Poll::Ready(Some(command));
