@@ -65,7 +65,8 @@ pub struct ServeArgs {
     /// Where the default SQLite file and artifact folder live.
     #[arg(long, env = "LIVEGATE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
-    /// Session store: `memory:` or `sqlite://PATH` [default: sqlite://{data-dir}/livegate.db].
+    /// Session store: `memory:`, `sqlite://PATH` or `postgres://USER@HOST/DB` (shared by several
+    /// nodes) [default: sqlite://{data-dir}/livegate.db].
     #[arg(long, env = "LIVEGATE_SESSION_STORE")]
     pub session_store: Option<String>,
     /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
@@ -127,6 +128,14 @@ pub struct ServeArgs {
     /// Application name (first part of session and artifact keys).
     #[arg(long, env = "LIVEGATE_APP_NAME", default_value = "livegate")]
     pub app_name: String,
+    /// With a `postgres://` session store: how long a node's session leases outlive its last
+    /// renewal, in milliseconds (a node that dies loses its sessions to other nodes after this).
+    #[arg(long, env = "LIVEGATE_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// On SIGTERM or Ctrl-C, how long live connections get to end, flush and close with 1012,
+    /// in seconds.
+    #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
+    pub drain_timeout: u64,
 }
 
 impl ServeArgs {
@@ -156,6 +165,8 @@ impl ServeArgs {
             sim_chunk_ms: None,
             web_root: None,
             app_name: "livegate".into(),
+            lease_ttl_ms: 10_000,
+            drain_timeout: 10,
         }
     }
 
@@ -250,6 +261,8 @@ struct FileConfig {
     sim_chunk_ms: Option<u32>,
     web_root: Option<PathBuf>,
     app_name: Option<String>,
+    lease_ttl_ms: Option<u64>,
+    drain_timeout: Option<u64>,
 }
 
 impl ServeArgs {
@@ -333,6 +346,8 @@ impl ServeArgs {
                 self.web_root = Some(root);
             }
         }
+        fill!(lease_ttl_ms);
+        fill!(drain_timeout);
         Ok(())
     }
 }
