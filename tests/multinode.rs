@@ -407,3 +407,66 @@ async fn sigterm_drains_with_1012_after_saving_and_the_client_continues_elsewher
     assert!(one_run_at_a_time(&session.events));
     b.shutdown(WAIT).await;
 }
+
+/// The next `liveSessionResumptionUpdate`'s handle (it follows a turn's `turnComplete`).
+async fn next_handle(client: &mut Client) -> String {
+    loop {
+        let event = client.next_event().await;
+        if let Some(handle) = event["liveSessionResumptionUpdate"]["newHandle"].as_str() {
+            return handle.to_owned();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moving_to_another_node_resumes_the_models_own_context() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    // Both nodes talk to one Gemini Live server (here `mock-gemini`), as a deployment does.
+    let upstream = livegate::mockgemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate::mockgemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let artifacts = tempfile::tempdir().unwrap();
+    let gemini = |mut args: ServeArgs| {
+        args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+        args.gemini_base_url = format!("ws://{}", upstream.addr);
+        args
+    };
+    let a = start(gemini(node_args(&url, artifacts.path()))).await;
+    let b = start(gemini(node_args(&url, artifacts.path()))).await;
+
+    let mut client = Client::connect(a.addr, "u1", "travels", "modality=TEXT").await;
+    client.send_text("hello from node a").await;
+    let first = next_handle(&mut client).await;
+    client.close().await;
+
+    let mut client = Client::connect(b.addr, "u1", "travels", "modality=TEXT").await;
+    client.send_text("hello from node b").await;
+    let second = next_handle(&mut client).await;
+    client.close().await;
+    let model_session = |h: &str| h.rsplit_once('-').map(|(id, _)| id.to_owned());
+    assert_eq!(
+        model_session(&second),
+        model_session(&first),
+        "node B resumed node A's model session: {first} then {second}"
+    );
+    timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+    let store = PostgresSessionService::open(&url).await.unwrap();
+    assert_eq!(
+        store
+            .resumption_handle("livegate", "u1", "travels")
+            .await
+            .unwrap(),
+        Some(second)
+    );
+    a.shutdown(WAIT).await;
+    b.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

@@ -109,6 +109,17 @@ impl Runner {
         if start.name() != self.agent.name() {
             tracing::info!(agent = start.name(), "resuming the agent that last spoke");
         }
+        let resume = match &run_config.session_resumption {
+            Some(resumption) if resumption.handle.is_none() => self
+                .sessions
+                .resumption_handle(&self.app_name, user_id, session_id)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "could not read the stored resumption handle");
+                    None
+                }),
+            _ => None,
+        };
         Ok(self.drive(
             new_invocation_id(),
             session,
@@ -117,6 +128,7 @@ impl Runner {
             run_config,
             Mode::Live,
             None,
+            resume,
         ))
     }
 
@@ -162,6 +174,15 @@ impl Runner {
         user_event.content = Some(message.clone());
         user_event.actions.state_delta = state_delta;
         self.sessions.append_event(&mut session, user_event).await?;
+        // The model's live context no longer holds the whole conversation: the next live run
+        // replays the history instead of resuming it.
+        if let Err(error) = self
+            .sessions
+            .set_resumption_handle(&self.app_name, user_id, session_id, None)
+            .await
+        {
+            tracing::warn!(%error, "could not clear the stored resumption handle");
+        }
 
         // The queue stays open (its sender lives in the drive) until the turn is over.
         let (queue, requests) = live_request_queue(4);
@@ -173,6 +194,7 @@ impl Runner {
             run_config,
             Mode::Turn { streaming },
             Some(message),
+            None,
         );
         let events = run.events;
         run.events = async_stream::stream! {
@@ -196,6 +218,7 @@ impl Runner {
         run_config: RunConfig,
         mode: Mode,
         prompt: Option<Content>,
+        resume: Option<String>,
     ) -> LiveRun {
         let mut invocation = Invocation::new(
             invocation_id.clone(),
@@ -216,6 +239,7 @@ impl Runner {
             mode,
             prompt,
             handoff_delay: self.handoff_delay,
+            resume,
         };
         LiveRun {
             invocation_id,

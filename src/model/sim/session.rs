@@ -4,7 +4,7 @@
 //! the next message is due, and sends it only when the flow has room (`reserve`). So speech that
 //! arrives while an answer is being paced, or while the flow is slow to read, still barges in.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -121,6 +121,57 @@ struct AwaitingTools {
     prompt: PromptTokens,
 }
 
+/// How long the sim remembers the context a handle resumes (Gemini keeps it two hours).
+const HANDLE_LIFETIME: Duration = Duration::from_secs(2 * 60 * 60);
+/// Most handles the sim remembers at once; the oldest are forgotten first.
+const MAX_REMEMBERED_HANDLES: usize = 10_000;
+
+/// What the sim remembers of its sessions by resumption handle, as Gemini does on its servers:
+/// the context a handle resumes. Process-wide, so a handle is good on any later connection to
+/// this process, and so for every gateway node that shares one `mock-gemini`.
+static REMEMBERED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, (PromptTokens, Instant)>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn remembered() -> std::sync::MutexGuard<'static, HashMap<String, (PromptTokens, Instant)>> {
+    REMEMBERED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Remembers the context `handle` resumes.
+fn remember(handle: &str, context: PromptTokens) {
+    let mut handles = remembered();
+    let now = Instant::now();
+    if handles.len() >= MAX_REMEMBERED_HANDLES {
+        handles.retain(|_, (_, at)| now.duration_since(*at) < HANDLE_LIFETIME);
+    }
+    while handles.len() >= MAX_REMEMBERED_HANDLES {
+        let oldest = handles
+            .iter()
+            .min_by_key(|(_, (_, at))| *at)
+            .map(|(handle, _)| handle.clone());
+        match oldest {
+            Some(handle) => handles.remove(&handle),
+            None => break,
+        };
+    }
+    handles.insert(handle.to_owned(), (context, now));
+}
+
+/// The context a handle resumes, if the sim issued it and still remembers it.
+fn recall(handle: &str) -> Option<PromptTokens> {
+    remembered()
+        .get(handle)
+        .filter(|(_, at)| at.elapsed() < HANDLE_LIFETIME)
+        .map(|(context, _)| *context)
+}
+
+/// True if a connection may resume with this handle: the sim issued it, in this process, and
+/// still remembers its context.
+pub fn knows_handle(handle: &str) -> bool {
+    recall(handle).is_some()
+}
+
 /// Session resumption handles: `sim-{id}-{n}`.
 struct Resumption {
     id: String,
@@ -185,6 +236,12 @@ impl Session {
             .session_resumption
             .as_ref()
             .map(|r| Resumption::new(r.handle.as_deref()));
+        // A resumed session carries on with the context it had, not the one sent now.
+        let resumed = config
+            .session_resumption
+            .as_ref()
+            .and_then(|r| r.handle.as_deref())
+            .and_then(recall);
         Session {
             vad: Vad::new(vad_settings(&sim), DEFAULT_INPUT_RATE),
             rate: DEFAULT_INPUT_RATE,
@@ -196,10 +253,10 @@ impl Session {
             hearing: None,
             activity_start: None,
             pending_text: Vec::new(),
-            context: PromptTokens {
+            context: resumed.unwrap_or(PromptTokens {
                 text: instruction + history,
                 audio: 0,
-            },
+            }),
             immediate: VecDeque::new(),
             answers: VecDeque::new(),
             resumption,
@@ -230,6 +287,9 @@ impl Session {
         if message.as_ref().is_some_and(|m| m.turn_complete) {
             if let Some(resumption) = &mut self.resumption {
                 let update = resumption.next();
+                if let Some(handle) = &update.new_handle {
+                    remember(handle, self.context);
+                }
                 self.immediate.push_back((
                     Instant::now(),
                     LlmResponse {
