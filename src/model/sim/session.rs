@@ -123,47 +123,71 @@ struct AwaitingTools {
 
 /// How long the sim remembers the context a handle resumes (Gemini keeps it two hours).
 const HANDLE_LIFETIME: Duration = Duration::from_secs(2 * 60 * 60);
-/// Most handles the sim remembers at once; the oldest are forgotten first.
+/// Most model sessions the sim remembers at once; the oldest are forgotten first.
 const MAX_REMEMBERED_HANDLES: usize = 10_000;
 
-/// What the sim remembers of its sessions by resumption handle, as Gemini does on its servers:
-/// the context a handle resumes. Process-wide, so a handle is good on any later connection to
-/// this process, and so for every gateway node that shares one `mock-gemini`.
-static REMEMBERED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, (PromptTokens, Instant)>>> =
+/// What the sim remembers of its sessions, as Gemini does on its servers: per model session
+/// (the `{id}` of its `sim-{id}-{n}` handles) the last handle's number and the context it
+/// resumes. Process-wide, so a handle is good on any later connection to this process, and so
+/// for every gateway node that shares one `mock-gemini`. One entry per model session, not per
+/// handle, so the map grows with sessions rather than turns.
+static REMEMBERED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, Remembered>>> =
     std::sync::LazyLock::new(Default::default);
 
-fn remembered() -> std::sync::MutexGuard<'static, HashMap<String, (PromptTokens, Instant)>> {
+#[derive(Debug, Clone, Copy)]
+struct Remembered {
+    count: u64,
+    context: PromptTokens,
+    at: Instant,
+}
+
+fn remembered() -> std::sync::MutexGuard<'static, HashMap<String, Remembered>> {
     REMEMBERED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Remembers the context `handle` resumes.
-fn remember(handle: &str, context: PromptTokens) {
-    let mut handles = remembered();
-    let now = Instant::now();
-    if handles.len() >= MAX_REMEMBERED_HANDLES {
-        handles.retain(|_, (_, at)| now.duration_since(*at) < HANDLE_LIFETIME);
-    }
-    while handles.len() >= MAX_REMEMBERED_HANDLES {
-        let oldest = handles
-            .iter()
-            .min_by_key(|(_, (_, at))| *at)
-            .map(|(handle, _)| handle.clone());
-        match oldest {
-            Some(handle) => handles.remove(&handle),
-            None => break,
-        };
-    }
-    handles.insert(handle.to_owned(), (context, now));
+/// `sim-{id}-{n}` → (id, n).
+fn parse_handle(handle: &str) -> Option<(&str, u64)> {
+    let (id, count) = handle.strip_prefix("sim-")?.rsplit_once('-')?;
+    Some((id, count.parse().ok()?))
 }
 
-/// The context a handle resumes, if the sim issued it and still remembers it.
+/// Remembers the context `handle` resumes.
+fn remember(handle: &str, context: PromptTokens) {
+    let Some((id, count)) = parse_handle(handle) else {
+        return;
+    };
+    let mut sessions = remembered();
+    let now = Instant::now();
+    if sessions.len() >= MAX_REMEMBERED_HANDLES && !sessions.contains_key(id) {
+        sessions.retain(|_, r| now.duration_since(r.at) < HANDLE_LIFETIME);
+        if sessions.len() >= MAX_REMEMBERED_HANDLES {
+            // Forget the oldest tenth at once, so a full map is swept rarely.
+            let mut ages: Vec<Instant> = sessions.values().map(|r| r.at).collect();
+            ages.sort_unstable();
+            let cutoff = ages[ages.len() / 10];
+            sessions.retain(|_, r| r.at > cutoff);
+        }
+    }
+    sessions.insert(
+        id.to_owned(),
+        Remembered {
+            count,
+            context,
+            at: now,
+        },
+    );
+}
+
+/// The context a handle resumes, if the sim issued it and still remembers its session (an
+/// older handle of the session resumes its latest context).
 fn recall(handle: &str) -> Option<PromptTokens> {
+    let (id, count) = parse_handle(handle)?;
     remembered()
-        .get(handle)
-        .filter(|(_, at)| at.elapsed() < HANDLE_LIFETIME)
-        .map(|(context, _)| *context)
+        .get(id)
+        .filter(|r| count <= r.count && r.at.elapsed() < HANDLE_LIFETIME)
+        .map(|r| r.context)
 }
 
 /// True if a connection may resume with this handle: the sim issued it, in this process, and
