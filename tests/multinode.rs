@@ -289,8 +289,20 @@ async fn a_client_on_another_node_takes_the_session_over() {
     let session = stored(&url, "contested").await;
     assert!(one_run_at_a_time(&session.events), "{:?}", session.events);
     assert!(said(&session.events, "hello from the other node"));
-    second.close().await;
+
+    // A third node takes it from the second in turn.
+    let c = start(node_args(&url, artifacts.path())).await;
+    let mut third = Client::connect(c.addr, "u1", "contested", "modality=TEXT").await;
+    third.send_text("and hello from a third").await;
+    assert_eq!(close_code(&mut second).await, Some(CLOSE_TAKEN_OVER));
+    third.events_until_turn_complete().await;
     timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+    assert_eq!(c.gateway().registry.active(), 1);
+    let session = stored(&url, "contested").await;
+    assert!(one_run_at_a_time(&session.events), "{:?}", session.events);
+    assert!(said(&session.events, "and hello from a third"));
+    third.close().await;
+    timeout(WAIT, c.gateway().registry.idle()).await.unwrap();
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM session_leases")
         .fetch_one(store.pool())
         .await
@@ -298,6 +310,42 @@ async fn a_client_on_another_node_takes_the_session_over() {
     assert_eq!(left, 0, "every lease given back");
     a.shutdown(WAIT).await;
     b.shutdown(WAIT).await;
+    c.shutdown(WAIT).await;
+}
+
+/// A node that finds at renewal that it no longer holds a session (its row expired and was
+/// taken, here: handed to another node by hand) stops the run rather than run it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_lease_stops_the_run() {
+    let Some(url) = fresh_database().await else {
+        return;
+    };
+    let artifacts = tempfile::tempdir().unwrap();
+    let a = start(node_args(&url, artifacts.path())).await;
+    let mut client = Client::connect(a.addr, "u1", "lost", "modality=TEXT").await;
+    client.send_text("hello").await;
+    client.events_until_turn_complete().await;
+    let store = PostgresSessionService::open(&url).await.unwrap();
+    let moved =
+        sqlx::query("UPDATE session_leases SET node = 'elsewhere' WHERE session_id = 'lost'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(moved.rows_affected(), 1);
+    let lost = Instant::now();
+    assert_eq!(close_code(&mut client).await, Some(CLOSE_TAKEN_OVER));
+    assert!(
+        lost.elapsed() < TEST_LEASE_TTL,
+        "noticed at the next renewal"
+    );
+    timeout(WAIT, a.gateway().registry.idle()).await.unwrap();
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM session_leases WHERE node = 'elsewhere'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(rows, 1, "the other node's lease is left alone");
+    a.shutdown(WAIT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
