@@ -23,24 +23,41 @@ use tokio::time::timeout;
 /// Lease time to live of the nodes killed in these tests.
 const TEST_LEASE_TTL: Duration = Duration::from_millis(2000);
 
-/// A fresh schema on the test server and a URL whose connections use it; `None` when no
-/// server is configured.
-async fn fresh_database() -> Option<String> {
-    let base = std::env::var("LIVEGATE_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|url| !url.trim().is_empty())?;
-    let mut conn = sqlx::PgConnection::connect(&base)
-        .await
-        .expect("LIVEGATE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable");
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let separator = if base.contains('?') { '&' } else { '?' };
-    Some(format!(
-        "{base}{separator}options=-c%20search_path%3D{schema}"
-    ))
+/// A fresh schema on the test server, so tests that run at once never see each other's rows.
+struct TestDatabase {
+    base: String,
+    schema: String,
+    /// A URL whose connections use the schema.
+    url: String,
+}
+
+impl TestDatabase {
+    /// `None` when no server is configured; set but unreachable fails the test.
+    async fn fresh() -> Option<TestDatabase> {
+        let base = std::env::var("LIVEGATE_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())?;
+        let mut conn = sqlx::PgConnection::connect(&base)
+            .await
+            .expect("LIVEGATE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable");
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+        Some(TestDatabase { base, schema, url })
+    }
+
+    /// Drops the schema (a failed test leaves it behind, to look at).
+    async fn drop(self) {
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.base).await {
+            let _ = sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", self.schema))
+                .execute(&mut conn)
+                .await;
+        }
+    }
 }
 
 /// Args of an in-process node on the shared database and artifact folder.
@@ -183,9 +200,10 @@ impl ChildNode {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_begun_on_one_node_continues_on_another() {
-    let Some(url) = fresh_database().await else {
+    let Some(db) = TestDatabase::fresh().await else {
         return;
     };
+    let url = db.url.clone();
     let artifacts = tempfile::tempdir().unwrap();
     let a = start(node_args(&url, artifacts.path())).await;
     let b = start(node_args(&url, artifacts.path())).await;
@@ -237,13 +255,15 @@ async fn a_session_begun_on_one_node_continues_on_another() {
     assert_eq!(runs.len(), 2, "one run on each node");
     a.shutdown(WAIT).await;
     b.shutdown(WAIT).await;
+    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_on_another_node_takes_the_session_over() {
-    let Some(url) = fresh_database().await else {
+    let Some(db) = TestDatabase::fresh().await else {
         return;
     };
+    let url = db.url.clone();
     let artifacts = tempfile::tempdir().unwrap();
     let mut slow = node_args(&url, artifacts.path());
     slow.sim_pacing = SimPacingArg::Realtime;
@@ -311,15 +331,17 @@ async fn a_client_on_another_node_takes_the_session_over() {
     a.shutdown(WAIT).await;
     b.shutdown(WAIT).await;
     c.shutdown(WAIT).await;
+    db.drop().await;
 }
 
 /// A node that finds at renewal that it no longer holds a session (its row expired and was
 /// taken, here: handed to another node by hand) stops the run rather than run it twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_its_lease_stops_the_run() {
-    let Some(url) = fresh_database().await else {
+    let Some(db) = TestDatabase::fresh().await else {
         return;
     };
+    let url = db.url.clone();
     let artifacts = tempfile::tempdir().unwrap();
     let a = start(node_args(&url, artifacts.path())).await;
     let mut client = Client::connect(a.addr, "u1", "lost", "modality=TEXT").await;
@@ -346,13 +368,15 @@ async fn a_node_that_lost_its_lease_stops_the_run() {
             .unwrap();
     assert_eq!(rows, 1, "the other node's lease is left alone");
     a.shutdown(WAIT).await;
+    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_turn_loses_its_sessions_within_the_lease_ttl() {
-    let Some(url) = fresh_database().await else {
+    let Some(db) = TestDatabase::fresh().await else {
         return;
     };
+    let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
     let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
@@ -404,13 +428,15 @@ async fn a_node_killed_mid_turn_loses_its_sessions_within_the_lease_ttl() {
         "node B serves node A's recordings: {names:?}"
     );
     b.shutdown(WAIT).await;
+    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_with_1012_after_saving_and_the_client_continues_elsewhere() {
-    let Some(url) = fresh_database().await else {
+    let Some(db) = TestDatabase::fresh().await else {
         return;
     };
+    let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
     let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
@@ -454,6 +480,7 @@ async fn sigterm_drains_with_1012_after_saving_and_the_client_continues_elsewher
     }
     assert!(one_run_at_a_time(&session.events));
     b.shutdown(WAIT).await;
+    db.drop().await;
 }
 
 /// The next `liveSessionResumptionUpdate`'s handle (it follows a turn's `turnComplete`).
@@ -468,9 +495,10 @@ async fn next_handle(client: &mut Client) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moving_to_another_node_resumes_the_models_own_context() {
-    let Some(url) = fresh_database().await else {
+    let Some(db) = TestDatabase::fresh().await else {
         return;
     };
+    let url = db.url.clone();
     // Both nodes talk to one Gemini Live server (here `mock-gemini`), as a deployment does.
     let upstream = livegate::mockgemini::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -517,4 +545,5 @@ async fn a_client_moving_to_another_node_resumes_the_models_own_context() {
     a.shutdown(WAIT).await;
     b.shutdown(WAIT).await;
     upstream.shutdown().await;
+    db.drop().await;
 }
