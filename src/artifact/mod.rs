@@ -6,6 +6,7 @@
 mod error;
 mod filesystem;
 mod memory;
+mod object;
 mod spool;
 #[cfg(test)]
 mod tests;
@@ -18,6 +19,7 @@ use bytes::Bytes;
 pub use error::ArtifactError;
 pub use filesystem::FileArtifactService;
 pub use memory::InMemoryArtifactService;
+pub use object::{ObjectArtifactService, PART_BYTES};
 pub use spool::SpoolFile;
 
 /// A stored artifact version: its bytes and mime type.
@@ -156,7 +158,11 @@ pub fn is_user_scoped(filename: &str) -> bool {
 /// The prefix that makes an artifact user-scoped.
 pub const USER_PREFIX: &str = "user:";
 
-/// Opens the artifact store a URL names: `memory:` or `file://PATH`.
+/// Opens the artifact store a URL names: `memory:`, `file://PATH`, or a bucket
+/// (`s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `az://CONTAINER/PREFIX`).
+///
+/// `memory:` and `file://` keep their own stores rather than `object_store`'s: theirs write a
+/// recording by moving its spool file into place, with no copy.
 pub async fn open_artifact_service(
     url: &str,
 ) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
@@ -166,7 +172,13 @@ pub async fn open_artifact_service(
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(std::sync::Arc::new(FileArtifactService::open(path).await?));
     }
+    if ["s3://", "gs://", "az://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+    {
+        return Ok(std::sync::Arc::new(ObjectArtifactService::open(url)?));
+    }
     Err(ArtifactError::InvalidArgument(format!(
-        "unsupported artifact store {url:?} (expected memory: or file://PATH)"
+        "unsupported artifact store {url:?} (expected memory:, file://PATH, s3://, gs:// or az://)"
     )))
 }

@@ -144,6 +144,18 @@ impl SpoolHandle {
         Ok(data)
     }
 
+    /// Reads `len` bytes from `offset` (blocking); an object store uploads a spool a part at a
+    /// time with it.
+    pub(crate) fn read_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.len) {
+            return Err(std::io::Error::other("read past the spooled bytes"));
+        }
+        let mut data = vec![0; len];
+        self.file.read_exact_at(&mut data, offset)?;
+        Ok(data)
+    }
+
     /// Syncs the bytes held and renames the file to `to` (blocking); anything a failed append
     /// left past them is cut off first.
     pub(crate) fn persist(&self, to: &Path) -> std::io::Result<()> {
