@@ -298,3 +298,58 @@ async fn a_failed_upload_keeps_the_recording_on_disk_and_saves_it_later() {
     );
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
+    let Some((endpoint, bucket)) = bucket().await else {
+        return;
+    };
+    let target: SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
+    let relay = Relay::start(target).await;
+    let store = format!("s3://{bucket}/later");
+    let server = start_on_s3(test_args(), &format!("http://{}", relay.addr), &store).await;
+    let outbox = server
+        .gateway()
+        .runner
+        .artifacts
+        .spool_dir()
+        .unwrap()
+        .join("outbox");
+
+    // The bucket is out of reach for the whole session: its run ends with nothing saved.
+    relay.set_up(false);
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let events = client.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| e["errorCode"] == "UNAVAILABLE"));
+    let received = client.audio_bytes;
+    client.close().await;
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let waiting = std::fs::read_dir(&outbox).map_or(0, |d| d.count());
+    assert_eq!(waiting, 2, "both sides wait on local disk");
+    assert!(keys(&endpoint, &bucket, "later/").await.is_empty());
+
+    // Back: the gateway saves them by itself.
+    relay.set_up(true);
+    let emptied = tokio::time::timeout(WAIT, async {
+        while std::fs::read_dir(&outbox).map_or(0, |d| d.count()) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        emptied.is_ok(),
+        "the outbox empties once the bucket is back"
+    );
+    let (input, output) = recorded_over_rest(server.addr).await;
+    assert_eq!(input, pcm.len(), "the input recording, whole");
+    assert_eq!(output, received, "the output recording, whole");
+    server.shutdown(WAIT).await;
+}

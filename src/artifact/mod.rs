@@ -101,6 +101,23 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
             Err(e) => Err((e, spool)),
         }
     }
+
+    /// Takes over a recording whose save failed and whose owner is going away (its run ended):
+    /// a store that can, keeps the spool's file on local disk and saves it as the next version
+    /// in the background. The default cannot: the spool comes back and its owner drops it.
+    async fn save_later(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        spool: SpoolFile,
+    ) -> Result<(), (ArtifactError, SpoolFile)> {
+        let _ = (scope, filename, mime_type);
+        Err((
+            ArtifactError::InvalidArgument("this store saves nothing later".into()),
+            spool,
+        ))
+    }
 }
 
 /// Checks an artifact filename: 1–255 characters, no path separators, no `..`, no control chars.

@@ -19,7 +19,7 @@
 //! the spool back, still on disk, and the live flow retries it at its next flush.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,6 +32,7 @@ use object_store::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::spool::SpoolHandle;
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
     SpoolFile, USER_PREFIX,
@@ -58,13 +59,40 @@ struct Meta {
 
 /// Artifacts in a bucket (S3, GCS, Azure) under a key prefix.
 pub struct ObjectArtifactService {
-    store: Arc<dyn ObjectStore>,
-    /// The key prefix every artifact lives under (may be empty).
-    prefix: Key,
+    bucket: Bucket,
     /// Local folder for spool files (recordings being gathered before their upload).
     spool: PathBuf,
     /// The store's URL, for logs: bucket and prefix, never credentials.
     url: String,
+    /// Recordings saved later, in the background (see [`ArtifactService::save_later`]).
+    outbox: Arc<Mutex<Outbox>>,
+}
+
+/// The bucket and the key prefix every artifact lives under (may be empty): what a save needs,
+/// shared with the outbox's task.
+#[derive(Clone)]
+struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    prefix: Key,
+}
+
+/// Recordings whose run ended before their upload succeeded, waiting in files on local disk.
+#[derive(Debug, Default)]
+struct Outbox {
+    pending: Vec<Pending>,
+    /// A task is uploading them.
+    running: bool,
+}
+
+/// One recording in the outbox.
+#[derive(Debug)]
+struct Pending {
+    app_name: String,
+    user_id: String,
+    session_id: String,
+    filename: String,
+    mime_type: String,
+    path: PathBuf,
 }
 
 impl std::fmt::Debug for ObjectArtifactService {
@@ -181,13 +209,15 @@ impl ObjectArtifactService {
         url: String,
     ) -> Self {
         ObjectArtifactService {
-            store,
-            prefix,
+            bucket: Bucket { store, prefix },
             spool,
             url,
+            outbox: Arc::default(),
         }
     }
+}
 
+impl Bucket {
     /// The key prefix of a user's artifacts (validates the ids).
     fn user_key(&self, scope: ArtifactScope<'_>) -> Result<Key, ArtifactError> {
         validate_scope_id("app name", scope.app_name)?;
@@ -317,10 +347,10 @@ impl ObjectArtifactService {
         &self,
         key: &Key,
         mime_type: &str,
-        spool: &SpoolFile,
+        handle: SpoolHandle,
     ) -> Result<(), ArtifactError> {
-        let handle = Arc::new(spool.handle()?);
-        let len = spool.len();
+        let len = handle.len();
+        let handle = Arc::new(handle);
         let read = |offset: u64, len: usize| {
             let handle = Arc::clone(&handle);
             async move {
@@ -370,6 +400,29 @@ impl ObjectArtifactService {
                 Err(error)
             }
         }
+    }
+
+    /// Saves an outbox file as the next version of its artifact.
+    async fn save_file(&self, pending: &Pending) -> Result<u64, ArtifactError> {
+        let scope = ArtifactScope {
+            app_name: &pending.app_name,
+            user_id: &pending.user_id,
+            session_id: &pending.session_id,
+        };
+        let dir = self.artifact_key(scope, &pending.filename)?;
+        let path = pending.path.clone();
+        let handle = tokio::task::spawn_blocking(move || SpoolHandle::open(&path))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))?;
+        let version = self
+            .claim(&dir, &meta_bytes(pending.mime_type.clone())?)
+            .await?;
+        let key = dir.child(version.to_string());
+        if let Err(error) = self.upload_spool(&key, &pending.mime_type, handle).await {
+            self.release(&dir, version).await;
+            return Err(error);
+        }
+        Ok(version)
     }
 
     /// Names (below `dir`) holding at least one version, each with `prefix` put back.
@@ -427,15 +480,16 @@ impl ArtifactService for ObjectArtifactService {
         filename: &str,
         artifact: Artifact,
     ) -> Result<u64, ArtifactError> {
-        let dir = self.artifact_key(scope, filename)?;
+        let dir = self.bucket.artifact_key(scope, filename)?;
         let meta = meta_bytes(artifact.mime_type.clone())?;
-        let version = self.claim(&dir, &meta).await?;
+        let version = self.bucket.claim(&dir, &meta).await?;
         let key = dir.child(version.to_string());
         if let Err(error) = self
+            .bucket
             .put_version(&key, &artifact.mime_type, artifact.data)
             .await
         {
-            self.release(&dir, version).await;
+            self.bucket.release(&dir, version).await;
             return Err(error);
         }
         Ok(version)
@@ -447,18 +501,18 @@ impl ArtifactService for ObjectArtifactService {
         filename: &str,
         version: Option<u64>,
     ) -> Result<Option<Artifact>, ArtifactError> {
-        let dir = self.artifact_key(scope, filename)?;
+        let dir = self.bucket.artifact_key(scope, filename)?;
         let version = match version {
             Some(v) => v,
-            None => match self.scan(&dir).await?.0.last() {
+            None => match self.bucket.scan(&dir).await?.0.last() {
                 Some(v) => *v,
                 None => return Ok(None),
             },
         };
-        let Some(data) = get(&*self.store, &dir.child(version.to_string())).await? else {
+        let Some(data) = get(&*self.bucket.store, &dir.child(version.to_string())).await? else {
             return Ok(None);
         };
-        let mime_type = match get(&*self.store, &meta_key(&dir, version)).await? {
+        let mime_type = match get(&*self.bucket.store, &meta_key(&dir, version)).await? {
             Some(meta) => match serde_json::from_slice::<Meta>(&meta) {
                 Ok(meta) => meta.mime_type,
                 Err(error) => {
@@ -472,11 +526,11 @@ impl ArtifactService for ObjectArtifactService {
     }
 
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
-        let session = self.session_key(scope)?;
-        let user = self.user_key(scope)?.child(USER_DIR);
+        let session = self.bucket.session_key(scope)?;
+        let user = self.bucket.user_key(scope)?.child(USER_DIR);
         let mut names = Vec::new();
-        self.names_in(&session, "", &mut names).await?;
-        self.names_in(&user, USER_PREFIX, &mut names).await?;
+        self.bucket.names_in(&session, "", &mut names).await?;
+        self.bucket.names_in(&user, USER_PREFIX, &mut names).await?;
         names.sort();
         names.dedup();
         Ok(names)
@@ -487,18 +541,20 @@ impl ArtifactService for ObjectArtifactService {
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<Vec<u64>, ArtifactError> {
-        let dir = self.artifact_key(scope, filename)?;
-        Ok(self.scan(&dir).await?.0)
+        let dir = self.bucket.artifact_key(scope, filename)?;
+        Ok(self.bucket.scan(&dir).await?.0)
     }
 
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError> {
-        let dir = self.artifact_key(scope, filename)?;
+        let dir = self.bucket.artifact_key(scope, filename)?;
         let keys = self
+            .bucket
             .store
             .list(Some(&dir))
             .map_ok(|meta| meta.location)
             .boxed();
         let deleted: Vec<Key> = self
+            .bucket
             .store
             .delete_stream(keys)
             .try_collect()
@@ -520,31 +576,138 @@ impl ArtifactService for ObjectArtifactService {
         spool: SpoolFile,
     ) -> Result<u64, (ArtifactError, SpoolFile)> {
         let prepared = self
+            .bucket
             .artifact_key(scope, filename)
-            .and_then(|dir| Ok((dir, meta_bytes(mime_type.clone())?)));
-        let (dir, meta) = match prepared {
+            .and_then(|dir| Ok((dir, meta_bytes(mime_type.clone())?, spool.handle()?)));
+        let (dir, meta, handle) = match prepared {
             Ok(prepared) => prepared,
             Err(e) => return Err((e, spool)),
         };
-        let version = match self.claim(&dir, &meta).await {
+        let version = match self.bucket.claim(&dir, &meta).await {
             Ok(version) => version,
             Err(e) => return Err((e, spool)),
         };
         let key = dir.child(version.to_string());
-        match self.upload_spool(&key, &mime_type, &spool).await {
+        match self.bucket.upload_spool(&key, &mime_type, handle).await {
             // Dropping the spool removes its local file: the bucket holds the bytes now.
             Ok(()) => Ok(version),
             Err(error) => {
-                self.release(&dir, version).await;
+                self.bucket.release(&dir, version).await;
                 Err((error, spool))
             }
         }
     }
+
+    async fn save_later(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        spool: SpoolFile,
+    ) -> Result<(), (ArtifactError, SpoolFile)> {
+        if let Err(e) = self.bucket.artifact_key(scope, filename) {
+            return Err((e, spool));
+        }
+        let dir = self.spool.join(OUTBOX_DIR);
+        let path = dir.join(uuid::Uuid::new_v4().to_string());
+        let handle = match spool.handle() {
+            Ok(handle) => handle,
+            Err(e) => return Err((e.into(), spool)),
+        };
+        let to = path.clone();
+        let moved = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir)?;
+            handle.persist(&to)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = moved {
+            return Err((e.into(), spool));
+        }
+        spool.moved();
+        let pending = Pending {
+            app_name: scope.app_name.to_owned(),
+            user_id: scope.user_id.to_owned(),
+            session_id: scope.session_id.to_owned(),
+            filename: filename.to_owned(),
+            mime_type,
+            path,
+        };
+        tracing::warn!(filename, "a recording waits on local disk for the bucket");
+        let mut outbox = lock(&self.outbox);
+        outbox.pending.push(pending);
+        if !std::mem::replace(&mut outbox.running, true) {
+            tokio::spawn(empty_outbox(self.bucket.clone(), Arc::clone(&self.outbox)));
+        }
+        Ok(())
+    }
+}
+
+/// The outbox's folder inside the spool folder.
+const OUTBOX_DIR: &str = "outbox";
+/// The first wait before the outbox tries its uploads again; it doubles up to the maximum.
+const OUTBOX_BACKOFF: Duration = Duration::from_millis(500);
+const OUTBOX_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Rounds of tries before the outbox gives up (about an hour at the longest wait); what is left
+/// stays on disk.
+const OUTBOX_ROUNDS: u32 = 130;
+
+fn lock(outbox: &Mutex<Outbox>) -> MutexGuard<'_, Outbox> {
+    // No code path panics while holding it, so a poisoned outbox is still consistent.
+    outbox.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Uploads the outbox's recordings, with backoff, until none is left (or it gives up).
+async fn empty_outbox(bucket: Bucket, outbox: Arc<Mutex<Outbox>>) {
+    let mut backoff = OUTBOX_BACKOFF;
+    for _ in 0..OUTBOX_ROUNDS {
+        tokio::time::sleep(backoff).await;
+        let batch = std::mem::take(&mut lock(&outbox).pending);
+        let mut failed = Vec::new();
+        for pending in batch {
+            match bucket.save_file(&pending).await {
+                Ok(version) => {
+                    tracing::info!(
+                        filename = pending.filename,
+                        version,
+                        "a recording kept on local disk is saved"
+                    );
+                    // Best effort: a leftover file is removed with the spool folder.
+                    let _ = tokio::fs::remove_file(&pending.path).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, filename = pending.filename, "a recording kept on local disk is still not saved");
+                    failed.push(pending);
+                }
+            }
+        }
+        let mut outbox = lock(&outbox);
+        outbox.pending.append(&mut failed);
+        if outbox.pending.is_empty() {
+            outbox.running = false;
+            return;
+        }
+        drop(outbox);
+        backoff = (backoff * 2).min(OUTBOX_BACKOFF_MAX);
+    }
+    let mut outbox = lock(&outbox);
+    let left: Vec<_> = outbox.pending.drain(..).map(|p| p.path).collect();
+    outbox.running = false;
+    tracing::error!(
+        ?left,
+        "gave up saving recordings to the bucket; their files stay on local disk"
+    );
 }
 
 impl Drop for ObjectArtifactService {
     fn drop(&mut self) {
-        // Best effort: spool files still there belong to recordings that were never saved.
-        let _ = std::fs::remove_dir_all(&self.spool);
+        // Spool files still there belong to recordings that were never saved; recordings in
+        // the outbox are kept for someone to upload by hand.
+        let left = lock(&self.outbox).pending.len();
+        if left > 0 {
+            tracing::error!(left, folder = %self.spool.display(), "recordings not saved to the bucket stay on local disk");
+        } else {
+            let _ = std::fs::remove_dir_all(&self.spool);
+        }
     }
 }

@@ -136,6 +136,23 @@ pub(crate) struct SpoolHandle {
 }
 
 impl SpoolHandle {
+    /// A handle on a whole file that was a spool once (blocking).
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        Ok(SpoolHandle {
+            file,
+            path: path.to_path_buf(),
+            len,
+            torn: false,
+        })
+    }
+
+    /// Bytes held.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
     /// Reads the bytes held (blocking).
     pub(crate) fn read(&self) -> std::io::Result<Vec<u8>> {
         let len = usize::try_from(self.len).map_err(std::io::Error::other)?;
