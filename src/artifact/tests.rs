@@ -558,3 +558,105 @@ async fn s3_store_conforms_against_the_test_server() {
         "{listing}"
     );
 }
+
+/// An in-memory bucket that counts the objects whose bytes are read.
+#[derive(Debug, Default)]
+struct CountingBucket {
+    inner: object_store::memory::InMemory,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Display for CountingBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CountingBucket")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for CountingBucket {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn delete(&self, location: &object_store::path::Path) -> object_store::Result<()> {
+        self.inner.delete(location).await
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+    ) -> object_store::Result<()> {
+        self.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+    ) -> object_store::Result<()> {
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
+
+#[tokio::test]
+async fn an_object_store_lists_from_the_bucket_listing_without_reading_an_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = std::sync::Arc::new(CountingBucket::default());
+    let svc = ObjectArtifactService::with_store(
+        bucket.clone(),
+        object_store::path::Path::from("p"),
+        dir.path().join("spool"),
+        "counting-bucket".into(),
+    );
+    for name in ["a.pcm", "b.pcm", "user:c.json"] {
+        svc.save(S1, name, audio(b"recording")).await.unwrap();
+        svc.save(S1, name, audio(b"recording")).await.unwrap();
+    }
+    let reads = || bucket.reads.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(reads(), 0, "saving reads nothing back");
+    assert_eq!(
+        svc.list_names(S1).await.unwrap(),
+        vec!["a.pcm", "b.pcm", "user:c.json"]
+    );
+    assert_eq!(svc.list_versions(S1, "a.pcm").await.unwrap(), vec![0, 1]);
+    assert_eq!(reads(), 0, "listing reads no object");
+    svc.load(S1, "a.pcm", None).await.unwrap().unwrap();
+    assert_eq!(reads(), 2, "a load reads the version and its sidecar");
+}
