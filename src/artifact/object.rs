@@ -16,7 +16,9 @@
 //! Recordings gather in spool files on local disk while their turn runs (the live flow's spill
 //! thread writes them, exactly as for the file store); the save then streams the file to the bucket
 //! in parts of [`PART_BYTES`], so no recording is ever held whole in memory. A failed upload hands
-//! the spool back, still on disk, and the live flow retries it at its next flush.
+//! the spool back, still on disk, and the live flow retries it at its next flush; recordings still
+//! unsaved when their run ends move to an outbox folder beside the spools, which a background task
+//! uploads once the bucket answers again (see [`ArtifactService::save_later`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
