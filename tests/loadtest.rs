@@ -469,3 +469,65 @@ async fn sessions_spread_over_nodes_and_move_on_when_one_shuts_down() {
     }
     node_b.shutdown(WAIT).await;
 }
+
+/// A node that accepts WebSocket sessions and closes each with 1012 (service restart) after
+/// `after`, as a draining node does.
+async fn restarting_node(after: Duration) -> std::net::SocketAddr {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                let close_at = tokio::time::Instant::now() + after;
+                // Takes the audio until it is time to restart.
+                while let Ok(Some(Ok(_))) = tokio::time::timeout_at(close_at, ws.next()).await {}
+                let restart = CloseFrame {
+                    code: CloseCode::Restart,
+                    reason: "restarting".into(),
+                };
+                let _ = ws.send(Message::Close(Some(restart))).await;
+                let _ = timeout(WAIT, async { while let Some(Ok(_)) = ws.next().await {} }).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_closed_with_1012_continue_on_the_next_node() {
+    let restarting = restarting_node(Duration::from_millis(300)).await;
+    let server = start(test_args()).await;
+    let args = LoadtestArgs {
+        url: vec![
+            format!("ws://{restarting}/ws"),
+            format!("ws://{}/ws", server.addr),
+        ],
+        ..one_turn_each(server.addr, 6, Duration::from_secs(4))
+    };
+    let report = run(&args).await;
+    assert_eq!(
+        (report.errors, report.unexpected_closes),
+        (0, 0),
+        "{:?}",
+        report.error_samples
+    );
+    assert_eq!(
+        report.reconnects, 3,
+        "the restarting node's three sessions moved"
+    );
+    assert_eq!(report.connects_per_url, vec![3, 6]);
+    assert_eq!(report.reconnect_ms.count, 3);
+    assert_eq!(
+        report.turns_completed, 6,
+        "each session's turn, said again on the next node when cut short"
+    );
+    server.shutdown(WAIT).await;
+}
