@@ -41,13 +41,16 @@ async fn bucket() -> Option<(String, String)> {
 /// one test at a time.
 static ENVIRONMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Starts a gateway whose recordings go to `s3://{bucket}/{prefix}` on the server at `endpoint`.
+/// Starts a gateway whose recordings go to `store` on the S3 server at `endpoint`, spooled in
+/// `data_dir`.
 async fn start_on_s3(
     mut args: ServeArgs,
     endpoint: &str,
     store: &str,
+    data_dir: &std::path::Path,
 ) -> livegate::gateway::Server {
     args.artifact_store = Some(store.to_owned());
+    args.data_dir = data_dir.to_path_buf();
     let _env = ENVIRONMENT.lock().await;
     // The standard variables, as a deployment sets them (the server takes any credentials).
     std::env::set_var("AWS_ENDPOINT_URL", endpoint);
@@ -136,7 +139,7 @@ async fn a_live_runs_recordings_land_in_the_bucket_and_another_node_serves_them(
     // The sessions outlive node A for node B's REST API to find them.
     args.session_store = Some(format!("sqlite://{}", dir.path().join("s.db").display()));
     let store = format!("s3://{bucket}/recordings");
-    let node_a = start_on_s3(args.clone(), &endpoint, &store).await;
+    let node_a = start_on_s3(args.clone(), &endpoint, &store, dir.path()).await;
 
     let mut client = Client::connect(node_a.addr, "u1", "s1", "").await;
     // Longer than one spill: the input recording goes through a spool file.
@@ -167,12 +170,16 @@ async fn a_live_runs_recordings_land_in_the_bucket_and_another_node_serves_them(
         assert!(stored.contains(&key), "{key} in {stored:?}");
     }
     let spool = node_a.gateway().runner.artifacts.spool_dir().unwrap();
+    assert!(
+        spool.starts_with(dir.path().join("spool")),
+        "on the data disk"
+    );
     let left = std::fs::read_dir(spool).map_or(0, |d| d.count());
     assert_eq!(left, 0, "no spool file left behind");
     node_a.shutdown(WAIT).await;
 
     // Node B, sharing the database and the bucket, serves them byte for byte.
-    let node_b = start_on_s3(args, &endpoint, &store).await;
+    let node_b = start_on_s3(args, &endpoint, &store, dir.path()).await;
     for (name, version) in &saved {
         assert!(!download(node_b.addr, name, *version).await.is_empty());
     }
@@ -248,7 +255,9 @@ async fn a_failed_upload_keeps_the_recording_on_disk_and_saves_it_later() {
         .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
     let relay = Relay::start(target).await;
     let store = format!("s3://{bucket}/outage");
-    let server = start_on_s3(test_args(), &format!("http://{}", relay.addr), &store).await;
+    let data = tempfile::tempdir().unwrap();
+    let relay_url = format!("http://{}", relay.addr);
+    let server = start_on_s3(test_args(), &relay_url, &store, data.path()).await;
     let spool = server
         .gateway()
         .runner
@@ -310,7 +319,9 @@ async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
         .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
     let relay = Relay::start(target).await;
     let store = format!("s3://{bucket}/later");
-    let server = start_on_s3(test_args(), &format!("http://{}", relay.addr), &store).await;
+    let data = tempfile::tempdir().unwrap();
+    let relay_url = format!("http://{}", relay.addr);
+    let server = start_on_s3(test_args(), &relay_url, &store, data.path()).await;
     let outbox = server
         .gateway()
         .runner

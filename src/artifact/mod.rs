@@ -176,12 +176,23 @@ pub fn is_user_scoped(filename: &str) -> bool {
 pub const USER_PREFIX: &str = "user:";
 
 /// Opens the artifact store a URL names: `memory:`, `file://PATH`, or a bucket
-/// (`s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `az://CONTAINER/PREFIX`).
+/// (`s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `az://CONTAINER/PREFIX`), whose spool files go
+/// to the system's temp folder.
 ///
 /// `memory:` and `file://` keep their own stores rather than `object_store`'s: theirs write a
 /// recording by moving its spool file into place, with no copy.
 pub async fn open_artifact_service(
     url: &str,
+) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
+    open_artifact_service_in(url, None).await
+}
+
+/// [`open_artifact_service`], with a bucket's spool files (recordings on their way to it) in a
+/// folder of their own inside `spool_root`: a disk the operator chose, where a temp folder may
+/// be memory.
+pub async fn open_artifact_service_in(
+    url: &str,
+    spool_root: Option<&Path>,
 ) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
     if url == "memory:" || url == "memory://" {
         return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
@@ -193,7 +204,11 @@ pub async fn open_artifact_service(
         .iter()
         .any(|s| url.starts_with(s))
     {
-        return Ok(std::sync::Arc::new(ObjectArtifactService::open(url)?));
+        let store = ObjectArtifactService::open(url)?;
+        return Ok(std::sync::Arc::new(match spool_root {
+            Some(root) => store.with_spool_root(root),
+            None => store,
+        }));
     }
     Err(ArtifactError::InvalidArgument(format!(
         "unsupported artifact store {url:?} (expected memory:, file://PATH, s3://, gs:// or az://)"

@@ -194,13 +194,20 @@ impl ObjectArtifactService {
         let path = parsed.path().trim_matches('/');
         let prefix = Key::parse(path)
             .map_err(|e| ArtifactError::InvalidArgument(format!("artifact store prefix: {e}")))?;
-        let spool = std::env::temp_dir().join(format!("livegate-spool-{}", uuid::Uuid::new_v4()));
+        let spool = spool_folder(&std::env::temp_dir());
         Ok(Self::with_store(
             store,
             prefix,
             spool,
             format!("{root}/{path}"),
         ))
+    }
+
+    /// Keeps spool files in a folder of this store's own inside `root` (made on first use)
+    /// rather than in the temp folder.
+    pub fn with_spool_root(mut self, root: &Path) -> Self {
+        self.spool = spool_folder(root);
+        self
     }
 
     /// Artifacts in `store` under `prefix`, with spool files in `spool` (made on first use).
@@ -441,6 +448,12 @@ impl Bucket {
         }
         Ok(())
     }
+}
+
+/// A fresh spool folder inside `root`: one per store, so that stores (and processes) sharing a
+/// root never take each other's files.
+fn spool_folder(root: &Path) -> PathBuf {
+    root.join(format!("livegate-spool-{}", uuid::Uuid::new_v4()))
 }
 
 /// The sidecar key of a version.

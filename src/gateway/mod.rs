@@ -41,7 +41,7 @@ pub use registry::SessionRegistry;
 pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
-use crate::artifact::open_artifact_service;
+use crate::artifact::open_artifact_service_in;
 use crate::model::{model_for_name, Modality, ModelOptions};
 use crate::runner::Runner;
 use crate::session::open_session_service;
@@ -134,7 +134,9 @@ impl Server {
 /// Opens the stores, binds the address and starts serving.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let sessions = open_session_service(&args.session_store_url()).await?;
-    let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
+    // A bucket's recordings wait on the data disk on their way to it.
+    let spool_root = args.data_dir.join("spool");
+    let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
     let options = ModelOptions {
         sim: args.sim_config(),
         gemini: args.gemini_options(),
