@@ -3,8 +3,6 @@
 
 /// The run ended normally, or the client's own close is echoed.
 pub const NORMAL: u16 = 1000;
-/// The gateway is shutting down.
-pub const GOING_AWAY: u16 = 1001;
 /// The client broke the WebSocket protocol (a reserved opcode, bad framing).
 pub const PROTOCOL_ERROR: u16 = 1002;
 /// A text frame that is not valid UTF-8.
@@ -16,5 +14,7 @@ pub const POLICY: u16 = 1008;
 pub const TOO_BIG: u16 = 1009;
 /// The gateway could not serve the connection (the live run could not start).
 pub const INTERNAL: u16 = 1011;
+/// The gateway is draining (SIGTERM): reconnect, to another node, and carry on.
+pub const SERVICE_RESTART: u16 = 1012;
 /// The session was taken over by a newer connection.
 pub const TAKEN_OVER: u16 = 4000;

@@ -66,10 +66,12 @@ pub struct ServeArgs {
     /// Where the default SQLite file and artifact folder live.
     #[arg(long, env = "LIVEGATE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
-    /// Session store: `memory:` or `sqlite://PATH` [default: sqlite://{data-dir}/livegate.db].
+    /// Session store: `memory:`, `sqlite://PATH` or `postgres://USER@HOST/DB` (shared by several
+    /// nodes) [default: sqlite://{data-dir}/livegate.db].
     #[arg(long, env = "LIVEGATE_SESSION_STORE")]
     pub session_store: Option<String>,
-    /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
+    /// Artifact store: `memory:`, `file://PATH`, or a bucket: `s3://BUCKET/PREFIX`, `gs://…`,
+    /// `az://…` (credentials from the environment) [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
     /// Model: `sim` (embedded, offline), or a Gemini live model id (needs `GOOGLE_API_KEY` or
@@ -174,6 +176,14 @@ pub struct ServeArgs {
     /// beyond it audio is dropped with an error event (0: no cap).
     #[arg(long, env = "LIVEGATE_MAX_UNSAVED_RECORDING_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES)]
     pub max_unsaved_recording_bytes: usize,
+    /// With a `postgres://` session store: how long a node's session leases outlive its last
+    /// renewal, in milliseconds (a node that dies loses its sessions to other nodes after this).
+    #[arg(long, env = "LIVEGATE_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// On SIGTERM or Ctrl-C, how long live connections get to end, flush and close with 1012,
+    /// in seconds.
+    #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
+    pub drain_timeout: u64,
     /// Largest text turn a client may send, in bytes (larger ones get an INVALID_ARGUMENT error event).
     #[arg(long, env = "LIVEGATE_MAX_TEXT_BYTES", default_value_t = super::codec::DEFAULT_MAX_TEXT_BYTES)]
     pub max_text_bytes: usize,
@@ -243,6 +253,8 @@ impl ServeArgs {
             tls_cert: None,
             tls_key: None,
             max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
+            lease_ttl_ms: 10_000,
+            drain_timeout: 10,
             max_text_bytes: super::codec::DEFAULT_MAX_TEXT_BYTES,
             max_audio_frame_bytes: super::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES,
             max_media_bytes: super::codec::DEFAULT_MAX_MEDIA_BYTES,
@@ -360,6 +372,8 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     max_unsaved_recording_bytes: Option<usize>,
+    lease_ttl_ms: Option<u64>,
+    drain_timeout: Option<u64>,
     max_text_bytes: Option<usize>,
     max_audio_frame_bytes: Option<usize>,
     max_media_bytes: Option<usize>,
@@ -480,6 +494,8 @@ impl ServeArgs {
             }
         }
         fill!(max_unsaved_recording_bytes);
+        fill!(lease_ttl_ms);
+        fill!(drain_timeout);
         fill!(max_text_bytes);
         fill!(max_audio_frame_bytes);
         fill!(max_media_bytes);

@@ -30,6 +30,8 @@ use crate::signal::Signal;
 
 /// Close code sent to a connection whose session was taken over by a newer one.
 pub const CLOSE_TAKEN_OVER: u16 = close::TAKEN_OVER;
+/// Close code of a draining gateway (SIGTERM): reconnect, to another node, and carry on.
+pub const CLOSE_SERVICE_RESTART: u16 = close::SERVICE_RESTART;
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.
@@ -93,14 +95,15 @@ impl End {
                 close::TAKEN_OVER,
                 "session taken over by a newer connection".into(),
             ),
-            End::Shutdown => close(close::GOING_AWAY, "gateway shutting down".into()),
             End::Violation(code, reason) => close(*code, (*reason).into()),
             End::Idle => close(
                 close::POLICY,
                 format!("idle for {}s", limits.idle.unwrap_or_default().as_secs()),
             ),
             End::MaxDuration => close(close::POLICY, "maximum session duration reached".into()),
-            End::RunEnded => None,
+            // A draining gateway closes only once the run has committed and flushed, so a
+            // client that reconnects elsewhere finds everything.
+            End::Shutdown | End::RunEnded => None,
         }
     }
 }
@@ -139,9 +142,8 @@ pub async fn serve_connection<S, R>(
         connection
             .serve(sink, stream, &user_id, &session_id, &lease)
             .await;
-        gateway
-            .registry
-            .release(user_id.as_str(), session_id.as_str(), &lease);
+        // The lease goes back when `lease` drops, after the run has flushed.
+        drop(lease);
         tracing::info!("connection closed");
     }
     .instrument(span)
@@ -391,7 +393,12 @@ impl Connection {
             writer.abort();
         }
         if close_after_pending {
-            let close = if self.run_failed.load(Ordering::Relaxed) {
+            let close = if end == End::Shutdown {
+                WriterCommand::Close {
+                    code: close::SERVICE_RESTART,
+                    reason: "gateway restarting; reconnect".into(),
+                }
+            } else if self.run_failed.load(Ordering::Relaxed) {
                 WriterCommand::Close {
                     code: close::INTERNAL,
                     reason: "live run failed".into(),
