@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use super::spool::SpoolHandle;
 use super::{
-    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
-    SpoolFile, USER_PREFIX,
+    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
+    ArtifactService, SpoolFile, USER_PREFIX,
 };
 
 /// Bytes per uploaded part of a spooled recording, and the most a save reads into memory at once.
@@ -203,14 +203,13 @@ impl ObjectArtifactService {
         ))
     }
 
-    /// An artifact's versions (ascending), and its latest version's mime type and size, from
-    /// the bucket's listing and the latest sidecar: never a version's bytes. `None` if it has no
-    /// version.
-    pub async fn describe_from_listing(
+    /// An artifact's versions, and its latest version's mime type and size, from the bucket's
+    /// listing and the latest sidecar: never a version's bytes. `None` if it has no version.
+    async fn describe_from_listing(
         &self,
         scope: ArtifactScope<'_>,
         filename: &str,
-    ) -> Result<Option<(Vec<u64>, String, u64)>, ArtifactError> {
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
         let dir = self.bucket.artifact_key(scope, filename)?;
         let depth = dir.parts().count();
         let metas: Vec<_> = self
@@ -237,16 +236,16 @@ impl ObjectArtifactService {
                 .map_or_else(|_| FALLBACK_MIME.to_owned(), |m| m.mime_type),
             None => FALLBACK_MIME.to_owned(),
         };
-        Ok(Some((
-            versions.into_iter().map(|(v, _)| v).collect(),
+        Ok(Some(ArtifactInfo {
+            versions: versions.into_iter().map(|(v, _)| v).collect(),
             mime_type,
             size,
-        )))
+        }))
     }
 
-    /// Checks the bucket takes writes (for a readiness probe): one tiny object put and deleted,
-    /// under a key no artifact can have (`#` is refused in app names).
-    pub async fn check_bucket_writable(&self) -> Result<(), ArtifactError> {
+    /// Checks the bucket takes writes (for `/readyz`): one tiny object put and deleted, under a
+    /// key no artifact can have (`#` is refused in app names).
+    async fn check_bucket_writable(&self) -> Result<(), ArtifactError> {
         let probe = self
             .bucket
             .prefix
@@ -634,6 +633,18 @@ impl ArtifactService for ObjectArtifactService {
             .map_err(store_error)?;
         tracing::debug!(key = %dir, objects = deleted.len(), "artifact deleted");
         Ok(())
+    }
+
+    async fn describe(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        self.describe_from_listing(scope, filename).await
+    }
+
+    async fn check_writable(&self) -> Result<(), ArtifactError> {
+        self.check_bucket_writable().await
     }
 
     fn spool_dir(&self) -> Option<&Path> {

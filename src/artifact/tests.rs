@@ -541,11 +541,13 @@ async fn s3_store_conforms_against_the_test_server() {
     };
     let svc = s3_store(&endpoint, &bucket);
     conformance(&svc).await;
-    svc.check_bucket_writable().await.unwrap();
-    assert_eq!(
-        svc.describe_from_listing(S1, "empty.txt").await.unwrap(),
-        Some((vec![0], "text/plain".to_owned(), 0))
-    );
+    svc.check_writable().await.unwrap();
+    let empty = ArtifactInfo {
+        versions: vec![0],
+        mime_type: "text/plain".into(),
+        size: 0,
+    };
+    assert_eq!(svc.describe(S1, "empty.txt").await.unwrap(), Some(empty));
     let (_, fresh) = s3_bucket().await.unwrap();
     spooled_saves_stream_from_disk(&s3_store(&endpoint, &fresh)).await;
     // The keys are where the layout says, under the URL's prefix.
@@ -667,16 +669,18 @@ async fn an_object_store_lists_from_the_bucket_listing_without_reading_an_object
 
     // A description reads the latest sidecar only; the size comes from the listing.
     svc.save(S1, "a.pcm", json(b"{\"k\":1}")).await.unwrap();
-    let described = svc.describe_from_listing(S1, "a.pcm").await.unwrap();
-    assert_eq!(
-        described,
-        Some((vec![0, 1, 2], "application/json".to_owned(), 7))
-    );
+    let described = svc.describe(S1, "a.pcm").await.unwrap();
+    let expected = ArtifactInfo {
+        versions: vec![0, 1, 2],
+        mime_type: "application/json".into(),
+        size: 7,
+    };
+    assert_eq!(described, Some(expected));
     assert_eq!(reads(), 3, "one sidecar read");
-    assert_eq!(svc.describe_from_listing(S1, "none").await.unwrap(), None);
+    assert_eq!(svc.describe(S1, "none").await.unwrap(), None);
 
     // The write probe leaves nothing behind, and no artifact name can meet it.
-    svc.check_bucket_writable().await.unwrap();
+    svc.check_writable().await.unwrap();
     let keys: Vec<object_store::ObjectMeta> =
         futures::TryStreamExt::try_collect(object_store::ObjectStore::list(&*bucket, None))
             .await
