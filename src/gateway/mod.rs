@@ -185,7 +185,11 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
-        metrics: metrics::Metrics::default(),
+        // The sim's delay is known; a load test reads it from here.
+        metrics: match args.model.as_str() {
+            "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
+            _ => metrics::Metrics::default(),
+        },
         connections: TaskTracker::new(),
     });
     let listener = TcpListener::bind(args.bind)
@@ -337,8 +341,8 @@ async fn ws_upgrade(
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let ids = PathId::parse("user id", &user_id)
-        .and_then(|u| Ok((u, PathId::parse("session id", &session_id)?)));
+    let ids =
+        PathId::parse("user id", &user_id).and_then(|u| Ok((u, PathId::new_session(&session_id)?)));
     let (user_id, session_id) = match ids {
         Ok(ids) => ids,
         Err(message) => return bad_request(message),
