@@ -119,7 +119,7 @@ async fn main() -> anyhow::Result<()> {
     args.apply_config_file(arg_matches)?;
     init_logging(args.log_format);
     let server = gateway::start(&args).await?;
-    println!("livegate listening on http://{}", server.addr);
+    println!("livegate listening on {}://{}", server.scheme, server.addr);
     shutdown_signal().await;
     tracing::info!("shutting down");
     server

@@ -24,7 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-pub use audio_cache::{AudioCache, AudioSide, RecordingTarget};
+pub use audio_cache::{
+    set_max_unsaved_bytes, AudioCache, AudioSide, RecordingTarget, DEFAULT_MAX_UNSAVED_BYTES,
+    RECORDING_DROPPED,
+};
 pub use hooks::{FlowHooks, NoHooks, Screened};
 pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
 
