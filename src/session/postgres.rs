@@ -8,6 +8,8 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,7 +19,7 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta};
-use super::{GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 /// Versioned schema changes, applied in order once each. Never edit a released one: add the next.
@@ -94,6 +96,8 @@ SELECT (SELECT count(*) FROM e) AS stored,
 pub struct PostgresSessionService {
     pool: PgPool,
     writers: Vec<mpsc::Sender<Vec<Append>>>,
+    /// Events read back so far (`livegate_session_events_read_total`).
+    events_read: Arc<AtomicU64>,
 }
 
 /// An event waiting for a writer, and where its outcome goes (`true`: stored, `false`: it was
@@ -137,12 +141,21 @@ impl PostgresSessionService {
                 tx
             })
             .collect();
-        Ok(PostgresSessionService { pool, writers })
+        Ok(PostgresSessionService {
+            pool,
+            writers,
+            events_read: Arc::default(),
+        })
     }
 
     /// The connection pool (the gateway's session leases share it).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     fn writer_for(
@@ -426,6 +439,7 @@ impl SessionService for PostgresSessionService {
             .iter()
             .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
             .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
         let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
         tx.commit().await?;
         Ok(Some(Session {
@@ -625,4 +639,78 @@ impl SessionService for PostgresSessionService {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let total: Option<i64> = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM events
+                     WHERE app_name = $1 AND user_id = $2 AND session_id = $3)
+             FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(total) = total else {
+            return Ok(None);
+        };
+        let rows = sqlx::query(
+            "SELECT event_json FROM events WHERE app_name = $1 AND user_id = $2 AND session_id = $3
+             ORDER BY seq LIMIT $4 OFFSET $5",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let events = rows
+            .iter()
+            .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
+            .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
+        Ok(Some(EventPage {
+            events,
+            total: usize::try_from(total).unwrap_or(0),
+        }))
+    }
+
+    fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::Relaxed)
+    }
+
+    async fn check_writable(&self) -> Result<(), SessionError> {
+        // A row written and removed in one committed transaction: a read-only server (a
+        // standby after a failover) refuses the write, a full disk the commit.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO app_states (app_name, state) VALUES ($1, '{}'::jsonb)
+             ON CONFLICT (app_name) DO NOTHING",
+        )
+        .bind(READY_PROBE)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM app_states WHERE app_name = $1")
+            .bind(READY_PROBE)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }
+
+/// The app name of `/readyz`'s write probe: a slash is never in a real app name.
+const READY_PROBE: &str = "/livegate/ready-probe";
