@@ -143,6 +143,8 @@ pub struct Metrics {
     connections: Gauge,
     reconnects: Counter,
     meter: Meter,
+    /// What the connection limits refused.
+    pub limits: super::limits::LimitCounters,
 }
 
 impl Default for Metrics {
@@ -194,6 +196,12 @@ impl Default for Metrics {
             "errors",
             "Error events of live runs by error code",
             errors.clone(),
+        );
+        let recordings_dropped = Counter::default();
+        registry.register(
+            "recordings_dropped",
+            "Times recording audio was dropped because it could not be saved and reached the memory cap",
+            recordings_dropped.clone(),
         );
         let artifacts = Family::<[(&'static str, &'static str); 1], Counter>::default();
         registry.register(
@@ -255,6 +263,7 @@ impl Default for Metrics {
             errors,
             recordings,
             agent_artifacts,
+            recordings_dropped,
         };
         let meter = Meter {
             inbound: way("in"),
@@ -266,11 +275,13 @@ impl Default for Metrics {
             turn_end,
             events: Arc::new(events),
         };
+        let limits = super::limits::LimitCounters::register(registry);
         Metrics {
             registry: root,
             connections,
             reconnects,
             meter,
+            limits,
         }
     }
 }
@@ -360,6 +371,7 @@ struct EventCounters {
     errors: Family<[(&'static str, String); 1], Counter>,
     recordings: Counter,
     agent_artifacts: Counter,
+    recordings_dropped: Counter,
 }
 
 impl EventCounters {
@@ -378,6 +390,9 @@ impl EventCounters {
             self.errors
                 .get_or_create(&[("code", error_label(code).to_owned())])
                 .inc();
+            if code == crate::live::flow::RECORDING_DROPPED {
+                self.recordings_dropped.inc();
+            }
         }
         // Recordings are announced as `fileData` parts pointing at artifacts; tools and callbacks
         // report what they saved in the artifact delta.
