@@ -29,9 +29,9 @@ enum Command {
     MockGemini(MockGeminiArgs),
     /// Load-test a gateway: many sessions streaming real speech, with latency, errors, CPU and memory.
     ///
-    /// The gateway stores the load's sessions and their recordings like any others: one run with
-    /// its defaults writes them into its ./data. Run it with `--session-store memory:
-    /// --artifact-store memory:` to keep nothing; the report names the sessions' user.
+    /// The gateway stores the load's sessions and their recordings like any others: a gateway
+    /// started with its defaults writes them into its ./data. Start it with `--session-store
+    /// memory: --artifact-store memory:` to keep nothing; the report names the sessions' user.
     Loadtest(livegate::loadtest::LoadtestArgs),
 }
 

@@ -655,6 +655,11 @@ async fn a_reload_shows_the_history_and_playable_recordings() {
         old.select_by_value("reload-1").await.expect("the old session can be picked");
         wait_until(&page, "the old session", "livegate.sessionId === 'reload-1' && livegate.historyLoaded && livegate.status === 'connected'", WAIT).await;
         assert_eq!(eval(&page, "document.querySelectorAll('#messages .msg.history').length").await, json!(live.as_array().unwrap().len()));
+        // The microphone's silence after the voice turn, until it was stopped and the page left
+        // the session, is no recording of its own: one turn spoken, one input recording. (The old
+        // run has ended: the session was only taken up again after it had.)
+        let inputs = wait_until(&page, "the old session's recordings", "livegate.recordings.length >= 3 && livegate.recordings.filter((r) => r.side === 'input').length", WAIT).await;
+        assert_eq!(inputs, json!(1), "{:#}", eval(&page, "livegate.recordings").await);
     })
     .await;
     server.shutdown(WAIT).await;

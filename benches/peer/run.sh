@@ -87,8 +87,10 @@ run() {
   local port; port=$(free_port)
   start_gateway "$1" "$port"
   echo "== $1, $2 sessions x $turns turns" >&2
+  # The model's own delay: the mock's sim ends an utterance after 500 ms of silence and replies at
+  # once; neither gateway on the gemini path can say so itself.
   "$bin" loadtest --url "ws://127.0.0.1:$port/ws" --sessions "$2" --turns "$turns" \
-    --duration 600s --ramp "$ramp" --server-pid "$gateway_pid" --quiet \
+    --duration 600s --ramp "$ramp" --server-pid "$gateway_pid" --quiet --model-delay-ms 500 \
     --report "$out/$1-$2.json" >"$out/$1-$2.txt" 2>&1 || true
   kill "$gateway_pid" 2>/dev/null || true
   wait "$gateway_pid" 2>/dev/null || true
