@@ -143,6 +143,7 @@ pub struct Metrics {
     connections: Gauge,
     reconnects: Counter,
     meter: Meter,
+    auth_failures: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 impl Default for Metrics {
@@ -231,6 +232,12 @@ impl Default for Metrics {
             "From writing the last audio or text of an answer to writing the event that ends its turn (turnComplete or interrupted); the turn's recordings are saved in between",
             turn_end.clone(),
         );
+        let auth_failures = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "auth_failures",
+            "Requests refused by authentication, authorization or origin checks, by reason",
+            auth_failures.clone(),
+        );
         // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
         // second call in the same expression, which may need the write lock, would wait forever.
         let frame = |direction, kind| {
@@ -271,6 +278,7 @@ impl Default for Metrics {
             connections,
             reconnects,
             meter,
+            auth_failures,
         }
     }
 }
@@ -282,6 +290,13 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.registry);
         text
+    }
+
+    /// Counts a request refused by the auth checks; `reason` is one of a fixed set of labels.
+    pub fn auth_failure(&self, reason: &'static str) {
+        self.auth_failures
+            .get_or_create(&[("reason", reason)])
+            .inc();
     }
 
     /// Counts an open connection until the returned guard is dropped.

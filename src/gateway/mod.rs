@@ -2,7 +2,7 @@
 //! and runs until shut down.
 
 mod assets;
-mod auth;
+pub mod auth;
 mod codec;
 pub mod config;
 mod connection;
@@ -77,6 +77,8 @@ pub struct Gateway {
     pub web_root: Option<std::path::PathBuf>,
     /// What `/metrics` reports.
     pub metrics: metrics::Metrics,
+    /// Who may do what.
+    pub auth: auth::Auth,
     connections: TaskTracker,
 }
 
@@ -92,6 +94,9 @@ pub enum StartError {
     /// The agent file or the agent's model could not be used.
     #[error("agent: {0}")]
     Agent(#[from] AgentConfigError),
+    /// Authentication is misconfigured, or missing where it is required.
+    #[error("authentication: {0}")]
+    Auth(String),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -133,6 +138,8 @@ impl Server {
 
 /// Opens the stores, binds the address and starts serving.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
+    // Checked first: a gateway that would be open to the world must not even open its stores.
+    let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
     let sessions = open_session_service(&args.session_store_url()).await?;
     let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
     let options = ModelOptions {
@@ -161,6 +168,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
         metrics: metrics::Metrics::default(),
+        auth,
         connections: TaskTracker::new(),
     });
     let listener = TcpListener::bind(args.bind)
@@ -173,7 +181,10 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         addr: args.bind,
         source,
     })?;
-    tracing::info!(%addr, model = %args.model, "listening on {addr}");
+    tracing::info!(%addr, model = %args.model, auth = ?gateway.auth.mode(), "listening on {addr}");
+    if let Some(metrics_bind) = args.metrics_bind {
+        serve_metrics(&gateway, metrics_bind).await?;
+    }
     let app = router(gateway.clone());
     let shutdown = gateway.shutdown.clone();
     // Audio frames are small and latency-critical: Nagle's algorithm would hold each one behind
@@ -184,6 +195,8 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         }
     });
     let task = tokio::spawn(async move {
+        // The peer address decides who may read `/metrics`.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.fired().await })
             .await;
@@ -196,6 +209,30 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         gateway,
         task,
     })
+}
+
+/// Serves `/metrics` alone on `addr`, to anyone who reaches it, until shutdown.
+async fn serve_metrics(gateway: &Arc<Gateway>, addr: SocketAddr) -> Result<(), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    tracing::info!(addr = %bound, "serving /metrics on {bound}");
+    let app = Router::new()
+        .route("/metrics", get(metrics_open))
+        .with_state(gateway.clone());
+    let shutdown = gateway.shutdown.clone();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.fired().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "metrics server failed");
+        }
+    });
+    Ok(())
 }
 
 /// The gateway's routes.
@@ -226,26 +263,69 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             "/apps/{app_name}/users/{user_id}/sessions/{session_id}",
             post(run_api::create_session),
         )
+        .route("/api/tokens", post(auth::mint_token))
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
             auth::authorize,
         ));
-    Router::new()
+    let cors = cors(gateway.auth.allowed_origins());
+    let app = Router::new()
         .route("/", get(assets::index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/api/config", get(auth::config))
         .merge(protected)
         .route("/static/{*path}", get(assets::file))
         .route("/{file}", get(assets::file))
-        .with_state(gateway)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            auth::guard_host,
+        ))
+        .with_state(gateway);
+    match cors {
+        Some(cors) => app.layer(cors),
+        None => app,
+    }
+}
+
+/// CORS for the operator's allowed origins only; none without them (same-origin pages need none).
+fn cors(origins: &auth::AllowedOrigins) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{header, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let origins = origins.clone();
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::predicate(move |origin, _| {
+                origin.to_str().is_ok_and(|o| origins.allows(o))
+            }))
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+async fn metrics(
+    State(gateway): State<Arc<Gateway>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let peer = peer.map(|axum::Extension(info)| info.0);
+    if let Some(refused) = auth::refuse_metrics(&gateway, peer, &headers) {
+        return refused;
+    }
+    metrics_open(State(gateway)).await
+}
+
+/// `/metrics` without an access check (the separate `--metrics-bind` listener).
+async fn metrics_open(State(gateway): State<Arc<Gateway>>) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -304,6 +384,7 @@ fn parse_options(
 
 async fn ws_upgrade(
     State(gateway): State<Arc<Gateway>>,
+    axum::Extension(principal): axum::Extension<auth::Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
@@ -314,6 +395,9 @@ async fn ws_upgrade(
         Ok(ids) => ids,
         Err(message) => return bad_request(message),
     };
+    if let Err(denied) = principal.check_session(user_id.as_str(), session_id.as_str()) {
+        return denied.into_response();
+    }
     let options = match parse_options(&gateway, &query) {
         Ok(options) => options,
         Err(message) => return bad_request(message),
@@ -323,6 +407,8 @@ async fn ws_upgrade(
     }
     let tracker = gateway.connections.clone();
     upgrade
+        // Echoed when offered; a token offered beside it (`livegate.bearer.…`) never is.
+        .protocols([auth::SUBPROTOCOL])
         .max_message_size(gateway.max_message_bytes)
         .max_frame_size(gateway.max_message_bytes)
         // tungstenite's default 128 KiB read buffer is zeroed as it is refilled and held per
