@@ -63,6 +63,8 @@ pub struct Plan {
     /// Frames after the last speech frame that the model waits before answering (its
     /// end-of-speech silence): sending the last of them is when the model can answer.
     pub model_delay_frames: u32,
+    /// What each session authenticates with.
+    pub credentials: super::auth::Credentials,
 }
 
 /// The golden ratio's fraction: its multiples modulo 1 spread evenly over [0, 1) for any count.
@@ -225,10 +227,23 @@ impl Shared {
 /// Runs session `index` of the plan to its end.
 pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     let mut outcome = Outcome::default();
+    let user = plan
+        .credentials
+        .user()
+        .map_or_else(|| format!("load-{}", plan.run_id), str::to_owned);
+    let session_id = format!("s{index}");
+    // Minted before the clock starts: connecting is what is timed.
+    let bearer = match plan.credentials.bearer(&user, &session_id).await {
+        Ok(bearer) => bearer,
+        Err(error) => {
+            outcome.errors.push(error);
+            live.errors.fetch_add(1, Ordering::Relaxed);
+            return outcome;
+        }
+    };
     let url = format!(
-        "{}/load-{}/s{index}{}",
+        "{}/{user}/{session_id}{}",
         plan.base_url,
-        plan.run_id,
         if plan.query.is_empty() {
             String::new()
         } else {
@@ -240,7 +255,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
     let arrivals = Arrivals::new();
-    let connecting = connect(&url, config, arrivals.clone());
+    let connecting = connect(&url, bearer.as_deref(), config, arrivals.clone());
     let (socket, probe) = match timeout(CONNECT_TIMEOUT, connecting).await {
         Ok(Ok(connected)) => connected,
         Ok(Err(error)) => {
@@ -309,10 +324,17 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
 /// a second descriptor of the socket, to ask how much the reader has left unread.
 async fn connect(
     url: &str,
+    bearer: Option<&str>,
     config: WebSocketConfig,
     arrivals: Arc<Arrivals>,
 ) -> Result<(Socket, OwnedFd), String> {
-    let request = url.into_client_request().map_err(|e| e.to_string())?;
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    if let Some(token) = bearer {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_owned())?;
+        request.headers_mut().insert("authorization", value);
+    }
     let uri = request.uri();
     let host = uri.host().ok_or("the URL has no host")?;
     // An IPv6 literal comes bracketed in a URI, not in a socket address.
@@ -686,6 +708,7 @@ mod tests {
             in_phase,
             run_id: String::new(),
             model_delay_frames: 0,
+            credentials: Default::default(),
         }
     }
 
