@@ -730,3 +730,94 @@ async fn livegate_token_prints_a_token_the_gateway_accepts() {
     assert!(String::from_utf8_lossy(&without.stderr).contains("LIVEGATE_TOKEN_SECRET"));
     server.shutdown(WAIT).await;
 }
+
+/// Tokens signed by an operator's identity provider: each key type, checked for issuer and
+/// audience, and refused when signed by another key.
+#[tokio::test]
+async fn identity_provider_tokens_verify_with_its_public_key() {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let fixture = |name: &str| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/idp")
+            .join(name)
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = |iss: &str, aud: &str| json!({"sub": "carol", "iss": iss, "aud": aud, "iat": now, "exp": now + 600});
+    type Load = fn(&[u8]) -> jsonwebtoken::errors::Result<EncodingKey>;
+    let kinds: [(&str, Algorithm, Load); 3] = [
+        ("ec", Algorithm::ES256, EncodingKey::from_ec_pem),
+        ("ed25519", Algorithm::EdDSA, EncodingKey::from_ed_pem),
+        ("rsa", Algorithm::RS256, EncodingKey::from_rsa_pem),
+    ];
+    for (kind, algorithm, load) in kinds {
+        let mut args = test_args();
+        args.auth = Some(AuthMode::Token);
+        args.auth_public_key = Some(fixture(&format!("{kind}-public.pem")));
+        args.auth_issuer = Some("https://id.example.com/".into());
+        args.auth_audience = Some("livegate".into());
+        let server = start(args).await;
+        let addr = server.addr;
+        let private = std::fs::read(fixture(&format!("{kind}-private.pem"))).unwrap();
+        let key = load(&private).unwrap();
+        let sign =
+            |claims: Value| jsonwebtoken::encode(&Header::new(algorithm), &claims, &key).unwrap();
+        let good = sign(claims("https://id.example.com/", "livegate"));
+        let (status, body) = get(addr, "/api/sessions", Some(&good)).await;
+        assert_eq!(status, 200, "{kind}: {body}");
+        assert_eq!(
+            get(addr, "/api/sessions?user_id=dave", Some(&good)).await.0,
+            403
+        );
+        let wrong_audience = sign(claims("https://id.example.com/", "another-app"));
+        assert_eq!(
+            get(addr, "/api/sessions", Some(&wrong_audience)).await.0,
+            401,
+            "{kind}"
+        );
+        let wrong_issuer = sign(claims("https://evil.example/", "livegate"));
+        assert_eq!(
+            get(addr, "/api/sessions", Some(&wrong_issuer)).await.0,
+            401,
+            "{kind}"
+        );
+        assert_eq!(failures(addr, "wrong_issuer").await, 2.0, "{kind}");
+        // The same claims signed with the shared-secret algorithm and the public key as the
+        // "secret" (the classic algorithm confusion) verify with nothing here.
+        let public = std::fs::read(fixture(&format!("{kind}-public.pem"))).unwrap();
+        let confused = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims("https://id.example.com/", "livegate"),
+            &EncodingKey::from_secret(&public),
+        )
+        .unwrap();
+        assert_eq!(
+            get(addr, "/api/sessions", Some(&confused)).await.0,
+            401,
+            "{kind}"
+        );
+        server.shutdown(WAIT).await;
+    }
+    // Another provider's key signs nothing this gateway accepts.
+    let mut args = test_args();
+    args.auth = Some(AuthMode::Token);
+    args.auth_public_key = Some(fixture("ec-public.pem"));
+    args.auth_issuer = Some("https://id.example.com/".into());
+    args.auth_audience = Some("livegate".into());
+    let server = start(args).await;
+    let other =
+        EncodingKey::from_ed_pem(&std::fs::read(fixture("ed25519-private.pem")).unwrap()).unwrap();
+    let foreign = jsonwebtoken::encode(
+        &Header::new(Algorithm::EdDSA),
+        &claims("https://id.example.com/", "livegate"),
+        &other,
+    )
+    .unwrap();
+    assert_eq!(
+        get(server.addr, "/api/sessions", Some(&foreign)).await.0,
+        401
+    );
+    server.shutdown(WAIT).await;
+}

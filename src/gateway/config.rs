@@ -472,6 +472,27 @@ mod tests {
     }
 
     #[test]
+    fn auth_options_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "auth = \"token\"\nallowed_origins = \"https://app.example.com\"\nauth-issuer = \"https://id.example.com/\"\nmetrics-bind = \"127.0.0.1:9100\"\n").unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(args.auth, Some(AuthMode::Token));
+        assert_eq!(
+            args.allowed_origins.as_deref(),
+            Some("https://app.example.com")
+        );
+        assert_eq!(args.auth_issuer.as_deref(), Some("https://id.example.com/"));
+        assert_eq!(
+            args.metrics_bind,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9100)))
+        );
+        std::fs::write(&path, "auth = \"maybe\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("auth"), "{error}");
+    }
+
+    #[test]
     fn a_bad_file_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.toml");
