@@ -479,7 +479,12 @@ async function start() {
     state.userId = signedIn.sub;
     $("user-id").readOnly = true;
     const bound = validId(signedIn.session_id);
-    if (bound) state.sessionId = bound;
+    if (bound) {
+      // The token reaches this one session: other sessions would only be refused.
+      state.sessionId = bound;
+      $("new-session").disabled = true;
+      $("session-select").disabled = true;
+    }
   }
   const fresh = state.sessionId === null;
   if (fresh) state.sessionId = newSessionId();
