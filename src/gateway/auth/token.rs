@@ -133,7 +133,7 @@ impl Minter {
     ) -> Result<Minted, MintError> {
         let user = PathId::parse("user id", user).map_err(MintError::Invalid)?;
         let session = session
-            .map(|s| PathId::parse("session id", s))
+            .map(PathId::new_session)
             .transpose()
             .map_err(MintError::Invalid)?;
         let ttl = ttl.unwrap_or(DEFAULT_TTL);
