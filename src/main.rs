@@ -33,6 +33,26 @@ enum Command {
     /// started with its defaults writes them into its ./data. Start it with `--session-store
     /// memory: --artifact-store memory:` to keep nothing; the report names the sessions' user.
     Loadtest(livegate::loadtest::LoadtestArgs),
+    /// Mint a client token with `LIVEGATE_TOKEN_SECRET` and print it with the URL that opens the
+    /// built-in page signed in.
+    Token(TokenArgs),
+}
+
+/// Options of `livegate token`.
+#[derive(Debug, Args)]
+struct TokenArgs {
+    /// The user the token speaks for.
+    #[arg(long)]
+    user: String,
+    /// Bind the token to this one session.
+    #[arg(long)]
+    session: Option<String>,
+    /// How long the token lives (`3600`, `90s`, `30m`, `1h`; at most 24h).
+    #[arg(long, default_value = "1h", value_parser = gateway::auth::token::parse_ttl)]
+    ttl: Duration,
+    /// The gateway's address, for the printed URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
 }
 
 /// Options of `livegate mock-gemini`.
@@ -115,6 +135,7 @@ async fn main() -> anyhow::Result<()> {
     let (mut args, arg_matches) = match cli.command {
         Some(Command::MockGemini(args)) => return mock_gemini(args).await,
         Some(Command::Loadtest(args)) => return loadtest(args).await,
+        Some(Command::Token(args)) => return token(&args),
         Some(Command::Serve(args)) => (
             *args,
             matches.subcommand_matches("serve").unwrap_or(&matches),
@@ -122,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
         None => (cli.serve, &matches),
     };
     args.apply_config_file(arg_matches)?;
+    args.secrets = gateway::auth::AuthSecrets::from_env();
     init_logging(args.log_format);
     let server = gateway::start(&args).await?;
     println!("livegate listening on {}://{}", server.scheme, server.addr);
@@ -130,6 +152,21 @@ async fn main() -> anyhow::Result<()> {
     server
         .shutdown(Duration::from_secs(args.drain_timeout))
         .await;
+    Ok(())
+}
+
+/// Prints a client token and the URL opening the built-in page with it (in the fragment, which
+/// browsers never send to the server).
+fn token(args: &TokenArgs) -> anyhow::Result<()> {
+    use gateway::auth::{AuthSecrets, Minter, TOKEN_SECRET_ENV};
+    let secret = AuthSecrets::from_env()
+        .token_secret
+        .ok_or_else(|| anyhow::anyhow!("set {TOKEN_SECRET_ENV} to the gateway's token secret"))?;
+    let minter = Minter::new(&secret).map_err(anyhow::Error::msg)?;
+    let minted = minter.mint(&args.user, args.session.as_deref(), Some(args.ttl))?;
+    let base = args.url.trim_end_matches('/');
+    println!("{}", minted.token);
+    println!("{base}/?user={}#token={}", args.user, minted.token);
     Ok(())
 }
 

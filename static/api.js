@@ -1,6 +1,8 @@
 // The gateway's REST API (docs/PROTOCOL.md, "REST API"): a user's sessions, a session's events, its artifacts.
 // Every call rejects with an ApiError carrying the HTTP status and the gateway's `error` message.
 
+import { authHeaders, withToken } from "./auth.js";
+
 export class ApiError extends Error {
   constructor(status, message) {
     super(message);
@@ -13,7 +15,7 @@ const seg = encodeURIComponent;
 async function getJson(url) {
   let response;
   try {
-    response = await fetch(url, { headers: { accept: "application/json" }, cache: "no-store" });
+    response = await fetch(url, { headers: { accept: "application/json", ...authHeaders() }, cache: "no-store" });
   } catch (error) {
     throw new ApiError(0, `network error: ${error.message || error}`);
   }
@@ -79,5 +81,5 @@ export async function listArtifacts(userId, sessionId) {
 /** Where to download one version of an artifact; `wav` wraps PCM in a WAV header for playback. */
 export function artifactUrl(userId, sessionId, name, version, format = "wav") {
   const query = new URLSearchParams({ version: String(version), format });
-  return `/api/sessions/${seg(userId)}/${seg(sessionId)}/artifacts/${seg(name)}?${query}`;
+  return withToken(`/api/sessions/${seg(userId)}/${seg(sessionId)}/artifacts/${seg(name)}?${query}`);
 }

@@ -8,6 +8,7 @@ import { EventLog } from "./eventlog.js";
 import { Recordings } from "./recordings.js";
 import { SessionPicker } from "./sessions.js";
 import { loadHistory } from "./api.js";
+import { authOn, claimsOf, expired, forgetToken, loadAuthMode, takeToken, wsProtocols } from "./auth.js";
 import { Player, Recorder, base64ToBytes, levelFromRms, parseRate, DEFAULT_PLAY_RATE } from "./audio.js";
 
 const $ = (id) => document.getElementById(id);
@@ -224,6 +225,7 @@ let wasDropped = false; // the last socket ended without us asking: say so when 
 
 const connection = new Connection({
   url: wsUrl,
+  protocols: wsProtocols,
   onMessage,
   onStatus: showStatus,
   onOpen() {
@@ -236,6 +238,12 @@ const connection = new Connection({
   },
   onClose({ code, reason }, retryInMs) {
     log.info("close", `code ${code}${reason ? " · " + reason : ""}`, { code, reason });
+    // A refused upgrade reaches a page only as 1006: an expired token is the likely cause.
+    if (authOn() && expired(signedIn)) {
+      connection.stop();
+      signInNeeded("Your sign-in has expired.");
+      return;
+    }
     pendingPcm = null;
     wasDropped = true;
     conversation.abortTurn();
@@ -448,6 +456,45 @@ function fitPanels() {
 narrow.addEventListener("change", fitPanels);
 fitPanels();
 
-const fresh = state.sessionId === null;
-if (fresh) state.sessionId = newSessionId();
-openSession({ fresh });
+// With tokens on, the token names the user (and maybe the one session it may reach).
+let signedIn = null;
+
+function signInNeeded(why) {
+  forgetToken();
+  livegate.status = "sign-in needed";
+  const pill = $("status");
+  pill.textContent = "sign-in needed";
+  pill.dataset.state = "disconnected";
+  $("reconnect").hidden = true;
+  $("send").disabled = true;
+  $("mic").disabled = true;
+  conversation.system(
+    `${why} Sign-in needed: open this page with a link that carries a token ` +
+      "(from your site, or `livegate token --user NAME` on the gateway's host).",
+    "error",
+  );
+}
+
+async function start() {
+  if ((await loadAuthMode()) === "token") {
+    signedIn = claimsOf(takeToken());
+    if (!signedIn || expired(signedIn) || !validId(signedIn.sub)) {
+      signInNeeded(signedIn ? "This sign-in link has expired or is not valid." : "This gateway needs a token.");
+      return;
+    }
+    state.userId = signedIn.sub;
+    $("user-id").readOnly = true;
+    const bound = validId(signedIn.session_id);
+    if (bound) {
+      // The token reaches this one session: other sessions would only be refused.
+      state.sessionId = bound;
+      $("new-session").disabled = true;
+      $("session-select").disabled = true;
+    }
+  }
+  const fresh = state.sessionId === null;
+  if (fresh) state.sessionId = newSessionId();
+  openSession({ fresh });
+}
+
+start();

@@ -20,13 +20,15 @@ export class Connection {
   /**
    * @param {object} o
    * @param {() => string} o.url  the URL to (re)connect to, read at each attempt
+   * @param {() => string[]|undefined} [o.protocols]  subprotocols to offer, read at each attempt
    * @param {(status: "connecting"|"connected"|"disconnected") => void} o.onStatus
    * @param {(data: string|ArrayBuffer) => void} o.onMessage
    * @param {() => void} [o.onOpen]
    * @param {(close: {code:number, reason:string}, retryInMs: number|null) => void} [o.onClose]
    */
-  constructor({ url, onStatus, onMessage, onOpen, onClose }) {
+  constructor({ url, protocols, onStatus, onMessage, onOpen, onClose }) {
     this.url = url;
+    this.protocols = protocols || (() => undefined);
     this.onStatus = onStatus;
     this.onMessage = onMessage;
     this.onOpen = onOpen || (() => {});
@@ -50,7 +52,7 @@ export class Connection {
     this.stop();
     let ws;
     try {
-      ws = new WebSocket(this.url());
+      ws = new WebSocket(this.url(), this.protocols());
     } catch (error) {
       this.onStatus("disconnected");
       this.onClose({ code: 0, reason: String(error.message || error) }, this.schedule());

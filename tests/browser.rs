@@ -831,3 +831,48 @@ async fn at_phone_width_long_session_ids_truncate_and_new_stays_on_screen() {
     .await;
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without() {
+    use livegate::gateway::auth::{AuthMode, AuthSecrets, Minter, Secret};
+    let secret = Secret::new("browser-test-secret-0123456789abcdef");
+    let mut args = test_args();
+    args.auth = Some(AuthMode::Token);
+    args.secrets = AuthSecrets {
+        token_secret: Some(secret.clone()),
+        api_keys: None,
+    };
+    let server = start(args).await;
+    let addr = server.addr;
+    let minted = Minter::new(&secret)
+        .expect("a minter")
+        .mint("b-auth", Some("auth-1"), None)
+        .expect("a token");
+    with_browser(|page| async move {
+        page.goto(&format!("http://{addr}/"))
+            .await
+            .expect("the page loads");
+        wait_until(&page, "the sign-in notice", "window.livegate && livegate.status === 'sign-in needed'", WAIT).await;
+        let notice = eval(&page, "document.querySelector('#messages').textContent").await;
+        assert!(notice.as_str().unwrap_or_default().contains("Sign-in needed"), "{notice}");
+
+        page.goto(&format!("http://{addr}/?modality=TEXT#token={}", minted.token))
+            .await
+            .expect("the signed-in page loads");
+        wait_connected(&page).await;
+        assert_eq!(eval(&page, "[livegate.userId, livegate.sessionId]").await, json!(["b-auth", "auth-1"]));
+        assert_eq!(eval(&page, "location.hash.includes('token')").await, json!(false), "the token left the address bar");
+        assert_eq!(
+            eval(&page, "sessionStorage.getItem('livegate.token')").await,
+            json!(minted.token),
+            "kept for this tab"
+        );
+        send_text(&page, "hello with a token").await;
+        wait_until(&page, "the turn end", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        // REST calls carry the token too: the session list shows the session.
+        wait_until(&page, "the session list", "[...document.querySelectorAll('#session-select option')].some((o) => o.value === 'auth-1')", WAIT).await;
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}

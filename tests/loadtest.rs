@@ -29,6 +29,8 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         report: None,
         plot: None,
         quiet: true,
+        api_key: None,
+        token: None,
     }
 }
 
@@ -538,6 +540,73 @@ async fn sessions_closed_with_1012_continue_on_the_next_node() {
     assert_eq!(
         report.turns_completed, 6,
         "each session's turn, said again on the next node when cut short"
+    );
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn sessions_authenticate_with_a_minted_token_each_or_one_shared_token() {
+    use livegate::gateway::auth::{AuthMode, AuthSecrets, Minter, Secret};
+    let secret = Secret::new("loadtest-secret-0123456789abcdef-0123");
+    let key = "loadtest-operator-key-0123456789";
+    let mut server_args = test_args();
+    server_args.auth = Some(AuthMode::Token);
+    server_args.secrets = AuthSecrets {
+        token_secret: Some(secret.clone()),
+        api_keys: Some(Secret::new(key)),
+    };
+    let server = start(server_args).await;
+    let unauthenticated = run(&one_turn_each(server.addr, 2, Duration::from_secs(3))).await;
+    assert_eq!(
+        unauthenticated.errors, 2,
+        "the gateway refuses sessions without a token"
+    );
+
+    let minting = LoadtestArgs {
+        api_key: Some(key.into()),
+        ..one_turn_each(server.addr, 3, Duration::from_secs(3))
+    };
+    let report = run(&minting).await;
+    assert_eq!(
+        (report.errors, report.turns_completed),
+        (0, 3),
+        "{:?}",
+        report.error_samples
+    );
+
+    let token = Minter::new(&secret)
+        .unwrap()
+        .mint("load-shared", None, None)
+        .unwrap()
+        .token;
+    let shared = LoadtestArgs {
+        token: Some(token),
+        ..one_turn_each(server.addr, 2, Duration::from_secs(3))
+    };
+    let report = run(&shared).await;
+    assert_eq!(
+        (report.errors, report.turns_completed),
+        (0, 2),
+        "{:?}",
+        report.error_samples
+    );
+    // Both sessions ran as the token's user.
+    let listed: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "http://{}/api/sessions?user_id=load-shared",
+            server.addr
+        ))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["sessions"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
     );
     server.shutdown(WAIT).await;
 }

@@ -8,6 +8,7 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, ValueEnum};
 use serde::Deserialize;
 
+use super::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
 use super::codec::AudioFrames;
 use crate::model::Modality;
 
@@ -212,6 +213,36 @@ pub struct ServeArgs {
     /// connection counts as lost.
     #[arg(long, env = "LIVEGATE_GEMINI_SILENCE_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
     pub gemini_silence_timeout: Duration,
+    /// Authentication: `none` (anyone who reaches the port; the default on a loopback bind) or
+    /// `token` (operator API keys and client tokens; the default elsewhere).
+    #[arg(long, env = "LIVEGATE_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// Serve a non-loopback address without authentication, on purpose.
+    #[arg(long, env = "LIVEGATE_ALLOW_ANONYMOUS")]
+    pub allow_anonymous: bool,
+    /// File of operator API keys, one per line (or comma-separated); also `LIVEGATE_API_KEYS`.
+    #[arg(long, env = "LIVEGATE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// PEM public key (RSA, EC P-256 or Ed25519) of an identity provider whose tokens are accepted.
+    #[arg(long, env = "LIVEGATE_AUTH_PUBLIC_KEY")]
+    pub auth_public_key: Option<PathBuf>,
+    /// The `iss` the identity provider's tokens must carry.
+    #[arg(long, env = "LIVEGATE_AUTH_ISSUER")]
+    pub auth_issuer: Option<String>,
+    /// The `aud` the identity provider's tokens must carry.
+    #[arg(long, env = "LIVEGATE_AUTH_AUDIENCE")]
+    pub auth_audience: Option<String>,
+    /// Other origins whose pages may use the gateway, comma-separated (`https://app.example.com`,
+    /// `https://*.example.com`); same-origin pages always may.
+    #[arg(long, env = "LIVEGATE_ALLOWED_ORIGINS")]
+    pub allowed_origins: Option<String>,
+    /// Also serve `/metrics`, to anyone who reaches it, on this address (e.g. an internal one).
+    #[arg(long, env = "LIVEGATE_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
+    /// Token secret and API keys, read from the environment by [`AuthSecrets::from_env`], never
+    /// from flags.
+    #[arg(skip)]
+    pub secrets: AuthSecrets,
 }
 
 impl ServeArgs {
@@ -264,6 +295,33 @@ impl ServeArgs {
             slow_client_timeout: Duration::from_secs(10),
             gemini_connect_timeout: Duration::from_secs(15),
             gemini_silence_timeout: Duration::from_secs(15),
+            auth: None,
+            allow_anonymous: false,
+            api_keys_file: None,
+            auth_public_key: None,
+            auth_issuer: None,
+            auth_audience: None,
+            allowed_origins: None,
+            metrics_bind: None,
+            secrets: AuthSecrets::default(),
+        }
+    }
+
+    /// The auth settings these options ask for.
+    pub fn auth_options(&self) -> AuthOptions<'_> {
+        let provider = self.auth_public_key.as_ref().map(|key| IdentityProvider {
+            public_key: key.clone(),
+            issuer: self.auth_issuer.clone().unwrap_or_default(),
+            audience: self.auth_audience.clone().unwrap_or_default(),
+        });
+        AuthOptions {
+            bind: self.bind,
+            mode: self.auth,
+            allow_anonymous: self.allow_anonymous,
+            api_keys_file: self.api_keys_file.as_ref(),
+            provider,
+            allowed_origins: self.allowed_origins.as_deref(),
+            secrets: &self.secrets,
         }
     }
 
@@ -383,6 +441,14 @@ struct FileConfig {
     slow_client_timeout: Option<String>,
     gemini_connect_timeout: Option<String>,
     gemini_silence_timeout: Option<String>,
+    auth: Option<String>,
+    allow_anonymous: Option<bool>,
+    api_keys_file: Option<PathBuf>,
+    auth_public_key: Option<PathBuf>,
+    auth_issuer: Option<String>,
+    auth_audience: Option<String>,
+    allowed_origins: Option<String>,
+    metrics_bind: Option<SocketAddr>,
 }
 
 impl ServeArgs {
@@ -505,6 +571,29 @@ impl ServeArgs {
         fill!(slow_client_timeout, parse_duration);
         fill!(gemini_connect_timeout, parse_duration);
         fill!(gemini_silence_timeout, parse_duration);
+        if let Some(auth) = file.auth {
+            if unset("auth") {
+                self.auth = Some(
+                    AuthMode::from_str(&auth, true).map_err(|e| invalid(format!("auth: {e}")))?,
+                );
+            }
+        }
+        fill!(allow_anonymous);
+        macro_rules! fill_some {
+            ($field:ident) => {
+                if let Some(value) = file.$field {
+                    if unset(stringify!($field)) {
+                        self.$field = Some(value);
+                    }
+                }
+            };
+        }
+        fill_some!(api_keys_file);
+        fill_some!(auth_public_key);
+        fill_some!(auth_issuer);
+        fill_some!(auth_audience);
+        fill_some!(allowed_origins);
+        fill_some!(metrics_bind);
         Ok(())
     }
 }
@@ -642,6 +731,27 @@ mod tests {
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("").is_err());
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn auth_options_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "auth = \"token\"\nallowed_origins = \"https://app.example.com\"\nauth-issuer = \"https://id.example.com/\"\nmetrics-bind = \"127.0.0.1:9100\"\n").unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(args.auth, Some(AuthMode::Token));
+        assert_eq!(
+            args.allowed_origins.as_deref(),
+            Some("https://app.example.com")
+        );
+        assert_eq!(args.auth_issuer.as_deref(), Some("https://id.example.com/"));
+        assert_eq!(
+            args.metrics_bind,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9100)))
+        );
+        std::fs::write(&path, "auth = \"maybe\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("auth"), "{error}");
     }
 
     #[test]

@@ -145,6 +145,7 @@ pub struct Metrics {
     meter: Meter,
     /// What the connection limits refused.
     pub limits: super::limits::LimitCounters,
+    auth_failures: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 impl Default for Metrics {
@@ -239,6 +240,12 @@ impl Default for Metrics {
             "From writing the last audio or text of an answer to writing the event that ends its turn (turnComplete or interrupted); the turn's recordings are saved in between",
             turn_end.clone(),
         );
+        let auth_failures = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "auth_failures",
+            "Requests refused by authentication, authorization or origin checks, by reason",
+            auth_failures.clone(),
+        );
         // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
         // second call in the same expression, which may need the write lock, would wait forever.
         let frame = |direction, kind| {
@@ -282,6 +289,7 @@ impl Default for Metrics {
             reconnects,
             meter,
             limits,
+            auth_failures,
         }
     }
 }
@@ -309,6 +317,13 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut text, &self.registry);
         text
+    }
+
+    /// Counts a request refused by the auth checks; `reason` is one of a fixed set of labels.
+    pub fn auth_failure(&self, reason: &'static str) {
+        self.auth_failures
+            .get_or_create(&[("reason", reason)])
+            .inc();
     }
 
     /// Counts an open connection until the returned guard is dropped.

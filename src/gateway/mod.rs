@@ -2,7 +2,7 @@
 //! and runs until shut down.
 
 mod assets;
-mod auth;
+pub mod auth;
 mod close;
 mod codec;
 pub mod config;
@@ -90,6 +90,8 @@ pub struct Gateway {
     pub web_root: Option<std::path::PathBuf>,
     /// What `/metrics` reports.
     pub metrics: metrics::Metrics,
+    /// Who may do what.
+    pub auth: auth::Auth,
     connections: TaskTracker,
     /// Caps on live connections and the rate of new ones.
     pub limits: Arc<limits::Limits>,
@@ -120,6 +122,9 @@ pub enum StartError {
     /// The TLS certificate or key could not be used.
     #[error("TLS: {0}")]
     Tls(String),
+    /// Authentication is misconfigured, or missing where it is required.
+    #[error("authentication: {0}")]
+    Auth(String),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -167,6 +172,8 @@ impl Server {
 
 /// Opens the stores, binds the address and starts serving.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
+    // Checked first: a gateway that would be open to the world must not even open its stores.
+    let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
     let store_url = args.session_store_url();
     // With PostgreSQL every node shares the sessions, so the one-run-per-session lease is
     // shared too; the other stores belong to one process and keep it in that process.
@@ -248,6 +255,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
         metrics,
+        auth,
         connections: TaskTracker::new(),
         limits: limits.clone(),
         readiness,
@@ -273,7 +281,10 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         source,
     })?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!(%addr, model = %args.model, "listening on {addr} ({scheme})");
+    tracing::info!(%addr, model = %args.model, auth = ?gateway.auth.mode(), "listening on {addr} ({scheme})");
+    if let Some(metrics_bind) = args.metrics_bind {
+        serve_metrics(&gateway, metrics_bind).await?;
+    }
     let app = router(gateway.clone());
     let options = serve::ServeOptions {
         header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
@@ -294,6 +305,30 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         gateway,
         task,
     })
+}
+
+/// Serves `/metrics` alone on `addr`, to anyone who reaches it, until shutdown.
+async fn serve_metrics(gateway: &Arc<Gateway>, addr: SocketAddr) -> Result<(), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    tracing::info!(addr = %bound, "serving /metrics on {bound}");
+    let app = Router::new()
+        .route("/metrics", get(metrics_open))
+        .with_state(gateway.clone());
+    let shutdown = gateway.shutdown.clone();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.fired().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "metrics server failed");
+        }
+    });
+    Ok(())
 }
 
 /// The gateway's routes.
@@ -324,26 +359,69 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             "/apps/{app_name}/users/{user_id}/sessions/{session_id}",
             post(run_api::create_session),
         )
+        .route("/api/tokens", post(auth::mint_token))
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
             auth::authorize,
         ));
-    Router::new()
+    let cors = cors(gateway.auth.allowed_origins());
+    let app = Router::new()
         .route("/", get(assets::index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/api/config", get(auth::config))
         .merge(protected)
         .route("/static/{*path}", get(assets::file))
         .route("/{file}", get(assets::file))
-        .with_state(gateway)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            auth::guard_host,
+        ))
+        .with_state(gateway);
+    match cors {
+        Some(cors) => app.layer(cors),
+        None => app,
+    }
+}
+
+/// CORS for the operator's allowed origins only; none without them (same-origin pages need none).
+fn cors(origins: &auth::AllowedOrigins) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{header, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let origins = origins.clone();
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::predicate(move |origin, _| {
+                origin.to_str().is_ok_and(|o| origins.allows(o))
+            }))
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+async fn metrics(
+    State(gateway): State<Arc<Gateway>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<SocketAddr>>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let peer = peer.map(|axum::Extension(info)| info.0);
+    if let Some(refused) = auth::refuse_metrics(&gateway, peer, &headers) {
+        return refused;
+    }
+    metrics_open(State(gateway)).await
+}
+
+/// `/metrics` without an access check (the separate `--metrics-bind` listener).
+async fn metrics_open(State(gateway): State<Arc<Gateway>>) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -402,6 +480,7 @@ fn parse_options(
 
 async fn ws_upgrade(
     State(gateway): State<Arc<Gateway>>,
+    axum::Extension(principal): axum::Extension<auth::Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
@@ -412,6 +491,9 @@ async fn ws_upgrade(
         Ok(ids) => ids,
         Err(message) => return bad_request(message),
     };
+    if let Err(denied) = principal.check_session(user_id.as_str(), session_id.as_str()) {
+        return denied.into_response();
+    }
     let options = match parse_options(&gateway, &query) {
         Ok(options) => options,
         Err(message) => return bad_request(message),
@@ -425,6 +507,8 @@ async fn ws_upgrade(
     };
     let tracker = gateway.connections.clone();
     upgrade
+        // Echoed when offered; a token offered beside it (`livegate.bearer.…`) never is.
+        .protocols([auth::SUBPROTOCOL])
         .max_message_size(gateway.max_message_bytes)
         .max_frame_size(gateway.max_message_bytes)
         // tungstenite's default 128 KiB read buffer is zeroed as it is refilled and held per

@@ -8,10 +8,11 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::auth::{Denied, Principal};
 use super::{Gateway, PathId};
 use crate::artifact::{ArtifactError, ArtifactScope};
 use crate::event::Blob;
@@ -24,19 +25,34 @@ const MAX_PAGE: usize = 1000;
 
 /// A failed request: its status and what went wrong, answered as `{"error": message}`.
 #[derive(Debug)]
-pub(super) struct ApiError {
-    status: StatusCode,
-    message: String,
+pub(super) enum ApiError {
+    Failed {
+        status: StatusCode,
+        message: String,
+    },
+    /// Refused by the auth checks (answered and counted as such).
+    Denied(Denied),
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        match self {
+            ApiError::Failed { status, message } => {
+                (status, Json(json!({ "error": message }))).into_response()
+            }
+            ApiError::Denied(denied) => denied.into_response(),
+        }
+    }
+}
+
+impl From<Denied> for ApiError {
+    fn from(denied: Denied) -> Self {
+        ApiError::Denied(denied)
     }
 }
 
 fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
-    ApiError {
+    ApiError::Failed {
         status,
         message: message.into(),
     }
@@ -88,9 +104,10 @@ fn summary(session: &Session) -> Value {
 }
 
 /// Creates a session for the REST API and ADK's API-server route alike: 201 with the session,
-/// 409 when the id is taken.
+/// 409 when the id is taken. A session-bound token creates its own session only.
 pub(super) async fn create(
     gateway: &Gateway,
+    principal: &Principal,
     user_id: &str,
     session_id: Option<&str>,
     state: Map<String, Value>,
@@ -103,6 +120,15 @@ pub(super) async fn create(
         Ok(id) => id,
         Err(m) => return bad_request(m).into_response(),
     };
+    let session = session.or_else(|| principal.session().cloned());
+    let allowed = match &session {
+        Some(session) => principal.check_session(user.as_str(), session.as_str()),
+        None => principal.check_user(user.as_str()),
+    }
+    .and_then(|()| principal.check_state(&state));
+    if let Err(denied) = allowed {
+        return denied.into_response();
+    }
     let created = gateway
         .runner
         .sessions
@@ -119,18 +145,27 @@ pub(super) async fn create(
     }
 }
 
-/// `GET /api/sessions?user_id=U`: the user's sessions, most recently updated first.
+/// `GET /api/sessions?user_id=U`: the user's sessions, most recently updated first. A client
+/// token lists its own user's (the default for it), a session-bound one only its session.
 pub(super) async fn list_sessions(
     State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let Some(user_id) = query.get("user_id").or_else(|| query.get("userId")) else {
+    let named = query.get("user_id").or_else(|| query.get("userId"));
+    let Some(user_id) = named
+        .map(String::as_str)
+        .or(principal.user().map(PathId::as_str))
+    else {
         return bad_request("user_id is required").into_response();
     };
     let user = match PathId::parse("user id", user_id) {
         Ok(id) => id,
         Err(m) => return bad_request(m).into_response(),
     };
+    if let Err(denied) = principal.check_user(user.as_str()) {
+        return denied.into_response();
+    }
     match gateway
         .runner
         .sessions
@@ -138,8 +173,16 @@ pub(super) async fn list_sessions(
         .await
     {
         Ok(sessions) => {
-            Json(json!({ "sessions": sessions.iter().map(summary).collect::<Vec<_>>() }))
-                .into_response()
+            let visible = sessions
+                .iter()
+                .filter(|s| {
+                    principal
+                        .session()
+                        .is_none_or(|bound| bound.as_str() == s.id)
+                })
+                .map(summary)
+                .collect::<Vec<_>>();
+            Json(json!({ "sessions": visible })).into_response()
         }
         Err(e) => session_error(e).into_response(),
     }
@@ -157,11 +200,16 @@ struct CreateSession {
 }
 
 /// `POST /api/sessions` with `{"userId", "sessionId"?, "state"?}`.
-pub(super) async fn create_session(State(gateway): State<Arc<Gateway>>, body: Bytes) -> Response {
+pub(super) async fn create_session(
+    State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
+    body: Bytes,
+) -> Response {
     match serde_json::from_slice::<CreateSession>(&body) {
         Ok(request) => {
             create(
                 &gateway,
+                &principal,
                 &request.user_id,
                 request.session_id.as_deref(),
                 request.state,
@@ -172,14 +220,17 @@ pub(super) async fn create_session(State(gateway): State<Arc<Gateway>>, body: By
     }
 }
 
-/// The session a path names: 400 for a bad id, 404 when it does not exist.
+/// The session a path names: 400 for a bad id, 403 when the principal may not reach it (before
+/// looking, so a refusal tells nothing about whether it exists), 404 when it does not exist.
 async fn existing_session(
     gateway: &Gateway,
+    principal: &Principal,
     user_id: &str,
     session_id: &str,
 ) -> Result<Session, ApiError> {
     let user = PathId::parse("user id", user_id).map_err(bad_request)?;
     let session = PathId::parse("session id", session_id).map_err(bad_request)?;
+    principal.check_session(user.as_str(), session.as_str())?;
     gateway
         .runner
         .sessions
@@ -230,6 +281,7 @@ fn number<T: std::str::FromStr>(
 /// `GET /api/sessions/{user}/{session}?offset=N&limit=M`: state and a page of events, oldest first.
 pub(super) async fn get_session(
     State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -239,7 +291,7 @@ pub(super) async fn get_session(
         if limit == 0 || limit > MAX_PAGE {
             return Err(bad_request(format!("limit must be 1..={MAX_PAGE}")));
         }
-        let session = existing_session(&gateway, &user_id, &session_id).await?;
+        let session = existing_session(&gateway, &principal, &user_id, &session_id).await?;
         let page = gateway
             .runner
             .sessions
@@ -273,10 +325,11 @@ pub(super) async fn get_session(
 /// `DELETE /api/sessions/{user}/{session}`: 204, or 404 for an unknown session.
 pub(super) async fn delete_session(
     State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
 ) -> Response {
     let result = async {
-        let session = existing_session(&gateway, &user_id, &session_id).await?;
+        let session = existing_session(&gateway, &principal, &user_id, &session_id).await?;
         gateway
             .runner
             .sessions
@@ -297,10 +350,11 @@ pub(super) async fn delete_session(
 /// type and size.
 pub(super) async fn list_artifacts(
     State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
 ) -> Response {
     let result = async {
-        let session = existing_session(&gateway, &user_id, &session_id).await?;
+        let session = existing_session(&gateway, &principal, &user_id, &session_id).await?;
         let store = &gateway.runner.artifacts;
         let scope = artifact_scope(&session);
         let mut artifacts = Vec::new();
@@ -324,6 +378,7 @@ pub(super) async fn list_artifacts(
 /// `GET /api/sessions/{user}/{session}/artifacts/{name}?version=N&format=wav|raw`.
 pub(super) async fn download_artifact(
     State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
     Path((user_id, session_id, name)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -338,7 +393,7 @@ pub(super) async fn download_artifact(
                 )))
             }
         };
-        let session = existing_session(&gateway, &user_id, &session_id).await?;
+        let session = existing_session(&gateway, &principal, &user_id, &session_id).await?;
         let artifact = gateway
             .runner
             .artifacts

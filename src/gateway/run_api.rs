@@ -9,11 +9,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::auth::Principal;
 use super::{Gateway, PathId};
 use crate::event::Content;
 use crate::live::RunConfig;
@@ -49,7 +50,11 @@ fn run_error(e: RunError) -> Response {
 }
 
 /// Parses and starts a run; errors are finished responses.
-async fn start(gateway: &Gateway, body: &[u8]) -> Result<(LiveRun, bool), Response> {
+async fn start(
+    gateway: &Gateway,
+    principal: &Principal,
+    body: &[u8],
+) -> Result<(LiveRun, bool), Response> {
     let request: RunAgentRequest = serde_json::from_slice(body)
         .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid run request: {e}")))?;
     if request.app_name != gateway.runner.app_name {
@@ -62,13 +67,18 @@ async fn start(gateway: &Gateway, body: &[u8]) -> Result<(LiveRun, bool), Respon
         .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
     let session_id = PathId::parse("session id", &request.session_id)
         .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    let state_delta = request.state_delta.unwrap_or_default();
+    principal
+        .check_session(user_id.as_str(), session_id.as_str())
+        .and_then(|()| principal.check_state(&state_delta))
+        .map_err(IntoResponse::into_response)?;
     let run = gateway
         .runner
         .run_async(
             user_id.as_str(),
             session_id.as_str(),
             request.new_message,
-            request.state_delta.unwrap_or_default(),
+            state_delta,
             RunConfig::default(),
             request.streaming,
         )
@@ -85,16 +95,24 @@ async fn start(gateway: &Gateway, body: &[u8]) -> Result<(LiveRun, bool), Respon
 }
 
 /// `POST /run`: runs a turn and answers with every event, once it is over.
-pub(super) async fn run(State(gateway): State<Arc<Gateway>>, body: Bytes) -> Response {
-    match start(&gateway, &body).await {
+pub(super) async fn run(
+    State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
+    body: Bytes,
+) -> Response {
+    match start(&gateway, &principal, &body).await {
         Ok((run, _)) => Json(run.events.collect::<Vec<_>>().await).into_response(),
         Err(response) => response,
     }
 }
 
 /// `POST /run_sse`: runs a turn and streams each event as it is committed.
-pub(super) async fn run_sse(State(gateway): State<Arc<Gateway>>, body: Bytes) -> Response {
-    match start(&gateway, &body).await {
+pub(super) async fn run_sse(
+    State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
+    body: Bytes,
+) -> Response {
+    match start(&gateway, &principal, &body).await {
         Ok((run, _)) => {
             let events = run.events.map(|event| {
                 let data = serde_json::to_string(&event)
@@ -113,6 +131,7 @@ pub(super) async fn run_sse(State(gateway): State<Arc<Gateway>>, body: Bytes) ->
 /// creates a session (ADK's API server route), 409 if it exists.
 pub(super) async fn create_session(
     State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
     Path(path): Path<Vec<(String, String)>>,
     body: Bytes,
 ) -> Response {
@@ -134,7 +153,8 @@ pub(super) async fn create_session(
         }
     };
     let user_id = get("user_id").unwrap_or_default();
-    let mut response = super::rest::create(&gateway, user_id, get("session_id"), state).await;
+    let mut response =
+        super::rest::create(&gateway, &principal, user_id, get("session_id"), state).await;
     // ADK's API server answers a created session with 200.
     if response.status() == StatusCode::CREATED {
         *response.status_mut() = StatusCode::OK;

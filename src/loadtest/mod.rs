@@ -4,6 +4,7 @@
 //! WebSocket protocol, and reads its `/metrics` when it serves them.
 
 mod arrival;
+mod auth;
 mod backlog;
 mod procfs;
 pub mod report;
@@ -99,6 +100,12 @@ pub struct LoadtestArgs {
     /// No progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// An operator API key: each session gets its own token from the gateway's `/api/tokens`.
+    #[arg(long, env = "LIVEGATE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// A client token every session presents; its subject is every session's user.
+    #[arg(long, env = "LIVEGATE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// The sim's own delay with its default settings: the silence that ends an utterance, then its
@@ -276,6 +283,11 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     // Whole seconds: a report's date, not a measurement.
     let now = jiff::Timestamp::now();
     let started_at = now.round(jiff::Unit::Second).unwrap_or(now).to_string();
+    let credentials = auth::Credentials::new(
+        args.token.as_deref(),
+        args.api_key.as_deref(),
+        &base_urls[0],
+    )?;
     let plan = Arc::new(Plan {
         base_urls,
         query: args.query.trim_start_matches('?').to_owned(),
@@ -289,6 +301,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
         model_delay_frames: (model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64).round()
             as u32,
+        credentials,
     });
     let machine_before = procfs::machine_cpu();
     let live = Arc::new(Live::default());

@@ -72,6 +72,8 @@ pub struct Plan {
     /// Frames after the last speech frame that the model waits before answering (its
     /// end-of-speech silence): sending the last of them is when the model can answer.
     pub model_delay_frames: u32,
+    /// What each session authenticates with.
+    pub credentials: super::auth::Credentials,
 }
 
 /// The golden ratio's fraction: its multiples modulo 1 spread evenly over [0, 1) for any count.
@@ -251,9 +253,23 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         connects_per_node: vec![0; nodes],
         ..Outcome::default()
     };
+    let user = plan
+        .credentials
+        .user()
+        .map_or_else(|| format!("load-{}", plan.run_id), str::to_owned);
+    let session_id = format!("s{index}");
+    // Minted once, before the clock starts: connecting is what is timed, and a reconnect to
+    // another node presents the same token.
+    let bearer = match plan.credentials.bearer(&user, &session_id).await {
+        Ok(bearer) => bearer,
+        Err(error) => {
+            outcome.errors.push(error);
+            live.errors.fetch_add(1, Ordering::Relaxed);
+            return outcome;
+        }
+    };
     let path = format!(
-        "/load-{}/s{index}{}",
-        plan.run_id,
+        "/{user}/{session_id}{}",
         if plan.query.is_empty() {
             String::new()
         } else {
@@ -271,7 +287,11 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         let connected = match closed_for_restart {
             None => match timeout(
                 CONNECT_TIMEOUT,
-                connect(&url(&plan, node, &path), arrivals.clone()),
+                connect(
+                    &url(&plan, node, &path),
+                    bearer.as_deref(),
+                    arrivals.clone(),
+                ),
             )
             .await
             {
@@ -279,7 +299,9 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
                 Ok(Err(error)) => Err(format!("connect failed: {error}")),
                 Err(_) => Err("connect timed out".into()),
             },
-            Some(_) => reconnect(index, &plan, &path, &mut node, &arrivals).await,
+            Some(_) => {
+                reconnect(index, &plan, &path, bearer.as_deref(), &mut node, &arrivals).await
+            }
         };
         let (socket, probe) = match connected {
             Ok(connected) => connected,
@@ -335,6 +357,7 @@ async fn reconnect(
     index: usize,
     plan: &Plan,
     path: &str,
+    bearer: Option<&str>,
     node: &mut usize,
     arrivals: &Arc<Arrivals>,
 ) -> Result<(Socket, OwnedFd), String> {
@@ -351,7 +374,7 @@ async fn reconnect(
         }
         let error = match timeout(
             CONNECT_TIMEOUT,
-            connect(&url(plan, *node, path), arrivals.clone()),
+            connect(&url(plan, *node, path), bearer, arrivals.clone()),
         )
         .await
         {
@@ -439,11 +462,21 @@ async fn run_connection(
 
 /// Opens the WebSocket over a TCP stream whose reads are stamped with their arrival; also returns
 /// a second descriptor of the socket, to ask how much the reader has left unread.
-async fn connect(url: &str, arrivals: Arc<Arrivals>) -> Result<(Socket, OwnedFd), String> {
+async fn connect(
+    url: &str,
+    bearer: Option<&str>,
+    arrivals: Arc<Arrivals>,
+) -> Result<(Socket, OwnedFd), String> {
     let config = WebSocketConfig::default()
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
-    let request = url.into_client_request().map_err(|e| e.to_string())?;
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    if let Some(token) = bearer {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_owned())?;
+        request.headers_mut().insert("authorization", value);
+    }
     let uri = request.uri();
     let host = uri.host().ok_or("the URL has no host")?;
     // An IPv6 literal comes bracketed in a URI, not in a socket address.
@@ -833,6 +866,7 @@ mod tests {
             in_phase,
             run_id: String::new(),
             model_delay_frames: 0,
+            credentials: Default::default(),
         }
     }
 

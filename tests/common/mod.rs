@@ -56,9 +56,12 @@ pub enum Frame {
     Closed(Option<(u16, String)>),
 }
 
+/// A client WebSocket over TCP.
+pub type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
 /// A WebSocket client of the gateway.
 pub struct Client {
-    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    ws: WsStream,
     /// Every JSON event received so far.
     pub events: Vec<Value>,
     /// Total bytes of binary audio received so far.
@@ -73,6 +76,15 @@ impl Client {
             .await
             .expect("connect in time")
             .expect("websocket connects");
+        Client {
+            ws,
+            events: Vec::new(),
+            audio_bytes: 0,
+        }
+    }
+
+    /// Wraps a socket connected some other way (e.g. with auth headers).
+    pub fn from_stream(ws: WsStream) -> Client {
         Client {
             ws,
             events: Vec::new(),
