@@ -114,7 +114,7 @@ pub struct ServeArgs {
     /// `sim` model: pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
     #[arg(long, env = "LIVEGATE_SIM_PACING", value_enum, default_value_t = SimPacingArg::Realtime)]
     pub sim_pacing: SimPacingArg,
-    /// `sim` model: delay before each answer starts, in milliseconds.
+    /// `sim` model: delay before each answer starts, in milliseconds (default 150).
     #[arg(long, env = "LIVEGATE_SIM_REPLY_DELAY_MS")]
     pub sim_reply_delay_ms: Option<u64>,
     /// `sim` model: length of each answer audio chunk, in milliseconds (default 40).

@@ -286,7 +286,23 @@ impl Default for Metrics {
     }
 }
 
+/// The model's own delay from the end of speech to its answer (the sim's), for load tests.
+pub const MODEL_DELAY: &str = "livegate_model_delay_seconds";
+
 impl Metrics {
+    /// Adds the model's own delay from the end of the user's speech to its answer, for a model
+    /// that has a known one (the sim): a load test then does not count it as the gateway's.
+    pub fn with_model_delay(mut self, delay: std::time::Duration) -> Self {
+        let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        gauge.set(delay.as_secs_f64());
+        self.registry.sub_registry_with_prefix("livegate").register(
+            "model_delay_seconds",
+            "The model's own delay from the end of the user's speech to its answer (sim: end-of-speech silence plus reply delay)",
+            gauge,
+        );
+        self
+    }
+
     /// The metrics in the Prometheus (OpenMetrics) text format.
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -523,6 +539,12 @@ mod tests {
         );
         drop(guard);
         assert_rendered(&metrics, &["livegate_connections 0"]);
+        assert!(
+            !metrics.render().contains(MODEL_DELAY),
+            "no delay unless known"
+        );
+        let sim = Metrics::default().with_model_delay(std::time::Duration::from_millis(650));
+        assert_rendered(&sim, &[&format!("{MODEL_DELAY} 0.65")]);
     }
 
     /// Asserts that each of `lines` is a line of the metrics' text.

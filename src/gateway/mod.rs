@@ -166,7 +166,11 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         bytes: args.history_max_bytes,
     };
     crate::live::flow::set_max_unsaved_bytes(args.max_unsaved_recording_bytes);
-    let metrics = metrics::Metrics::default();
+    // The sim's delay is known; a load test reads it from here.
+    let metrics = match args.model.as_str() {
+        "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
+        _ => metrics::Metrics::default(),
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Arc::new(
             tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
@@ -352,8 +356,8 @@ async fn ws_upgrade(
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let ids = PathId::parse("user id", &user_id)
-        .and_then(|u| Ok((u, PathId::parse("session id", &session_id)?)));
+    let ids =
+        PathId::parse("user id", &user_id).and_then(|u| Ok((u, PathId::new_session(&session_id)?)));
     let (user_id, session_id) = match ids {
         Ok(ids) => ids,
         Err(message) => return bad_request(message),

@@ -99,10 +99,7 @@ pub(super) async fn create(
         Ok(id) => id,
         Err(m) => return bad_request(m).into_response(),
     };
-    let session = match session_id
-        .map(|s| PathId::parse("session id", s))
-        .transpose()
-    {
+    let session = match session_id.map(PathId::new_session).transpose() {
         Ok(id) => id,
         Err(m) => return bad_request(m).into_response(),
     };

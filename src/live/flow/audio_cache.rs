@@ -17,6 +17,16 @@ use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 /// saves little more memory and costs a write on the spill thread per spill.
 const SPILL_BYTES: usize = 64 * 1024;
 
+/// The loudest sample of a silent recording: -40 dBFS, under speech and over a quiet room's
+/// microphone noise.
+const SILENCE_PEAK: i32 = 328;
+
+/// True if no sample of PCM16 little-endian audio is louder than [`SILENCE_PEAK`].
+fn is_silent_pcm16(pcm: &[u8]) -> bool {
+    pcm.chunks_exact(2)
+        .all(|s| i32::from(i16::from_le_bytes([s[0], s[1]])).abs() <= SILENCE_PEAK)
+}
+
 /// Recording audio a connection may hold in memory because it could not be written (a full
 /// disk, a failing store) by default: past it, audio is dropped and the next flush says so.
 pub const DEFAULT_MAX_UNSAVED_BYTES: usize = 32 * 1024 * 1024;
@@ -322,6 +332,22 @@ impl AudioCache {
                 if let Some(dir) = &self.spool_dir {
                     recording.start_spill(dir, Via::SpillThread);
                 }
+            }
+        }
+    }
+
+    /// Forgets the input audio cached since the last flush when all of it is silence: the
+    /// microphone's tail after the last turn, which a run's end would otherwise save as a
+    /// recording of its own. Audio already spooled to a file is long, and kept.
+    pub fn drop_silent_input(&self) {
+        if let Ok(mut sides) = self.inner.lock() {
+            let current = &mut sides[AudioSide::Input as usize].current;
+            let silent = matches!(current.spool, Spool::None)
+                && current.mime_type.starts_with("audio/pcm")
+                && current.chunks.iter().all(|chunk| is_silent_pcm16(chunk));
+            if silent && !current.chunks.is_empty() {
+                tracing::debug!(bytes = current.pending, "dropping a silent input recording");
+                *current = Recording::default();
             }
         }
     }
@@ -809,6 +835,34 @@ mod tests {
         assert_same(
             &saved(&*store, &events[1]).await.data,
             &frames(1_000..1_300),
+        );
+    }
+
+    #[test]
+    fn only_a_silent_input_tail_is_dropped() {
+        let pcm = |samples: &[i16]| Blob {
+            data: samples.iter().flat_map(|s| s.to_le_bytes()).collect(),
+            mime_type: "audio/pcm;rate=16000".into(),
+            ..Blob::default()
+        };
+        let cache = AudioCache::new(None);
+        cache.push(AudioSide::Input, &pcm(&[0, 12, -300, 328]));
+        cache.push(AudioSide::Output, &pcm(&[0, 0]));
+        cache.drop_silent_input();
+        assert_eq!(pending(&cache, AudioSide::Input), 0, "near-silence dropped");
+        assert_eq!(
+            pending(&cache, AudioSide::Output),
+            4,
+            "the output side is kept"
+        );
+
+        cache.push(AudioSide::Input, &pcm(&[0, 0]));
+        cache.push(AudioSide::Input, &pcm(&[0, -2_000, 0]));
+        cache.drop_silent_input();
+        assert_eq!(
+            pending(&cache, AudioSide::Input),
+            10,
+            "a sound keeps it all"
         );
     }
 }

@@ -453,8 +453,10 @@ impl LiveFlow {
             // Tools still running answer a model that is gone; stop them.
             tools.abort_all();
             hooks.stop_tools().await;
-            // Whatever ended the run, no recording is lost.
+            // Whatever ended the run, no recording is lost (but the microphone's silent tail
+            // after the last turn is no recording).
             if record_audio {
+                cache.drop_silent_input();
                 for event in cache.flush(&target, true, true).await {
                     yield FlowItem::emit(event);
                 }
