@@ -393,6 +393,11 @@ async fn a_page_of_history_reads_only_that_page_from_the_store() {
             5,
             "the store read the page, not the history"
         );
+        let metrics = http_get(server.addr, "/metrics").await;
+        assert_eq!(
+            metric(&metrics, "livegate_session_events_read_total"),
+            Some(sessions.events_read() as f64)
+        );
         server.shutdown(WAIT).await;
     }
 }
