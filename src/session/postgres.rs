@@ -8,6 +8,8 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,7 +19,7 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta};
-use super::{GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 /// Versioned schema changes, applied in order once each. Never edit a released one: add the next.
@@ -94,6 +96,8 @@ SELECT (SELECT count(*) FROM e) AS stored,
 pub struct PostgresSessionService {
     pool: PgPool,
     writers: Vec<mpsc::Sender<Vec<Append>>>,
+    /// Event rows decoded for readers.
+    events_read: Arc<AtomicU64>,
 }
 
 /// An event waiting for a writer, and where its outcome goes (`true`: stored, `false`: it was
@@ -137,7 +141,11 @@ impl PostgresSessionService {
                 tx
             })
             .collect();
-        Ok(PostgresSessionService { pool, writers })
+        Ok(PostgresSessionService {
+            pool,
+            writers,
+            events_read: Arc::default(),
+        })
     }
 
     /// The connection pool (the gateway's session leases share it).
@@ -426,6 +434,7 @@ impl SessionService for PostgresSessionService {
             .iter()
             .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
             .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
         let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
         tx.commit().await?;
         Ok(Some(Session {
@@ -624,5 +633,71 @@ impl SessionService for PostgresSessionService {
     async fn ping(&self) -> Result<(), SessionError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        // One snapshot for the count and the page.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let exists = sqlx::query(
+            "SELECT 1 AS one FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let total: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE app_name = $1 AND user_id = $2 AND session_id = $3",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let rows = sqlx::query(
+            "SELECT event_json FROM events WHERE app_name = $1 AND user_id = $2 AND session_id = $3
+             ORDER BY seq LIMIT $4 OFFSET $5",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let events = rows
+            .iter()
+            .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
+            .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
+        Ok(Some(EventPage {
+            events,
+            total: usize::try_from(total).unwrap_or(0),
+        }))
+    }
+
+    fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::Relaxed)
+    }
+}
+
+impl PostgresSessionService {
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }

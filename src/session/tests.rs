@@ -669,6 +669,7 @@ async fn postgres_store_conforms_and_survives_a_reopen() {
     };
     let (url, schema) = fresh_postgres_schema(&base).await;
     let svc = open_session_service(&url).await.unwrap();
+    paged_reads(svc.as_ref()).await;
     conformance(svc.as_ref()).await;
     concurrent_appends(svc.as_ref()).await;
     concurrent_plain_appends(svc.as_ref()).await;
