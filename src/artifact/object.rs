@@ -540,6 +540,35 @@ impl ArtifactService for ObjectArtifactService {
         Ok(Some(Artifact { data, mime_type }))
     }
 
+    async fn describe(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<super::ArtifactInfo>, ArtifactError> {
+        // The listing, a HEAD of the latest version and its small metadata object: never the
+        // recording itself.
+        let dir = self.bucket.artifact_key(scope, filename)?;
+        let versions = self.bucket.scan(&dir).await?.0;
+        let Some(&latest) = versions.last() else {
+            return Ok(None);
+        };
+        let size = match self.bucket.store.head(&dir.child(latest.to_string())).await {
+            Ok(meta) => meta.size,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(store_error(e)),
+        };
+        let mime_type = match get(&*self.bucket.store, &meta_key(&dir, latest)).await? {
+            Some(meta) => serde_json::from_slice::<Meta>(&meta)
+                .map_or_else(|_| FALLBACK_MIME.to_owned(), |meta| meta.mime_type),
+            None => FALLBACK_MIME.to_owned(),
+        };
+        Ok(Some(super::ArtifactInfo {
+            versions,
+            mime_type,
+            size,
+        }))
+    }
+
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
         let session = self.bucket.session_key(scope)?;
         let user = self.bucket.user_key(scope)?.child(USER_DIR);
