@@ -53,6 +53,10 @@ struct MockGeminiArgs {
     /// Send `goAway` after this many server messages, then close with 1000 a second later.
     #[arg(long)]
     go_away_after: Option<u64>,
+    /// Go silent after this many server messages: hold the connection, answer nothing, not even
+    /// pings (a blackholed upstream).
+    #[arg(long)]
+    silent_after: Option<u64>,
     /// Send server JSON in text frames (Gemini sends binary ones).
     #[arg(long)]
     text_frames: bool,
@@ -91,6 +95,7 @@ impl MockGeminiArgs {
             api_key: self.api_key.clone(),
             fail_after: self.fail_after,
             go_away_after: self.go_away_after,
+            silent_after: self.silent_after,
             text_frames: self.text_frames,
             tls,
         }

@@ -466,3 +466,204 @@ async fn vertex_ai_settings_use_the_vertex_path_and_model_resource() {
     server.shutdown(WAIT).await;
     upstream.shutdown().await;
 }
+
+/// Frames until (and including) the first event matching `done`, each with when it arrived.
+async fn timed_frames_until(
+    client: &mut Client,
+    done: impl Fn(&Value) -> bool,
+) -> Vec<(std::time::Instant, Frame)> {
+    let mut frames = Vec::new();
+    loop {
+        let frame = client.next_frame().await;
+        let stop = matches!(&frame, Frame::Event(e) if done(e));
+        if let Frame::Closed(c) = &frame {
+            panic!("socket closed before the expected event: {c:?}; got {frames:?}");
+        }
+        frames.push((std::time::Instant::now(), frame));
+        if stop {
+            return frames;
+        }
+    }
+}
+
+/// The answer cut short ends with `interrupted`, then `turnComplete`, no later than `bound` after
+/// the frame before them (the last the upstream sent).
+fn assert_answer_ended(frames: &[(std::time::Instant, Frame)], bound: Duration) {
+    let event = |i: usize| match &frames[i].1 {
+        Frame::Event(e) => Some(e),
+        _ => None,
+    };
+    let interrupted = (0..frames.len())
+        .find(|&i| event(i).is_some_and(|e| e["interrupted"] == true))
+        .unwrap_or_else(|| panic!("no interrupted: {frames:?}"));
+    let complete = (interrupted..frames.len())
+        .find(|&i| event(i).is_some_and(is_turn_complete))
+        .unwrap_or_else(|| panic!("no turnComplete after interrupted: {frames:?}"));
+    assert!(interrupted > 0, "something of the answer came first");
+    let waited = frames[complete].0 - frames[interrupted - 1].0;
+    assert!(
+        waited <= bound,
+        "the answer ended {waited:?} after it stopped"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_1011_mid_answer_ends_the_answer_then_reports_the_error() {
+    let upstream = mock(MockGeminiConfig {
+        fail_after: Some(2),
+        ..instant()
+    })
+    .await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello there, this will break").await;
+    let frames = timed_frames_until(&mut client, |e| e.get("errorCode").is_some()).await;
+    assert_answer_ended(&frames, Duration::from_secs(2));
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_go_away_mid_answer_ends_the_answer_then_the_run_reconnects() {
+    // Answers at the speed of speech: the connection closes a second after its goAway, long
+    // before the answer is done.
+    let upstream = mock(MockGeminiConfig {
+        go_away_after: Some(3),
+        sim: SimConfig {
+            pacing: Pacing::RealTime,
+            ..SimConfig::instant()
+        },
+        ..MockGeminiConfig::default()
+    })
+    .await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=AUDIO").await;
+    client
+        .send_text("please tell me a long story about the sea and the ships on it")
+        .await;
+    let frames = timed_frames_until(&mut client, is_turn_complete).await;
+    // The mock closes a second after its goAway; the flow waits at most two for the answer.
+    assert_answer_ended(&frames, Duration::from_secs(3));
+    // The run goes on over a new upstream connection.
+    client.send_text("and another one").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().all(|e| e.get("errorCode").is_none()),
+        "{events:#?}"
+    );
+    assert!(upstream.connections() >= 2);
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_silent_upstream_mid_answer_is_noticed_and_the_answer_ended() {
+    let upstream = mock(MockGeminiConfig {
+        silent_after: Some(3),
+        ..instant()
+    })
+    .await;
+    let mut args = gateway_args(&upstream);
+    args.gemini_silence_timeout = Duration::from_secs(1);
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello there, this will go quiet").await;
+    let frames = timed_frames_until(&mut client, |e| e.get("errorCode").is_some()).await;
+    // Noticed after the silence timeout, ended at once.
+    assert_answer_ended(&frames, Duration::from_secs(3));
+    let Some((_, Frame::Event(error))) = frames.last() else {
+        unreachable!()
+    };
+    assert_eq!(error["errorCode"], "UNAVAILABLE", "{error}");
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_gemini_client_answers_the_servers_close_frame() {
+    use futures::{SinkExt, StreamExt};
+    use livegate::model::gemini::{GeminiModel, GeminiOptions};
+    use livegate::model::{LiveConnectConfig, LiveModel, ModelError};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    // A server that completes the setup, then closes with 1011 and reads the client's answer.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let _setup = ws.next().await;
+        ws.send(Message::Text(r#"{"setupComplete":{}}"#.into()))
+            .await
+            .unwrap();
+        ws.send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Error,
+            reason: "boom".into(),
+        })))
+        .await
+        .unwrap();
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => continue,
+                // No answer: the client just dropped the connection.
+                Some(Err(_)) | None => return None,
+            }
+        }
+    });
+    let options = GeminiOptions {
+        base_url: format!("ws://{addr}"),
+        ..GeminiOptions::default()
+    };
+    let model = GeminiModel::new(MODEL, options);
+    let mut connection = model
+        .connect(LiveConnectConfig::default())
+        .await
+        .expect("connects");
+    let error = timeout(WAIT, connection.receiver.recv()).await.unwrap();
+    assert!(
+        matches!(error, Some(Err(ModelError::Closed { code: 1011, .. }))),
+        "{error:?}"
+    );
+    let answered = timeout(WAIT, server).await.unwrap().unwrap();
+    assert_eq!(answered, Some(1011), "the close frame was echoed");
+}
+
+#[tokio::test]
+async fn a_blackholed_upstream_times_out_connecting() {
+    // Accepts TCP connections and never answers the WebSocket handshake.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            held.push(tcp);
+        }
+    });
+    let mut args = test_args();
+    args.model = MODEL.into();
+    args.gemini_base_url = format!("ws://{addr}");
+    args.gemini_connect_timeout = Duration::from_millis(500);
+    let server = start(args).await;
+    let started = std::time::Instant::now();
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    let error = client.next_event().await;
+    assert_eq!(error["errorCode"], "UNAVAILABLE", "{error}");
+    assert!(
+        error["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    server.shutdown(WAIT).await;
+    held.abort();
+}

@@ -655,6 +655,29 @@ async fn go_away_after_sends_go_away_then_closes_normally() {
 }
 
 #[tokio::test]
+async fn silent_after_holds_the_connection_and_answers_nothing_not_even_pings() {
+    let server = start(MockGeminiConfig {
+        silent_after: Some(1),
+        ..instant()
+    })
+    .await;
+    let setup = json!({"model": MODEL, "generationConfig": {"responseModalities": ["TEXT"]}});
+    let mut gemini = Gemini::set_up(server.addr, setup).await;
+    gemini.say("hello").await;
+    assert!(matches!(gemini.next_frame().await, Frame::Json(..)));
+    gemini
+        .ws
+        .send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .unwrap();
+    // A connected peer that answers nothing: no more of the answer, no pong, no close.
+    let heard = timeout(std::time::Duration::from_secs(1), gemini.ws.next()).await;
+    assert!(heard.is_err(), "the silent mock sent {heard:?}");
+    drop(gemini);
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn resumption_handles_resume_the_session() {
     let server = start(instant()).await;
     let setup = json!({

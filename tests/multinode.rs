@@ -547,3 +547,73 @@ async fn a_client_moving_to_another_node_resumes_the_models_own_context() {
     upstream.shutdown().await;
     db.drop().await;
 }
+
+/// A rolling restart in small: many sessions mid-answer on a node that gets SIGTERM. Every
+/// client hears 1012, every recording is saved, and each session carries on at the other node
+/// with everything the first node committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_hands_every_session_to_the_next() {
+    const SESSIONS: usize = 12;
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
+    let b = start(node_args(&url, &artifacts)).await;
+
+    let mut clients = futures::future::join_all((0..SESSIONS).map(|i| async move {
+        let session = format!("roll-{i}");
+        let mut client = Client::connect(a.addr, "u1", &session, "").await;
+        client.send_text(&format!("remember item {i}")).await;
+        client.events_until_turn_complete().await;
+        client
+            .send_text(&format!("now tell me a long story about item {i}"))
+            .await;
+        first_audio(&mut client).await;
+        (session, client)
+    }))
+    .await;
+
+    a.signal("TERM");
+    let signalled = Instant::now();
+    for (_, client) in &mut clients {
+        assert_eq!(close_code(client).await, Some(CLOSE_SERVICE_RESTART));
+    }
+    eprintln!(
+        "SIGTERM with {SESSIONS} sessions mid-answer: every client closed with 1012 after {} ms",
+        signalled.elapsed().as_millis()
+    );
+    let status = timeout(WAIT, a.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+
+    let mut recordings = 0;
+    for (session, _) in &clients {
+        let committed = stored(&url, session).await.events;
+        let names = artifact_names(b.addr, session).await;
+        recordings += names
+            .iter()
+            .filter(|n| n.contains("_output_audio_"))
+            .count();
+        let mut client = Client::connect(b.addr, "u1", session, "modality=TEXT").await;
+        client.send_text("still there").await;
+        client.events_until_turn_complete().await;
+        client.close().await;
+        timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+        let events = stored(&url, session).await.events;
+        assert_eq!(
+            ids(&events[..committed.len()]),
+            ids(&committed),
+            "{session}: nothing node A committed is lost"
+        );
+        assert!(said(&events, "still there"), "{session} went on");
+    }
+    assert_eq!(
+        recordings,
+        2 * SESSIONS,
+        "each session's two answers recorded, the cut-off one too"
+    );
+    b.shutdown(WAIT).await;
+    db.drop().await;
+}

@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use super::spool::SpoolHandle;
 use super::{
-    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
-    SpoolFile, USER_PREFIX,
+    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
+    ArtifactService, SpoolFile, USER_PREFIX,
 };
 
 /// Bytes per uploaded part of a spooled recording, and the most a save reads into memory at once.
@@ -201,6 +201,62 @@ impl ObjectArtifactService {
             spool,
             format!("{root}/{path}"),
         ))
+    }
+
+    /// An artifact's versions, and its latest version's mime type and size, from the bucket's
+    /// listing and the latest sidecar: never a version's bytes. `None` if it has no version.
+    async fn describe_from_listing(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        let dir = self.bucket.artifact_key(scope, filename)?;
+        let depth = dir.parts().count();
+        let metas: Vec<_> = self
+            .bucket
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(store_error)?;
+        let mut versions: Vec<(u64, u64)> = metas
+            .iter()
+            .filter_map(|meta| {
+                let mut parts = meta.location.parts().skip(depth);
+                let version = decode(&parts.next()?).parse().ok()?;
+                parts.next().is_none().then_some((version, meta.size))
+            })
+            .collect();
+        versions.sort_unstable();
+        let Some(&(latest, size)) = versions.last() else {
+            return Ok(None);
+        };
+        let mime_type = match get(&*self.bucket.store, &meta_key(&dir, latest)).await? {
+            Some(meta) => serde_json::from_slice::<Meta>(&meta)
+                .map_or_else(|_| FALLBACK_MIME.to_owned(), |m| m.mime_type),
+            None => FALLBACK_MIME.to_owned(),
+        };
+        Ok(Some(ArtifactInfo {
+            versions: versions.into_iter().map(|(v, _)| v).collect(),
+            mime_type,
+            size,
+        }))
+    }
+
+    /// Checks the bucket takes writes (for `/readyz`): one tiny object put and deleted, under a
+    /// key no artifact can have (`#` is refused in app names).
+    async fn check_bucket_writable(&self) -> Result<(), ArtifactError> {
+        let probe = self
+            .bucket
+            .prefix
+            .child("#probe")
+            .child(uuid::Uuid::new_v4().to_string());
+        let store = &self.bucket.store;
+        store
+            .put(&probe, PutPayload::from_static(b"0"))
+            .await
+            .map_err(store_error)?;
+        store.delete(&probe).await.map_err(store_error)
     }
 
     /// Keeps spool files in a folder of this store's own inside `root` (made on first use)
@@ -540,35 +596,6 @@ impl ArtifactService for ObjectArtifactService {
         Ok(Some(Artifact { data, mime_type }))
     }
 
-    async fn describe(
-        &self,
-        scope: ArtifactScope<'_>,
-        filename: &str,
-    ) -> Result<Option<super::ArtifactInfo>, ArtifactError> {
-        // The listing, a HEAD of the latest version and its small metadata object: never the
-        // recording itself.
-        let dir = self.bucket.artifact_key(scope, filename)?;
-        let versions = self.bucket.scan(&dir).await?.0;
-        let Some(&latest) = versions.last() else {
-            return Ok(None);
-        };
-        let size = match self.bucket.store.head(&dir.child(latest.to_string())).await {
-            Ok(meta) => meta.size,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(store_error(e)),
-        };
-        let mime_type = match get(&*self.bucket.store, &meta_key(&dir, latest)).await? {
-            Some(meta) => serde_json::from_slice::<Meta>(&meta)
-                .map_or_else(|_| FALLBACK_MIME.to_owned(), |meta| meta.mime_type),
-            None => FALLBACK_MIME.to_owned(),
-        };
-        Ok(Some(super::ArtifactInfo {
-            versions,
-            mime_type,
-            size,
-        }))
-    }
-
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {
         let session = self.bucket.session_key(scope)?;
         let user = self.bucket.user_key(scope)?.child(USER_DIR);
@@ -606,6 +633,18 @@ impl ArtifactService for ObjectArtifactService {
             .map_err(store_error)?;
         tracing::debug!(key = %dir, objects = deleted.len(), "artifact deleted");
         Ok(())
+    }
+
+    async fn describe(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        self.describe_from_listing(scope, filename).await
+    }
+
+    async fn check_writable(&self) -> Result<(), ArtifactError> {
+        self.check_bucket_writable().await
     }
 
     fn spool_dir(&self) -> Option<&Path> {

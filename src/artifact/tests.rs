@@ -550,6 +550,13 @@ async fn s3_store_conforms_against_the_test_server() {
     };
     let svc = s3_store(&endpoint, &bucket);
     conformance(&svc).await;
+    svc.check_writable().await.unwrap();
+    let empty = ArtifactInfo {
+        versions: vec![0],
+        mime_type: "text/plain".into(),
+        size: 0,
+    };
+    assert_eq!(svc.describe(S1, "empty.txt").await.unwrap(), Some(empty));
     let (_, fresh) = s3_bucket().await.unwrap();
     spooled_saves_stream_from_disk(&s3_store(&endpoint, &fresh)).await;
     // The keys are where the layout says, under the URL's prefix.
@@ -668,4 +675,28 @@ async fn an_object_store_lists_from_the_bucket_listing_without_reading_an_object
     assert_eq!(reads(), 0, "listing reads no object");
     svc.load(S1, "a.pcm", None).await.unwrap().unwrap();
     assert_eq!(reads(), 2, "a load reads the version and its sidecar");
+
+    // A description reads the latest sidecar only; the size comes from the listing.
+    svc.save(S1, "a.pcm", json(b"{\"k\":1}")).await.unwrap();
+    let described = svc.describe(S1, "a.pcm").await.unwrap();
+    let expected = ArtifactInfo {
+        versions: vec![0, 1, 2],
+        mime_type: "application/json".into(),
+        size: 7,
+    };
+    assert_eq!(described, Some(expected));
+    assert_eq!(reads(), 3, "one sidecar read");
+    assert_eq!(svc.describe(S1, "none").await.unwrap(), None);
+
+    // The write probe leaves nothing behind, and no artifact name can meet it.
+    svc.check_writable().await.unwrap();
+    let keys: Vec<object_store::ObjectMeta> =
+        futures::TryStreamExt::try_collect(object_store::ObjectStore::list(&*bucket, None))
+            .await
+            .unwrap();
+    assert!(!keys.is_empty());
+    assert!(
+        keys.iter().all(|m| !m.location.as_ref().contains("probe")),
+        "{keys:?}"
+    );
 }

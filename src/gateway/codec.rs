@@ -59,12 +59,121 @@ pub enum FrameError {
     /// Base64 data could not be decoded.
     #[error("invalid base64 in the data field: {0}")]
     InvalidBase64(String),
+    /// The message is bigger than the limit for its kind.
+    #[error("{what} of {size} bytes is over the {limit}-byte limit ({setting})")]
+    TooLarge {
+        /// What was too large ("text turn", "audio frame", "media message").
+        what: &'static str,
+        /// Its size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+        /// The setting that raises the limit.
+        setting: &'static str,
+    },
 }
 
 impl FrameError {
     /// The ADK error code reported for this error.
     pub fn code(&self) -> &'static str {
         "INVALID_ARGUMENT"
+    }
+}
+
+/// Largest text turn a client may send by default.
+pub const DEFAULT_MAX_TEXT_BYTES: usize = 64 * 1024;
+/// Largest binary audio frame by default: two seconds of 16 kHz PCM16, a hundred times the 20 ms
+/// frames clients send.
+pub const DEFAULT_MAX_AUDIO_FRAME_BYTES: usize = 64 * 1024;
+/// Largest decoded image or audio of a JSON media message by default.
+pub const DEFAULT_MAX_MEDIA_BYTES: usize = 1024 * 1024;
+
+/// Size limits of client messages by kind. Each is checked before the request is queued; one
+/// over its limit is answered with an `INVALID_ARGUMENT` error event and the connection goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLimits {
+    /// Bytes of a text turn's text.
+    pub text_bytes: usize,
+    /// Bytes of one binary audio frame.
+    pub audio_frame_bytes: usize,
+    /// Decoded bytes of a JSON `image` or `audio` message.
+    pub media_bytes: usize,
+}
+
+impl Default for FrameLimits {
+    fn default() -> Self {
+        FrameLimits {
+            text_bytes: DEFAULT_MAX_TEXT_BYTES,
+            audio_frame_bytes: DEFAULT_MAX_AUDIO_FRAME_BYTES,
+            media_bytes: DEFAULT_MAX_MEDIA_BYTES,
+        }
+    }
+}
+
+/// Room for a JSON message's envelope (type, mime type, escapes) beyond its payload.
+const JSON_ENVELOPE_SLACK: usize = 4096;
+
+impl FrameLimits {
+    /// Decodes a binary audio frame within the limits.
+    pub fn decode_binary(
+        &self,
+        data: &[u8],
+        frames: &mut FrameBlocks,
+    ) -> Result<LiveRequest, FrameError> {
+        if data.len() > self.audio_frame_bytes {
+            return Err(FrameError::TooLarge {
+                what: "audio frame",
+                size: data.len(),
+                limit: self.audio_frame_bytes,
+                setting: "--max-audio-frame-bytes",
+            });
+        }
+        decode_binary(data, frames)
+    }
+
+    /// Decodes a JSON text frame within the limits. A frame too big for any kind is refused
+    /// before it is parsed.
+    pub fn decode_text(&self, text: &str) -> Result<LiveRequest, FrameError> {
+        // JSON escapes can double text (`\u` sequences more), base64 takes 4 bytes per 3.
+        let largest = (self.text_bytes.saturating_mul(6))
+            .max(self.media_bytes.saturating_mul(4) / 3)
+            .saturating_add(JSON_ENVELOPE_SLACK);
+        if text.len() > largest {
+            return Err(FrameError::TooLarge {
+                what: "message",
+                size: text.len(),
+                limit: largest,
+                setting: "--max-text-bytes / --max-media-bytes",
+            });
+        }
+        let request = decode_text(text)?;
+        if let Some(content) = &request.content {
+            let size: usize = content
+                .parts
+                .iter()
+                .filter_map(|p| p.text.as_ref())
+                .map(String::len)
+                .sum();
+            if size > self.text_bytes {
+                return Err(FrameError::TooLarge {
+                    what: "text turn",
+                    size,
+                    limit: self.text_bytes,
+                    setting: "--max-text-bytes",
+                });
+            }
+        }
+        if let Some(blob) = &request.blob {
+            if blob.data.len() > self.media_bytes {
+                return Err(FrameError::TooLarge {
+                    what: "media message",
+                    size: blob.data.len(),
+                    limit: self.media_bytes,
+                    setting: "--max-media-bytes",
+                });
+            }
+        }
+        Ok(request)
     }
 }
 
@@ -347,6 +456,44 @@ mod tests {
         let big = blocks.copy(&[9; 3 * FRAME_BLOCK]);
         assert_eq!(big.len(), 3 * FRAME_BLOCK);
         assert_eq!(&blocks.copy(&[1, 2])[..], &[1, 2]);
+    }
+
+    #[test]
+    fn each_kind_is_held_to_its_own_limit() {
+        let limits = FrameLimits {
+            text_bytes: 10,
+            audio_frame_bytes: 4,
+            media_bytes: 3,
+        };
+        let too_large = |r: Result<LiveRequest, FrameError>| match r {
+            Err(FrameError::TooLarge { what, setting, .. }) => (what, setting),
+            other => panic!("{other:?}"),
+        };
+        assert!(limits
+            .decode_text(r#"{"type":"text","text":"0123456789"}"#)
+            .is_ok());
+        assert_eq!(
+            too_large(limits.decode_text(r#"{"type":"text","text":"0123456789a"}"#)),
+            ("text turn", "--max-text-bytes")
+        );
+        let mut frames = FrameBlocks::default();
+        assert!(limits.decode_binary(&[0; 4], &mut frames).is_ok());
+        assert_eq!(
+            too_large(limits.decode_binary(&[0; 6], &mut frames)),
+            ("audio frame", "--max-audio-frame-bytes")
+        );
+        assert!(limits
+            .decode_text(r#"{"type":"image","data":"AAAA"}"#)
+            .is_ok());
+        assert_eq!(
+            too_large(limits.decode_text(r#"{"type":"image","data":"AAAAAA=="}"#)),
+            ("media message", "--max-media-bytes")
+        );
+        // Far over every limit: refused before parsing, still an error event, not a close.
+        let huge = format!(r#"{{"type":"text","text":"{}"}}"#, "x".repeat(10_000));
+        let error = limits.decode_text(&huge).unwrap_err();
+        assert_eq!(error.code(), "INVALID_ARGUMENT");
+        assert!(error.to_string().contains("limit"), "{error}");
     }
 
     #[test]

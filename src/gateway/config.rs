@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, ValueEnum};
@@ -183,6 +184,34 @@ pub struct ServeArgs {
     /// in seconds.
     #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
     pub drain_timeout: u64,
+    /// Largest text turn a client may send, in bytes (larger ones get an INVALID_ARGUMENT error event).
+    #[arg(long, env = "LIVEGATE_MAX_TEXT_BYTES", default_value_t = super::codec::DEFAULT_MAX_TEXT_BYTES)]
+    pub max_text_bytes: usize,
+    /// Largest binary audio frame a client may send, in bytes.
+    #[arg(long, env = "LIVEGATE_MAX_AUDIO_FRAME_BYTES", default_value_t = super::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES)]
+    pub max_audio_frame_bytes: usize,
+    /// Largest image or audio a client may send in a JSON message, in decoded bytes.
+    #[arg(long, env = "LIVEGATE_MAX_MEDIA_BYTES", default_value_t = super::codec::DEFAULT_MAX_MEDIA_BYTES)]
+    pub max_media_bytes: usize,
+    /// Bytes of media and text a live run may queue before the socket reader waits for the model.
+    #[arg(long, env = "LIVEGATE_QUEUE_MAX_BYTES", default_value_t = crate::live::DEFAULT_QUEUE_MAX_BYTES)]
+    pub queue_max_bytes: usize,
+    /// Close a WebSocket whose client sent nothing for this long (1008; `0` for never), e.g. `300s`, `5m`.
+    #[arg(long, env = "LIVEGATE_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Close a WebSocket this long after it opened (1008; `0` for never), e.g. `4h`.
+    #[arg(long, env = "LIVEGATE_MAX_SESSION_DURATION", default_value = "4h", value_parser = parse_duration)]
+    pub max_session_duration: Duration,
+    /// Close (1008) a client that has not read what was sent to it for this long.
+    #[arg(long, env = "LIVEGATE_SLOW_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub slow_client_timeout: Duration,
+    /// How long connecting to Gemini (TCP, TLS, WebSocket, setup) may take.
+    #[arg(long, env = "LIVEGATE_GEMINI_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub gemini_connect_timeout: Duration,
+    /// How long Gemini may send nothing, not even a pong to the gateway's pings, before the
+    /// connection counts as lost.
+    #[arg(long, env = "LIVEGATE_GEMINI_SILENCE_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub gemini_silence_timeout: Duration,
 }
 
 impl ServeArgs {
@@ -226,6 +255,15 @@ impl ServeArgs {
             max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
             lease_ttl_ms: 10_000,
             drain_timeout: 10,
+            max_text_bytes: super::codec::DEFAULT_MAX_TEXT_BYTES,
+            max_audio_frame_bytes: super::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES,
+            max_media_bytes: super::codec::DEFAULT_MAX_MEDIA_BYTES,
+            queue_max_bytes: crate::live::DEFAULT_QUEUE_MAX_BYTES,
+            idle_timeout: Duration::from_secs(300),
+            max_session_duration: Duration::from_secs(4 * 3600),
+            slow_client_timeout: Duration::from_secs(10),
+            gemini_connect_timeout: Duration::from_secs(15),
+            gemini_silence_timeout: Duration::from_secs(15),
         }
     }
 
@@ -255,6 +293,8 @@ impl ServeArgs {
             base_url: self.gemini_base_url.clone(),
             api_version,
             vertex,
+            connect_timeout: self.gemini_connect_timeout,
+            silence_timeout: self.gemini_silence_timeout,
         }
     }
 
@@ -334,6 +374,15 @@ struct FileConfig {
     max_unsaved_recording_bytes: Option<usize>,
     lease_ttl_ms: Option<u64>,
     drain_timeout: Option<u64>,
+    max_text_bytes: Option<usize>,
+    max_audio_frame_bytes: Option<usize>,
+    max_media_bytes: Option<usize>,
+    queue_max_bytes: Option<usize>,
+    idle_timeout: Option<String>,
+    max_session_duration: Option<String>,
+    slow_client_timeout: Option<String>,
+    gemini_connect_timeout: Option<String>,
+    gemini_silence_timeout: Option<String>,
 }
 
 impl ServeArgs {
@@ -447,6 +496,15 @@ impl ServeArgs {
         fill!(max_unsaved_recording_bytes);
         fill!(lease_ttl_ms);
         fill!(drain_timeout);
+        fill!(max_text_bytes);
+        fill!(max_audio_frame_bytes);
+        fill!(max_media_bytes);
+        fill!(queue_max_bytes);
+        fill!(idle_timeout, parse_duration);
+        fill!(max_session_duration, parse_duration);
+        fill!(slow_client_timeout, parse_duration);
+        fill!(gemini_connect_timeout, parse_duration);
+        fill!(gemini_silence_timeout, parse_duration);
         Ok(())
     }
 }
@@ -465,6 +523,36 @@ fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
     s.parse::<ipnet::IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
         .map_err(|_| format!("{s:?} is not a CIDR or an IP address"))
+}
+
+/// A duration as `250ms`, `10s`, `5m`, `4h` or plain seconds (`10`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 250ms, 10s, 5m, 4h)"))?;
+    let seconds = |factor: u64| {
+        number
+            .checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("duration {s:?} is too long"))
+    };
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(number)),
+        "" | "s" => seconds(1),
+        "m" | "min" => seconds(60),
+        "h" => seconds(3600),
+        other => Err(format!(
+            "unknown unit {other:?} in duration {s:?} (expected ms, s, m or h)"
+        )),
+    }
+}
+
+/// `None` for a zero duration (no limit).
+pub fn limit(duration: Duration) -> Option<Duration> {
+    (!duration.is_zero()).then_some(duration)
 }
 
 #[cfg(test)]
@@ -533,6 +621,27 @@ mod tests {
         std::fs::write(&path, "trusted-proxies = [\"not-an-ip\"]").unwrap();
         let error = parse(&["livegate", "--config", config]).unwrap_err();
         assert!(error.to_string().contains("trusted_proxies"), "{error}");
+    }
+
+    #[test]
+    fn limits_come_from_flags_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "max-text-bytes = 1000\nidle_timeout = \"2m\"\nslow-client-timeout = \"1500ms\"\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--idle-timeout", "0"]).unwrap();
+        assert_eq!(args.max_text_bytes, 1000);
+        assert_eq!(args.idle_timeout, Duration::ZERO, "the flag wins");
+        assert_eq!(limit(args.idle_timeout), None, "zero is no limit");
+        assert_eq!(args.slow_client_timeout, Duration::from_millis(1500));
+        assert_eq!(args.max_session_duration, Duration::from_secs(4 * 3600));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
     }
 
     #[test]

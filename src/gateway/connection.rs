@@ -2,6 +2,7 @@
 //! owns the sink and takes the run's events.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -14,22 +15,23 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::codec::{
-    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError,
-};
+use super::close;
+use super::codec::{encode_event, AudioFrames, FrameBlocks, FrameError};
 use super::ids::PathId;
 use super::metrics::{Meter, RunMeter};
-use super::writer::{run_writer, Abort, WriterCommand, WriterExit, WriterStats};
+use super::registry::Lease;
+use super::writer::{close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats};
 use super::Gateway;
 use crate::event::Event;
-use crate::live::{live_request_queue, LiveRequest, RunConfig};
+use crate::live::flow::RECORDING_DROPPED;
+use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
 use crate::model::Modality;
 use crate::signal::Signal;
 
 /// Close code sent to a connection whose session was taken over by a newer one.
-pub const CLOSE_TAKEN_OVER: u16 = 4000;
+pub const CLOSE_TAKEN_OVER: u16 = close::TAKEN_OVER;
 /// Close code of a draining gateway (SIGTERM): reconnect, to another node, and carry on.
-pub const CLOSE_SERVICE_RESTART: u16 = 1012;
+pub const CLOSE_SERVICE_RESTART: u16 = close::SERVICE_RESTART;
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.
@@ -65,12 +67,54 @@ impl ConnectOptions {
 }
 
 /// Why the reader loop stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum End {
+    /// The client sent a close frame: echo it.
+    ClientClosed,
+    /// The socket failed or ended without a close frame, or the writer gave up on the client.
     ClientGone,
     TakenOver,
     Shutdown,
     RunEnded,
-    TooBig,
+    /// The client broke a rule the socket enforces: close with this code and reason.
+    Violation(u16, &'static str),
+    /// No client frame for the idle timeout.
+    Idle,
+    /// The session reached its maximum duration.
+    MaxDuration,
+}
+
+impl End {
+    /// How the writer is stopped at once, or `None` when the run's queued frames go out first.
+    fn abort(&self, limits: &SessionLimits) -> Option<Abort> {
+        let close = |code, reason: String| Some(Abort::Close { code, reason });
+        match self {
+            End::ClientClosed => Some(Abort::Echo),
+            End::ClientGone => Some(Abort::Silent),
+            End::TakenOver => close(
+                close::TAKEN_OVER,
+                "session taken over by a newer connection".into(),
+            ),
+            End::Violation(code, reason) => close(*code, (*reason).into()),
+            End::Idle => close(
+                close::POLICY,
+                format!("idle for {}s", limits.idle.unwrap_or_default().as_secs()),
+            ),
+            End::MaxDuration => close(close::POLICY, "maximum session duration reached".into()),
+            // A draining gateway closes only once the run has committed and flushed, so a
+            // client that reconnects elsewhere finds everything.
+            End::Shutdown | End::RunEnded => None,
+        }
+    }
+}
+
+/// Per-connection time limits (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionLimits {
+    /// Close a connection whose client sent no frame for this long.
+    pub idle: Option<Duration>,
+    /// Close a connection this long after it opened.
+    pub max_duration: Option<Duration>,
 }
 
 /// Serves one WebSocket connection until the client leaves, the session is taken over, the run
@@ -78,7 +122,7 @@ enum End {
 pub async fn serve_connection<S, R>(
     gateway: Arc<Gateway>,
     sink: S,
-    mut stream: R,
+    stream: R,
     user_id: PathId,
     session_id: PathId,
     options: ConnectOptions,
@@ -94,110 +138,196 @@ pub async fn serve_connection<S, R>(
             .acquire(user_id.as_str(), session_id.as_str(), RUN_DRAIN_GRACE)
             .await;
         let _counted = gateway.metrics.connection();
+        let connection = Connection::new(gateway.clone(), options);
+        connection
+            .serve(sink, stream, &user_id, &session_id, &lease)
+            .await;
+        // The lease goes back when `lease` drops, after the run has flushed.
+        drop(lease);
+        tracing::info!("connection closed");
+    }
+    .instrument(span)
+    .await
+}
+
+/// One connection's state shared by its steps: start, read loop and close.
+struct Connection {
+    gateway: Arc<Gateway>,
+    options: ConnectOptions,
+    meter: Meter,
+    writer_tx: mpsc::Sender<WriterCommand>,
+    writer_rx: Option<mpsc::Receiver<WriterCommand>>,
+    /// Fires when the writer stops writing: a stalled or vanished client ends the connection
+    /// rather than leaving a run that nobody hears.
+    writer_done: Signal,
+    /// Fires when the run has ended.
+    run_done: Signal,
+    /// Whether the run's last event (recordings aside) was an error: it failed rather than ended.
+    run_failed: Arc<AtomicBool>,
+}
+
+impl Connection {
+    fn new(gateway: Arc<Gateway>, options: ConnectOptions) -> Self {
         let meter = gateway.metrics.meter();
         let (writer_tx, writer_rx) = mpsc::channel(WRITER_CHANNEL_CAPACITY);
-        let (abort_writer, abort) = oneshot::channel();
-        // The reader stops as soon as the writer does: a stalled or vanished client ends the
-        // connection rather than leaving a run that nobody hears.
-        let writer_done = Signal::new();
-        let run_done = Signal::new();
+        Connection {
+            gateway,
+            options,
+            meter,
+            writer_tx,
+            writer_rx: Some(writer_rx),
+            writer_done: Signal::new(),
+            run_done: Signal::new(),
+            run_failed: Arc::default(),
+        }
+    }
 
-        let (queue, requests) = live_request_queue(gateway.queue_capacity);
+    /// Starts the run, reads the client until the connection ends, then closes it.
+    async fn serve<S, R>(
+        mut self,
+        sink: S,
+        stream: R,
+        user_id: &PathId,
+        session_id: &PathId,
+        lease: &Lease,
+    ) where
+        S: Sink<Message> + Unpin + Send + 'static,
+        S::Error: std::fmt::Display,
+        R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
+    {
+        let gateway = self.gateway.clone();
+        let (queue, requests) =
+            bounded_live_request_queue(gateway.queue_capacity, gateway.queue_max_bytes);
         let run_config = RunConfig {
             on_reconnect: gateway.metrics.on_reconnect(),
-            ..options.run_config(gateway.save_audio)
+            ..self.options.run_config(gateway.save_audio)
         };
         let started = gateway
             .runner
             .run_live(user_id.as_str(), session_id.as_str(), requests, run_config)
             .await;
-        let (run, invocation_id) = match started {
-            Ok(run) => {
-                let frames = RunFrames {
-                    events: run.events,
-                    meter: Some(meter.run()),
-                    mode: options.audio,
-                    done: run_done.clone(),
-                };
-                (frames, run.invocation_id)
-            }
-            Err(error) => {
-                tracing::error!(%error, "could not start the live run");
-                let event = Event::error(
-                    "",
-                    gateway.runner.agent.name(),
-                    error.code(),
-                    format!("could not start the live run: {error}"),
-                );
-                send_event(&writer_tx, meter.counted(event), options.audio).await;
-                let _ = writer_tx
-                    .send(WriterCommand::Close {
-                        code: 1011,
-                        reason: "could not start the live run".into(),
-                    })
-                    .await;
-                drop(writer_tx);
-                let writer = spawn_writer(
-                    &gateway,
-                    sink,
-                    writer_rx,
-                    RunFrames::none(),
-                    abort,
-                    meter.clone(),
-                    &writer_done,
-                );
-                let _ = writer.await;
-                drop(abort_writer);
-                return;
-            }
+        let (abort_writer, abort) = oneshot::channel();
+        let run = match started {
+            Ok(run) => run,
+            Err(error) => return self.fail_start(sink, abort, error).await,
         };
+        let invocation_id = run.invocation_id;
         tracing::Span::current().record("invocation_id", invocation_id.as_str());
-        tracing::info!(modality = ?options.modality, audio = ?options.audio, "live run started");
-        let writer = spawn_writer(
-            &gateway,
-            sink,
-            writer_rx,
-            run,
-            abort,
-            meter.clone(),
-            &writer_done,
-        );
+        tracing::info!(modality = ?self.options.modality, audio = ?self.options.audio, "live run started");
+        let frames = RunFrames {
+            events: run.events,
+            meter: Some(self.meter.run()),
+            mode: self.options.audio,
+            done: self.run_done.clone(),
+            failed: self.run_failed.clone(),
+        };
+        let writer = self.spawn_writer(sink, frames, abort);
+        let end = self.read(stream, &queue, lease, &invocation_id).await;
+        self.close(end, &queue, abort_writer, writer).await;
+    }
 
+    /// The run could not start: an error event, then close with 1011.
+    async fn fail_start<S>(
+        mut self,
+        sink: S,
+        abort: oneshot::Receiver<Abort>,
+        error: crate::runner::RunError,
+    ) where
+        S: Sink<Message> + Unpin + Send + 'static,
+        S::Error: std::fmt::Display,
+    {
+        tracing::error!(%error, "could not start the live run");
+        let event = Event::error(
+            "",
+            self.gateway.runner.agent.name(),
+            error.code(),
+            format!("could not start the live run: {error}"),
+        );
+        send_event(
+            &self.writer_tx,
+            self.meter.counted(event),
+            self.options.audio,
+        )
+        .await;
+        let _ = self
+            .writer_tx
+            .send(WriterCommand::Close {
+                code: close::INTERNAL,
+                reason: "could not start the live run".into(),
+            })
+            .await;
+        let writer = self.spawn_writer(sink, RunFrames::none(), abort);
+        drop(self);
+        let _ = writer.await;
+    }
+
+    /// Reads client frames into the run's queue until something ends the connection.
+    async fn read<R>(
+        &self,
+        mut stream: R,
+        queue: &LiveRequestQueue,
+        lease: &Lease,
+        invocation_id: &str,
+    ) -> End
+    where
+        R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
+    {
+        let gateway = &self.gateway;
+        let limits = gateway.frame_limits;
         let agent = gateway.runner.agent.name().to_owned();
         // Made once, not per frame: a pinned wait polled again costs an atomic load.
         let taken_over = lease.taken_over.fired();
         let shutdown = gateway.shutdown.fired();
-        let run_ended = run_done.fired();
-        let client_gone = writer_done.fired();
-        tokio::pin!(taken_over, shutdown, run_ended, client_gone);
+        let run_ended = self.run_done.fired();
+        let client_gone = self.writer_done.fired();
+        let idle = tokio::time::sleep(gateway.session_limits.idle.unwrap_or(FOREVER));
+        let max_duration =
+            tokio::time::sleep(gateway.session_limits.max_duration.unwrap_or(FOREVER));
+        tokio::pin!(
+            taken_over,
+            shutdown,
+            run_ended,
+            client_gone,
+            idle,
+            max_duration
+        );
+        // The idle timer is not reset per frame (a timer-wheel update 50 times a second):
+        // when it fires, it is moved on to the last frame's time plus the timeout.
+        let mut last_frame = tokio::time::Instant::now();
         let mut frames = FrameBlocks::default();
-        let end = loop {
+        let mut bad_frames = LogLimit::default();
+        loop {
             let message = tokio::select! {
                 biased;
-                () = &mut taken_over => break End::TakenOver,
-                () = &mut shutdown => break End::Shutdown,
-                () = &mut run_ended => break End::RunEnded,
-                () = &mut client_gone => break End::ClientGone,
+                () = &mut taken_over => return End::TakenOver,
+                () = &mut shutdown => return End::Shutdown,
+                () = &mut run_ended => return End::RunEnded,
+                () = &mut client_gone => return End::ClientGone,
+                () = &mut max_duration => return End::MaxDuration,
+                () = &mut idle => {
+                    let until = last_frame + gateway.session_limits.idle.unwrap_or(FOREVER);
+                    if until <= tokio::time::Instant::now() {
+                        return End::Idle;
+                    }
+                    idle.as_mut().reset(until);
+                    continue;
+                }
                 message = stream.next() => message,
             };
+            last_frame = tokio::time::Instant::now();
             let decoded: Result<LiveRequest, FrameError> = match message {
                 Some(Ok(Message::Binary(data))) => {
-                    meter.received(true, data.len());
-                    decode_binary(&data, &mut frames)
+                    self.meter.received(true, data.len());
+                    limits.decode_binary(&data, &mut frames)
                 }
                 Some(Ok(Message::Text(text))) => {
-                    meter.received(false, text.len());
-                    decode_text(text.as_str())
+                    self.meter.received(false, text.len());
+                    limits.decode_text(text.as_str())
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(Message::Close(_))) | None => break End::ClientGone,
-                Some(Err(error)) => {
-                    tracing::info!(%error, "client socket error");
-                    if is_too_big(error) {
-                        break End::TooBig;
-                    }
-                    break End::ClientGone;
-                }
+                Some(Ok(Message::Close(_))) => return End::ClientClosed,
+                None => return End::ClientGone,
+                Some(Err(error)) => return socket_error(error),
             };
             match decoded {
                 Ok(mut request) => {
@@ -208,50 +338,53 @@ pub async fn serve_connection<S, R>(
                     // Backpressure: a slow model stops us reading the socket.
                     let sent = tokio::select! {
                         biased;
-                        () = &mut taken_over => break End::TakenOver,
-                        () = &mut shutdown => break End::Shutdown,
+                        () = &mut taken_over => return End::TakenOver,
+                        () = &mut shutdown => return End::Shutdown,
                         sent = queue.send(request) => sent,
                     };
                     if sent.is_err() {
-                        break End::RunEnded;
+                        return End::RunEnded;
                     }
                 }
                 Err(error) => {
-                    tracing::info!(%error, "bad client frame");
-                    let event = meter.counted(Event::error(
-                        &invocation_id,
+                    // Counted as an error event; logged once, then at most once a second.
+                    if let Some(suppressed) = bad_frames.allow(Instant::now()) {
+                        tracing::info!(%error, suppressed, "bad client frame");
+                    }
+                    let event = self.meter.counted(Event::error(
+                        invocation_id,
                         &agent,
                         error.code(),
                         error.to_string(),
                     ));
-                    if !send_event(&writer_tx, event, options.audio).await {
-                        break End::ClientGone;
+                    if !send_event(&self.writer_tx, event, self.options.audio).await {
+                        return End::ClientGone;
                     }
                 }
             }
-        };
-
-        // Close the run. A client that is gone, replaced or shut down needs no more frames, so
-        // its writer is cut off at once while the run finishes committing and flushing (bounded);
-        // a run that ended by itself gets its queued frames, then a normal close. (`abort_writer`
-        // must stay alive otherwise: dropping it cuts the writer off too.)
-        queue.close();
-        let cut_off: Option<Abort> = match end {
-            End::ClientGone => Some(None),
-            End::TakenOver => Some(Some((
-                CLOSE_TAKEN_OVER,
-                "session taken over by a newer connection".into(),
-            ))),
-            End::TooBig => Some(Some((1009, "message too big".into()))),
-            // A draining gateway closes only once the run has committed and flushed, so a
-            // client that reconnects elsewhere finds everything.
-            End::Shutdown | End::RunEnded => None,
-        };
-        let close_after_pending = cut_off.is_none();
-        if let Some(close) = cut_off {
-            let _ = abort_writer.send(close);
         }
-        if tokio::time::timeout(RUN_DRAIN_GRACE, run_done.fired())
+    }
+
+    /// Closes the run, then the socket. A client that is gone, replaced, shut down or over a
+    /// limit needs no more frames, so its writer is cut off at once while the run finishes
+    /// committing and flushing (bounded); a run that ended by itself gets its queued frames,
+    /// then a normal close (1011 if it failed). (`abort_writer` must stay alive otherwise:
+    /// dropping it cuts the writer off too.)
+    async fn close(
+        self,
+        end: End,
+        queue: &LiveRequestQueue,
+        abort_writer: oneshot::Sender<Abort>,
+        writer: JoinHandle<(WriterExit, WriterStats)>,
+    ) {
+        queue.close();
+        let cut_off = end.abort(&self.gateway.session_limits);
+        let close_after_pending = cut_off.is_none();
+        if let Some(abort) = cut_off {
+            tracing::info!(?end, "closing the connection");
+            let _ = abort_writer.send(abort);
+        }
+        if tokio::time::timeout(RUN_DRAIN_GRACE, self.run_done.fired())
             .await
             .is_err()
         {
@@ -260,53 +393,122 @@ pub async fn serve_connection<S, R>(
             writer.abort();
         }
         if close_after_pending {
-            let close = match end {
-                End::Shutdown => WriterCommand::Close {
-                    code: CLOSE_SERVICE_RESTART,
+            let close = if end == End::Shutdown {
+                WriterCommand::Close {
+                    code: close::SERVICE_RESTART,
                     reason: "gateway restarting; reconnect".into(),
-                },
-                _ => WriterCommand::Close {
-                    code: 1000,
+                }
+            } else if self.run_failed.load(Ordering::Relaxed) {
+                WriterCommand::Close {
+                    code: close::INTERNAL,
+                    reason: "live run failed".into(),
+                }
+            } else {
+                WriterCommand::Close {
+                    code: close::NORMAL,
                     reason: "live run ended".into(),
-                },
+                }
             };
-            let _ = writer_tx.send(close).await;
+            let _ = self.writer_tx.send(close).await;
         }
-        drop(writer_tx);
+        drop(self.writer_tx);
         match tokio::time::timeout(Duration::from_secs(5), writer).await {
-            Ok(Ok((exit, stats))) => {
-                match exit {
-                    WriterExit::ClientGone(reason) => tracing::info!(reason, "client gone"),
-                    WriterExit::Stalled(reason) => {
-                        tracing::warn!(reason, "disconnected a client that stopped reading")
-                    }
-                    WriterExit::Closed => {}
-                }
-                if stats.dropped_interrupted_audio > 0 {
-                    tracing::debug!(
-                        dropped = stats.dropped_interrupted_audio,
-                        "audio frames of interrupted answers dropped"
-                    );
-                }
-            }
+            Ok(Ok((exit, stats))) => log_exit(exit, stats),
             Ok(Err(error)) if error.is_cancelled() => {}
             Ok(Err(error)) => tracing::error!(%error, "writer task failed"),
             Err(_) => tracing::warn!("writer did not finish in time"),
         }
-        // The lease goes back when `lease` drops, after the run has flushed.
-        tracing::info!("connection closed");
     }
-    .instrument(span)
-    .await
+
+    /// Spawns the writer task (see [`spawn_writer`]).
+    fn spawn_writer<S>(
+        &mut self,
+        sink: S,
+        run: RunFrames,
+        abort: oneshot::Receiver<Abort>,
+    ) -> JoinHandle<(WriterExit, WriterStats)>
+    where
+        S: Sink<Message> + Unpin + Send + 'static,
+        S::Error: std::fmt::Display,
+    {
+        let control = self.writer_rx.take().unwrap_or_else(|| {
+            // Only ever taken once; an empty channel keeps the types simple if not.
+            mpsc::channel(1).1
+        });
+        spawn_writer(
+            &self.gateway,
+            sink,
+            control,
+            run,
+            abort,
+            self.meter.clone(),
+            &self.writer_done,
+        )
+    }
 }
 
-/// True when the socket failed because a client message exceeded the size limit.
-fn is_too_big(error: axum::Error) -> bool {
+/// No limit: far enough ahead never to fire, near enough not to overflow a clock.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+fn log_exit(exit: WriterExit, stats: WriterStats) {
+    match exit {
+        WriterExit::ClientGone(reason) => tracing::info!(reason, "client gone"),
+        WriterExit::Stalled(reason) => {
+            tracing::warn!(reason, "disconnected a client that stopped reading")
+        }
+        WriterExit::Closed => {}
+    }
+    if stats.dropped_interrupted_audio > 0 {
+        tracing::debug!(
+            dropped = stats.dropped_interrupted_audio,
+            "audio frames of interrupted answers dropped"
+        );
+    }
+}
+
+/// How a failed client socket ends the connection: the frame's own close code where the socket
+/// can still send one (the peer broke the protocol), else a silent end (the peer is gone).
+fn socket_error(error: axum::Error) -> End {
     // axum wraps the tungstenite error it read; its type says what happened.
-    matches!(
-        error.into_inner().downcast_ref::<tungstenite::Error>(),
-        Some(tungstenite::Error::Capacity(_))
-    )
+    let error = error.into_inner();
+    let end = match error.downcast_ref::<tungstenite::Error>() {
+        Some(tungstenite::Error::Capacity(_)) => End::Violation(close::TOO_BIG, "message too big"),
+        Some(tungstenite::Error::Utf8(_)) => {
+            End::Violation(close::INVALID_PAYLOAD, "text frame is not valid UTF-8")
+        }
+        Some(tungstenite::Error::Protocol(
+            tungstenite::error::ProtocolError::ResetWithoutClosingHandshake,
+        )) => End::ClientGone,
+        Some(tungstenite::Error::Protocol(_)) => {
+            End::Violation(close::PROTOCOL_ERROR, "WebSocket protocol error")
+        }
+        _ => End::ClientGone,
+    };
+    tracing::info!(%error, "client socket error");
+    end
+}
+
+/// Lets a repeated log line through once, then at most once a second, counting what it held back.
+#[derive(Debug, Default)]
+struct LogLimit {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimit {
+    /// Whether to log now; if so, how many were held back since the last line.
+    fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < Duration::from_secs(1) => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
 }
 
 /// Spawns the writer task: it writes the run's frames and the connection's own commands until the
@@ -333,9 +535,18 @@ where
     let writer_done = writer_done.clone();
     tokio::spawn(
         async move {
+            let mut sink = sink;
             let commands = futures::stream::select(&mut run, ReceiverStream::new(control));
-            let result = run_writer(sink, commands, config, abort, meter).await;
+            let result = run_writer(&mut sink, commands, config, abort, meter).await;
             writer_done.fire();
+            // A stalled client's close frame waits for it to read again, in a task of its own
+            // (bounded): the connection, and the session's lease, do not wait for it.
+            if let WriterExit::Stalled(reason) = &result.0 {
+                let reason = reason.clone();
+                let linger =
+                    async move { close_stalled(&mut sink, reason, config.send_timeout).await };
+                tokio::spawn(linger.in_current_span());
+            }
             // Keep draining after the client is gone so the run can finish committing and
             // flushing recordings.
             run.drain().await;
@@ -352,6 +563,8 @@ struct RunFrames {
     meter: Option<RunMeter>,
     mode: AudioFrames,
     done: Signal,
+    /// Set while the run's last event (recordings aside) is an error.
+    failed: Arc<AtomicBool>,
 }
 
 impl RunFrames {
@@ -362,6 +575,7 @@ impl RunFrames {
             meter: None,
             mode: AudioFrames::default(),
             done: Signal::new(),
+            failed: Arc::default(),
         }
     }
 
@@ -390,6 +604,15 @@ impl Stream for RunFrames {
         while let Some(meter) = &this.meter {
             match ready!(this.events.poll_next_unpin(cx)) {
                 Some(event) => {
+                    // The recordings a run flushes as it ends come after its last word, and a
+                    // recording that could not be kept is no failure of the run.
+                    if !announces_recordings(&event) {
+                        let failed = event
+                            .error_code
+                            .as_deref()
+                            .is_some_and(|code| code != RECORDING_DROPPED);
+                        this.failed.store(failed, Ordering::Relaxed);
+                    }
                     if let Some(command) = encoded(meter.counted(event), this.mode) {
                         return Poll::Ready(Some(command));
                     }
@@ -399,6 +622,14 @@ impl Stream for RunFrames {
         }
         Poll::Ready(None)
     }
+}
+
+/// True for an event that only announces saved recordings.
+fn announces_recordings(event: &Event) -> bool {
+    event
+        .content
+        .as_ref()
+        .is_some_and(|c| !c.parts.is_empty() && c.parts.iter().all(|p| p.file_data.is_some()))
 }
 
 /// The writer's command for an event; `None` (logged) if it cannot be encoded.

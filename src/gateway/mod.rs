@@ -3,6 +3,7 @@
 
 mod assets;
 mod auth;
+mod close;
 mod codec;
 pub mod config;
 mod connection;
@@ -37,10 +38,11 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub use codec::{
-    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, OutFrame,
+    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, FrameLimits,
+    OutFrame,
 };
 pub use config::ServeArgs;
-pub use connection::{ConnectOptions, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
+pub use connection::{ConnectOptions, SessionLimits, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
 pub use pg_leases::PgLeases;
 pub use registry::{LeaseGuard, SessionRegistry, SharedLeases};
@@ -92,6 +94,12 @@ pub struct Gateway {
     /// Caps on live connections and the rate of new ones.
     pub limits: Arc<limits::Limits>,
     readiness: ready::Readiness,
+    /// Size limits of client messages by kind.
+    pub frame_limits: FrameLimits,
+    /// Bytes of media and text a live run's request queue may hold.
+    pub queue_max_bytes: usize,
+    /// Idle timeout and maximum duration of a WebSocket connection.
+    pub session_limits: SessionLimits,
 }
 
 /// Errors starting the gateway.
@@ -231,6 +239,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         shutdown: Signal::new(),
         writer_config: WriterConfig {
             audio_lead: Duration::from_millis(args.audio_lead_ms),
+            send_timeout: args.slow_client_timeout,
             ..WriterConfig::default()
         },
         queue_capacity: args.queue_capacity,
@@ -243,6 +252,16 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         connections: TaskTracker::new(),
         limits: limits.clone(),
         readiness,
+        frame_limits: FrameLimits {
+            text_bytes: args.max_text_bytes,
+            audio_frame_bytes: args.max_audio_frame_bytes,
+            media_bytes: args.max_media_bytes,
+        },
+        queue_max_bytes: args.queue_max_bytes,
+        session_limits: SessionLimits {
+            idle: config::limit(args.idle_timeout),
+            max_duration: config::limit(args.max_session_duration),
+        },
     });
     let listener = TcpListener::bind(args.bind)
         .await

@@ -36,6 +36,9 @@ use super::limits::{ClientAddr, Limits};
 use super::tls::ReloadingTls;
 use crate::signal::Signal;
 
+/// Kernel send buffer asked for on accepted sockets (Linux doubles it for its own bookkeeping):
+/// room for about a second of answer audio.
+const SOCKET_SEND_BUFFER: usize = 32 * 1024;
 /// Descriptors kept out of the unfinished-connection budget: open connections that did finish a
 /// request, the stores' files, and the process's own.
 const FD_RESERVE_SHARE: u64 = 2;
@@ -193,6 +196,11 @@ pub(super) async fn serve(
         // behind the previous one's (delayed) ACK.
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+        // A client that stops reading is noticed when sends block; a small kernel send buffer
+        // keeps what piles up unseen in it (and so the slow-client timeout's slack) small.
+        if let Err(error) = socket2::SockRef::from(&tcp).set_send_buffer_size(SOCKET_SEND_BUFFER) {
+            tracing::debug!(%error, "could not set SO_SNDBUF");
         }
         let (id, cancel, shed) = shared.unfinished.add(shared.options.max_unfinished);
         if shed {

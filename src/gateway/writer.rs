@@ -11,11 +11,9 @@ use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
+use super::close;
 use super::codec::OutFrame;
 use super::metrics::Meter;
-
-/// Close code for a client that stopped reading (policy violation).
-pub const CLOSE_POLICY: u16 = 1008;
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
 /// a bigger frame is written at once.
@@ -44,7 +42,8 @@ pub struct WriterConfig {
     /// How much audio a paced wake-up sends at once: the lead is topped up when it has fallen
     /// this far below `audio_lead` (at most half of it), not chunk by chunk.
     pub audio_batch: Duration,
-    /// How long one send may block before the client counts as stalled.
+    /// How long one send may block before the client counts as stalled (the slow-client
+    /// timeout); a stalled client's close frame waits as long again to go out.
     pub send_timeout: Duration,
     /// Frames the writer holds back while pacing before it stops taking more.
     pub max_pending: usize,
@@ -107,14 +106,30 @@ impl Playback {
     }
 }
 
-/// An immediate stop: drop whatever is pending, send this close frame (if any), and exit.
-pub type Abort = Option<(u16, String)>;
+/// An immediate stop: drop whatever is pending and end the socket this way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Abort {
+    /// The socket is gone: write nothing more.
+    Silent,
+    /// The client sent a close frame: flush the echo the socket queued when it read it, so the
+    /// client sees its own code (RFC 6455 closing handshake), not an abnormal 1006.
+    Echo,
+    /// Send this close frame.
+    Close {
+        /// WebSocket close code (see [`super::close`]).
+        code: u16,
+        /// Close reason.
+        reason: String,
+    },
+}
 
 /// Runs the writer until closed, aborted, or the client is gone.
 ///
 /// `commands` ends when nothing more will come. `Close` commands are ordered after the frames
 /// before them; `abort` is not: it cuts the queue (a taken-over, shut-down or vanished client does
-/// not need the rest of the answer). What it sends is counted in `meter`.
+/// not need the rest of the answer). What it sends is counted in `meter`. A stalled client gets
+/// no close frame from here: the caller stops the connection first, then sends it with
+/// [`close_stalled`], which may wait as long as the client takes to read again.
 pub async fn run_writer<S, C>(
     mut sink: S,
     commands: C,
@@ -131,18 +146,35 @@ where
     let exit = tokio::select! {
         biased;
         close = &mut abort => {
-            if let Ok(Some((code, reason))) = close {
-                send_close(&mut sink, code, reason).await;
+            match close {
+                Ok(Abort::Close { code, reason }) => send_close(&mut sink, code, reason).await,
+                Ok(Abort::Echo) => {
+                    let _ = timeout(CLOSE_TIMEOUT, sink.flush()).await;
+                }
+                Ok(Abort::Silent) | Err(_) => {}
             }
             WriterExit::Closed
         }
         exit = write_loop(&mut sink, commands, config, &mut stats, &meter) => exit,
     };
-    if let WriterExit::Stalled(reason) = &exit {
+    if let WriterExit::Stalled(_) = &exit {
         meter.stalled();
-        send_close(&mut sink, CLOSE_POLICY, reason.clone()).await;
     }
     (exit, stats)
+}
+
+/// Closes a stalled client's socket with 1008 and `reason`: the close frame goes behind what the
+/// socket still holds, so it waits up to `linger` for the client to read again (a client that
+/// never does is dropped after it).
+pub async fn close_stalled<S>(sink: &mut S, reason: String, linger: Duration)
+where
+    S: Sink<Message> + Unpin,
+{
+    let frame = Message::Close(Some(CloseFrame {
+        code: close::POLICY,
+        reason: reason.into(),
+    }));
+    let _ = timeout(linger, sink.send(frame)).await;
 }
 
 async fn write_loop<S, C>(
@@ -240,63 +272,87 @@ where
         if frame.is_audio() {
             playback.sent(frame.audio);
         }
-        // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its write
-        // buffer's capacity for good, and one that had held such a frame together with events
-        // stayed at twice the frame, ~19 KiB per connection at 200 ms chunks. The frame is
-        // written at once anyway, so this costs a write only when events were waiting.
-        let alone = frame
-            .binary
-            .as_ref()
-            .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
-        if alone {
-            if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
-                return exit;
-            }
-        }
-        let (ends_turn, created) = (frame.ends_turn, frame.created);
-        // Text is not paced, so only an answer's text reads the clock here.
-        let answer_at = audio_at.or_else(|| frame.answer_text.then(Instant::now));
-        let prompted_by = frame.prompted_by;
-        let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
-        let fed = async {
-            if let Some(pcm) = frame.binary {
-                sink.feed(Message::Binary(pcm)).await?;
-                if alone {
-                    sink.flush().await?;
-                }
-            }
-            sink.feed(Message::Text(frame.json.into())).await
-        };
-        if let Err(exit) = within(config.send_timeout, fed).await {
+        let written = write_frame(
+            sink,
+            frame,
+            audio_at,
+            &mut unflushed,
+            &mut last_answer,
+            config.send_timeout,
+            meter,
+        );
+        if let Err(exit) = written.await {
             return exit;
         }
-        unflushed = true;
-        if let Some(at) = answer_at {
-            if last_answer.is_none() {
-                // The first audio or text of an answer goes out now, not with what comes next.
-                if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
-                    return exit;
-                }
-                // How long the gateway took to bring an answer's first audio or text from the
-                // model is what a listener waits for beyond the model (later audio is held back
-                // for pacing on purpose).
-                meter.answer_forwarded(created);
-            }
-            last_answer = Some(at);
-        }
-        if let Some(received) = prompted_by {
-            meter.first_answer(audio_at.is_some(), received.elapsed());
-        }
-        if ends_turn {
-            if let Some(written) = last_answer.take() {
-                meter.turn_end(written.elapsed());
-            }
-        }
-        if let Some(pcm) = sizes.0 {
-            meter.sent(true, pcm);
-        }
-        meter.sent(false, sizes.1);
     }
+}
+
+/// Writes one frame (its audio, then its event) and counts it: an answer's first audio or text
+/// is flushed at once and timed, and so is the end of its turn.
+async fn write_frame<S>(
+    sink: &mut S,
+    frame: OutFrame,
+    audio_at: Option<Instant>,
+    unflushed: &mut bool,
+    last_answer: &mut Option<Instant>,
+    limit: Duration,
+    meter: &Meter,
+) -> Result<(), WriterExit>
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
+    // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its write
+    // buffer's capacity for good, and one that had held such a frame together with events
+    // stayed at twice the frame, ~19 KiB per connection at 200 ms chunks. The frame is
+    // written at once anyway, so this costs a write only when events were waiting.
+    let alone = frame
+        .binary
+        .as_ref()
+        .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
+    if alone {
+        flush(sink, unflushed, limit).await?;
+    }
+    let (ends_turn, created) = (frame.ends_turn, frame.created);
+    // Text is not paced, so only an answer's text reads the clock here.
+    let answer_at = audio_at.or_else(|| frame.answer_text.then(Instant::now));
+    let prompted_by = frame.prompted_by;
+    let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
+    let fed = async {
+        if let Some(pcm) = frame.binary {
+            sink.feed(Message::Binary(pcm)).await?;
+            if alone {
+                sink.flush().await?;
+            }
+        }
+        sink.feed(Message::Text(frame.json.into())).await
+    };
+    within(limit, fed).await?;
+    *unflushed = true;
+    if let Some(at) = answer_at {
+        if last_answer.is_none() {
+            // The first audio or text of an answer goes out now, not with what comes next.
+            flush(sink, unflushed, limit).await?;
+            // How long the gateway took to bring an answer's first audio or text from the
+            // model is what a listener waits for beyond the model (later audio is held back
+            // for pacing on purpose).
+            meter.answer_forwarded(created);
+        }
+        *last_answer = Some(at);
+    }
+    if let Some(received) = prompted_by {
+        meter.first_answer(audio_at.is_some(), received.elapsed());
+    }
+    if ends_turn {
+        if let Some(written) = last_answer.take() {
+            meter.turn_end(written.elapsed());
+        }
+    }
+    if let Some(pcm) = sizes.0 {
+        meter.sent(true, pcm);
+    }
+    meter.sent(false, sizes.1);
+    Ok(())
 }
 
 /// Flushes what was fed to the sink, if anything was; the writer does so before it waits.
@@ -347,6 +403,9 @@ fn accept(
     }
 }
 
+/// How long a close frame may take to go out to a client that reads.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Sends a close frame, best effort: a client that is not reading may never get it.
 async fn send_close<S>(sink: &mut S, code: u16, reason: String)
 where
@@ -356,7 +415,7 @@ where
         code,
         reason: reason.into(),
     }));
-    let _ = timeout(Duration::from_secs(1), sink.send(frame)).await;
+    let _ = timeout(CLOSE_TIMEOUT, sink.send(frame)).await;
 }
 
 #[cfg(test)]
@@ -450,7 +509,12 @@ mod tests {
         let (abort_tx, abort) = oneshot::channel();
         let writer = tokio::spawn(run_default(sink, rx, abort));
         assert_eq!(out.next().await.unwrap(), Message::Text("a0".into()));
-        abort_tx.send(Some((4000, "taken over".into()))).unwrap();
+        abort_tx
+            .send(Abort::Close {
+                code: close::TAKEN_OVER,
+                reason: "taken over".into(),
+            })
+            .unwrap();
         let (exit, _) = writer.await.unwrap();
         assert_eq!(exit, WriterExit::Closed);
         let rest: Vec<Message> = out.collect().await;

@@ -7,7 +7,7 @@ mod run_config;
 
 pub(crate) use queue::Shortcut;
 pub use queue::{
-    live_request_queue, LiveRequest, LiveRequestQueue, LiveRequestReceiver, QueueClosed,
-    DEFAULT_QUEUE_CAPACITY,
+    bounded_live_request_queue, live_request_queue, LiveRequest, LiveRequestQueue,
+    LiveRequestReceiver, QueueClosed, DEFAULT_QUEUE_CAPACITY, DEFAULT_QUEUE_MAX_BYTES,
 };
 pub use run_config::{OnReconnect, RunConfig};

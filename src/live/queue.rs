@@ -4,12 +4,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::signal::Signal;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore, SemaphorePermit};
 
 use crate::event::{Blob, Content};
 
 /// Default capacity of a live request queue.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
+
+/// Default bound on the bytes of media and text a live request queue holds.
+pub const DEFAULT_QUEUE_MAX_BYTES: usize = 2 * 1024 * 1024;
 
 /// One request from the client side of a live run (ADK's `LiveRequest`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,6 +63,34 @@ pub struct LiveRequestQueue {
     tx: mpsc::Sender<Box<LiveRequest>>,
     closed: Signal,
     order: Arc<Mutex<Order>>,
+    bytes: Option<ByteBudget>,
+}
+
+/// The bytes a queue may still take: a request holds its size in permits from when it is queued
+/// until it is received, so the queue never holds more than the budget however its requests
+/// are sized.
+#[derive(Debug, Clone)]
+struct ByteBudget {
+    permits: Arc<Semaphore>,
+    /// The whole budget; one request bigger than it takes all of it (it waits for an empty queue).
+    max: u32,
+}
+
+impl ByteBudget {
+    fn new(max_bytes: usize) -> Option<Self> {
+        let max = u32::try_from(max_bytes.min(Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
+        (max_bytes < Semaphore::MAX_PERMITS).then(|| ByteBudget {
+            permits: Arc::new(Semaphore::new(max as usize)),
+            max,
+        })
+    }
+
+    /// The permits a request takes.
+    fn weight(&self, request: &LiveRequest) -> u32 {
+        u32::try_from(request.payload_bytes())
+            .unwrap_or(u32::MAX)
+            .min(self.max)
+    }
 }
 
 /// The receiving side of a live request queue, owned by the live flow.
@@ -68,6 +99,7 @@ pub struct LiveRequestReceiver {
     rx: mpsc::Receiver<Box<LiveRequest>>,
     closed: Signal,
     order: Arc<Mutex<Order>>,
+    bytes: Option<ByteBudget>,
 }
 
 /// A way past the queue and the send loop for realtime media, which the send loop opens while it
@@ -95,6 +127,20 @@ fn lock(order: &Mutex<Order>) -> MutexGuard<'_, Order> {
 }
 
 impl LiveRequest {
+    /// Bytes of media and text it carries: what it costs to hold.
+    pub fn payload_bytes(&self) -> usize {
+        let content: usize = self
+            .content
+            .iter()
+            .flat_map(|c| &c.parts)
+            .map(|p| {
+                p.text.as_ref().map_or(0, String::len)
+                    + p.inline_data.as_ref().map_or(0, |b| b.data.len())
+            })
+            .sum();
+        content + self.blob.as_ref().map_or(0, |b| b.data.len())
+    }
+
     /// Carries realtime media and nothing else.
     fn is_media_only(&self) -> bool {
         self.blob.is_some()
@@ -110,16 +156,32 @@ impl LiveRequest {
 
 /// Creates a live request queue holding at most `capacity` requests.
 pub fn live_request_queue(capacity: usize) -> (LiveRequestQueue, LiveRequestReceiver) {
+    bounded_live_request_queue(capacity, usize::MAX)
+}
+
+/// Creates a live request queue holding at most `capacity` requests and `max_bytes` of their
+/// media and text (see [`LiveRequest::payload_bytes`]): a sender waits for room in both.
+pub fn bounded_live_request_queue(
+    capacity: usize,
+    max_bytes: usize,
+) -> (LiveRequestQueue, LiveRequestReceiver) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let closed = Signal::new();
     let order = Arc::default();
+    let bytes = ByteBudget::new(max_bytes);
     (
         LiveRequestQueue {
             tx,
             closed: closed.clone(),
             order: Arc::clone(&order),
+            bytes: bytes.clone(),
         },
-        LiveRequestReceiver { rx, closed, order },
+        LiveRequestReceiver {
+            rx,
+            closed,
+            order,
+            bytes,
+        },
     )
 }
 
@@ -133,15 +195,42 @@ impl LiveRequestQueue {
         let Some(request) = self.try_shortcut(request) else {
             return Ok(());
         };
+        let permit = self.reserve(&request).await?;
         if self
             .closed
             .send_unless_fired(&self.tx, Box::new(request))
             .await
         {
+            // The receiver gives the bytes back when it takes the request.
+            if let Some(permit) = permit {
+                permit.forget();
+            }
             self.queued();
             Ok(())
         } else {
             Err(QueueClosed)
+        }
+    }
+
+    /// Waits for room for the request's bytes (nothing to wait for without a byte bound).
+    async fn reserve(
+        &self,
+        request: &LiveRequest,
+    ) -> Result<Option<SemaphorePermit<'_>>, QueueClosed> {
+        let Some(bytes) = &self.bytes else {
+            return Ok(None);
+        };
+        let weight = bytes.weight(request);
+        if weight == 0 {
+            return Ok(None);
+        }
+        if let Ok(permit) = bytes.permits.try_acquire_many(weight) {
+            return Ok(Some(permit));
+        }
+        tokio::select! {
+            biased;
+            () = self.closed.fired() => Err(QueueClosed),
+            permit = bytes.permits.acquire_many(weight) => permit.map(Some).map_err(|_| QueueClosed),
         }
     }
 
@@ -154,8 +243,21 @@ impl LiveRequestQueue {
         let Some(request) = self.try_shortcut(request) else {
             return true;
         };
+        let permit = match &self.bytes {
+            Some(bytes) => match bytes.weight(&request) {
+                0 => None,
+                weight => match bytes.permits.try_acquire_many(weight) {
+                    Ok(permit) => Some(permit),
+                    Err(_) => return false,
+                },
+            },
+            None => None,
+        };
         let sent = !self.closed.is_fired() && self.tx.try_send(Box::new(request)).is_ok();
         if sent {
+            if let Some(permit) = permit {
+                permit.forget();
+            }
             self.queued();
         }
         sent
@@ -249,15 +351,26 @@ impl LiveRequestReceiver {
         // the flag would register and unregister a waiter each time. `close` puts a close request
         // in the queue instead, behind what was queued before it.
         if let Ok(request) = self.rx.try_recv() {
-            return *request;
+            return self.taken(*request);
         }
         if !self.closed.is_fired() {
             if let Some(request) = self.rx.recv().await {
-                return *request;
+                return self.taken(*request);
             }
         }
         self.closed.fire();
         CLOSE
+    }
+
+    /// Gives a received request's bytes back to the senders.
+    fn taken(&self, request: LiveRequest) -> LiveRequest {
+        if let Some(bytes) = &self.bytes {
+            let weight = bytes.weight(&request);
+            if weight > 0 {
+                bytes.permits.add_permits(weight as usize);
+            }
+        }
+        request
     }
 
     /// Whether the client closed the queue (sticky: stays true after the close was received).
@@ -304,6 +417,62 @@ mod tests {
     use crate::event::Blob;
     use std::time::Duration;
     use tokio::time::timeout;
+
+    fn text_turn(bytes: usize) -> LiveRequest {
+        LiveRequest {
+            content: Some(Content::text("user", "x".repeat(bytes))),
+            ..LiveRequest::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_queue_holds_no_more_bytes_than_its_bound() {
+        // Room for 256 requests, but only 1 MiB: 64 KiB turns stop at 16.
+        let (queue, mut rx) = bounded_live_request_queue(256, 1024 * 1024);
+        let mut accepted = 0;
+        while queue.try_send(text_turn(64 * 1024)) {
+            accepted += 1;
+            assert!(accepted <= 256, "never refused");
+        }
+        assert_eq!(accepted, 16);
+        // A blocked sender goes on once the receiver takes a request, and not before.
+        let blocked = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.send(text_turn(64 * 1024)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!blocked.is_finished());
+        assert!(rx.recv().await.content.is_some());
+        timeout(Duration::from_secs(5), blocked)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        // Requests without a payload are not held back by the bytes.
+        assert!(queue.try_send(LiveRequest {
+            activity_start: true,
+            ..LiveRequest::default()
+        }));
+        // One request bigger than the whole bound waits for an empty queue, then goes alone.
+        for _ in 0..17 {
+            rx.recv().await;
+        }
+        assert!(queue.try_send(text_turn(4 * 1024 * 1024)));
+        assert!(!queue.try_send(text_turn(1)));
+        // A sender waiting for bytes is released by a close.
+        let blocked = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.send(text_turn(10)).await }
+        });
+        queue.close();
+        assert_eq!(
+            timeout(Duration::from_secs(5), blocked)
+                .await
+                .unwrap()
+                .unwrap(),
+            Err(QueueClosed)
+        );
+    }
 
     #[tokio::test]
     async fn close_gets_through_a_full_queue_and_unblocks_senders() {

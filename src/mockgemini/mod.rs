@@ -42,6 +42,9 @@ pub struct MockGeminiConfig {
     pub fail_after: Option<u64>,
     /// After this many server messages send `goAway {"timeLeft":"1s"}`, then close with 1000.
     pub go_away_after: Option<u64>,
+    /// After this many server messages go silent: send nothing and read nothing (so answer no
+    /// pings) while holding the connection open, as a blackholed upstream does.
+    pub silent_after: Option<u64>,
     /// Send server JSON in text frames instead of binary ones.
     pub text_frames: bool,
     /// Serve `wss://` with this certificate and key instead of plain `ws://`.
@@ -56,6 +59,7 @@ impl fmt::Debug for MockGeminiConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("fail_after", &self.fail_after)
             .field("go_away_after", &self.go_away_after)
+            .field("silent_after", &self.silent_after)
             .field("text_frames", &self.text_frames)
             .field("tls", &self.tls)
             .finish()

@@ -35,6 +35,8 @@ const READ_BUFFER_BYTES: usize = 4 * 1024;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a close waits for the client's answering close frame.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// How long a connection that went silent is held open before it is dropped.
+const SILENT_FOR: Duration = Duration::from_secs(120);
 
 /// Every path goes to one handler, which normalises it itself (python-genai dials `//ws/...`).
 pub(super) fn router(shared: Arc<Shared>) -> Router {
@@ -107,6 +109,8 @@ enum End {
     Close(Close),
     /// The client closed it or went away; nothing more to send.
     ClientGone,
+    /// Go silent: hold the socket without reading or writing it.
+    Silent,
 }
 
 impl From<Close> for End {
@@ -127,6 +131,13 @@ async fn serve(mut socket: WebSocket, shared: Arc<Shared>, endpoint: Endpoint, a
         End::Close(Close::invalid(BAD_KEY))
     };
     match end {
+        End::Silent => {
+            tracing::info!("mock-gemini goes silent");
+            tokio::select! {
+                () = shared.shutdown.cancelled() => {}
+                () = tokio::time::sleep(SILENT_FOR) => {}
+            }
+        }
         End::ClientGone => {
             tracing::info!("mock-gemini client closed the connection");
             // tungstenite queues the answer to a client's close frame but writes it only on the
@@ -370,6 +381,9 @@ impl<'a> Connection<'a> {
 
     /// Applies the fault switches after a server message.
     async fn check_limits(&mut self, socket: &mut WebSocket) -> Result<(), End> {
+        if self.config.silent_after.is_some_and(|n| self.sent >= n) {
+            return Err(End::Silent);
+        }
         if self.config.fail_after.is_some_and(|n| self.sent >= n) {
             return Err(Close::new(CLOSE_INTERNAL, "Internal error encountered.").into());
         }

@@ -96,7 +96,7 @@ SELECT (SELECT count(*) FROM e) AS stored,
 pub struct PostgresSessionService {
     pool: PgPool,
     writers: Vec<mpsc::Sender<Vec<Append>>>,
-    /// Event rows decoded for readers.
+    /// Events read back so far (`livegate_session_events_read_total`).
     events_read: Arc<AtomicU64>,
 }
 
@@ -151,6 +151,11 @@ impl PostgresSessionService {
     /// The connection pool (the gateway's session leases share it).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     fn writer_for(
@@ -643,30 +648,23 @@ impl SessionService for PostgresSessionService {
         offset: usize,
         limit: usize,
     ) -> Result<Option<EventPage>, SessionError> {
-        // One snapshot for the count and the page.
         let mut tx = self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await?;
-        let exists = sqlx::query(
-            "SELECT 1 AS one FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        let total: Option<i64> = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM events
+                     WHERE app_name = $1 AND user_id = $2 AND session_id = $3)
+             FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3",
         )
         .bind(app_name)
         .bind(user_id)
         .bind(session_id)
         .fetch_optional(&mut *tx)
         .await?;
-        if exists.is_none() {
+        let Some(total) = total else {
             return Ok(None);
-        }
-        let total: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM events WHERE app_name = $1 AND user_id = $2 AND session_id = $3",
-        )
-        .bind(app_name)
-        .bind(user_id)
-        .bind(session_id)
-        .fetch_one(&mut *tx)
-        .await?;
+        };
         let rows = sqlx::query(
             "SELECT event_json FROM events WHERE app_name = $1 AND user_id = $2 AND session_id = $3
              ORDER BY seq LIMIT $4 OFFSET $5",
@@ -693,11 +691,26 @@ impl SessionService for PostgresSessionService {
     fn events_read(&self) -> u64 {
         self.events_read.load(Ordering::Relaxed)
     }
-}
 
-impl PostgresSessionService {
-    fn count_read(&self, events: usize) {
-        self.events_read
-            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
+    async fn check_writable(&self) -> Result<(), SessionError> {
+        // A row written and removed in one committed transaction: a read-only server (a
+        // standby after a failover) refuses the write, a full disk the commit.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO app_states (app_name, state) VALUES ($1, '{}'::jsonb)
+             ON CONFLICT (app_name) DO NOTHING",
+        )
+        .bind(READY_PROBE)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM app_states WHERE app_name = $1")
+            .bind(READY_PROBE)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 }
+
+/// The app name of `/readyz`'s write probe: a slash is never in a real app name.
+const READY_PROBE: &str = "/livegate/ready-probe";

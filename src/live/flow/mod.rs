@@ -46,6 +46,10 @@ pub const MAX_RECONNECT_ATTEMPTS: u32 = 5;
 /// to finish its turn (ADK waits 1 s).
 pub const DEFAULT_HANDOFF_DELAY: Duration = Duration::from_secs(1);
 
+/// How long an answer under way may go on after the model's `goAway` before the flow ends it
+/// (`interrupted`, `turnComplete`) and reconnects.
+pub const GO_AWAY_ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// Name of the tool a sequential agent's sub-agents call when their task is done.
 pub const TASK_COMPLETED: &str = "task_completed";
 
@@ -118,6 +122,7 @@ enum Next {
     Model(Option<ModelMessage>),
     ToolsDone(Option<Event>),
     HandoffTimeout,
+    GoAwayDue,
 }
 
 enum Outcome {
@@ -274,6 +279,11 @@ impl LiveFlow {
                 // Tool results went up and the model has not answered them yet: the turn that
                 // ends now (Gemini 2.5 ends the tool-call turn before the results) is not the answer.
                 let mut awaiting_answer = false;
+                // The model is in the middle of an answer: if the connection ends now, the flow
+                // ends the answer for it, so the client is not left waiting for its turn's end.
+                let mut mid_answer = false;
+                // After a `goAway` during an answer: when the flow stops waiting for its end.
+                let mut go_away_by: Option<Instant> = None;
 
                 let outcome = 'connection: loop {
                     let deadline = handoff.as_ref().map(|(_, at)| *at);
@@ -288,6 +298,7 @@ impl LiveFlow {
                             }
                         },
                         () = sleep_until(deadline) => Next::HandoffTimeout,
+                        () = sleep_until(go_away_by) => Next::GoAwayDue,
                         response = receiver.recv() => Next::Model(response),
                     };
                     let response = match next {
@@ -324,6 +335,8 @@ impl LiveFlow {
                             Some((next_reason, _)) => break Outcome::Done(next_reason),
                             None => continue,
                         },
+                        Next::GoAwayDue => break Outcome::GoAway,
+                        Next::Model(None) if go_away_by.is_some() => break Outcome::GoAway,
                         Next::Model(None) => break Outcome::Ended,
                         Next::Model(Some(Err(error))) => break Outcome::Failed(error),
                         Next::Model(Some(Ok(response))) => {
@@ -345,6 +358,8 @@ impl LiveFlow {
                     }
                     let go_away = response.go_away.is_some();
                     let turn_over = response.turn_complete;
+                    let answer_ends = response.turn_complete || response.interrupted;
+                    let answering = response.content.is_some() || response.output_transcription.is_some();
                     let answered = awaiting_answer
                         && (response.content.is_some() || response.output_transcription.is_some());
                     if record_audio {
@@ -396,7 +411,15 @@ impl LiveFlow {
                         }
                         yield FlowItem::emit(event);
                     }
-                    if go_away {
+                    if answer_ends {
+                        mid_answer = false;
+                    } else if answering {
+                        mid_answer = true;
+                    }
+                    // An answer under way gets a moment to finish on the old connection.
+                    if go_away && mid_answer {
+                        go_away_by.get_or_insert(Instant::now() + GO_AWAY_ANSWER_GRACE);
+                    } else if go_away || (go_away_by.is_some() && !mid_answer) {
                         break Outcome::GoAway;
                     }
                     if answered {
@@ -412,6 +435,26 @@ impl LiveFlow {
                     }
                 };
 
+                // A connection that ended (or was given up) mid-answer: end the answer here.
+                if mid_answer && matches!(outcome, Outcome::GoAway | Outcome::Failed(_) | Outcome::Ended) {
+                    tracing::info!(invocation_id, "the model connection ended during an answer; ending it");
+                    let ends = [
+                        LlmResponse { interrupted: true, ..LlmResponse::default() },
+                        LlmResponse { turn_complete: true, ..LlmResponse::default() },
+                    ];
+                    for response in ends {
+                        for step in processor.process(response) {
+                            match step {
+                                Step::Emit(event) => yield FlowItem::emit(event),
+                                Step::Flush { input, output } => {
+                                    for event in cache.flush(&target, input, output).await {
+                                        yield FlowItem::emit(event);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
                 stop.fire();
                 drop(receiver);
                 match send_task.await {

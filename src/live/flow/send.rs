@@ -1,7 +1,9 @@
 //! The send loop: live requests from the client, to the model connection; and its shortcut, which
 //! forwards media-only requests from the sender's task.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::signal::Signal;
 use serde_json::{Map, Value};
@@ -48,18 +50,105 @@ impl SendContext {
     }
 }
 
+/// Bytes of media and text the model connection's input channel may hold. The channel is bounded
+/// in messages only; with this and the request queue's own bound, what a connection holds on its
+/// way to a slow model stays a few MiB however large its messages.
+pub(crate) const MAX_BYTES_TO_MODEL: usize = 2 * 1024 * 1024;
+
+/// How often a send loop over the byte bound looks whether the model took something: the
+/// channel tells when a slot frees, not when bytes do.
+const INBOX_POLL: Duration = Duration::from_millis(5);
+
+/// The model connection's input channel, with the bytes in it counted.
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    tx: mpsc::Sender<LiveInput>,
+    max_bytes: usize,
+    held: Mutex<Held>,
+}
+
+/// What an inbox holds: the sizes of the inputs sent and not yet known to be taken, oldest first.
+#[derive(Debug, Default)]
+struct Held {
+    sizes: VecDeque<usize>,
+    bytes: usize,
+}
+
+impl Inbox {
+    pub(crate) fn new(tx: mpsc::Sender<LiveInput>, max_bytes: usize) -> Self {
+        Inbox {
+            tx,
+            max_bytes,
+            held: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        // The counts stay consistent whatever panicked: the lock is never held across a panic
+        // point that leaves them half-updated.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether an input of `size` bytes fits now (one always does into an empty inbox).
+    fn has_room(&self, size: usize) -> bool {
+        let mut held = self.lock();
+        // The channel is first in, first out: all but the newest inputs still in it were taken.
+        let in_channel = self.tx.max_capacity() - self.tx.capacity();
+        while held.sizes.len() > in_channel {
+            let taken = held.sizes.pop_front().unwrap_or(0);
+            held.bytes -= taken;
+        }
+        held.bytes == 0 || held.bytes + size <= self.max_bytes
+    }
+
+    /// Sends through a reserved slot and counts it (under the lock, so counts keep the channel's
+    /// order whichever task sends).
+    fn send(&self, permit: mpsc::Permit<'_, LiveInput>, input: LiveInput, size: usize) {
+        let mut held = self.lock();
+        permit.send(input);
+        held.sizes.push_back(size);
+        held.bytes += size;
+    }
+}
+
+/// Bytes of media and text an input carries.
+fn input_bytes(input: &LiveInput) -> usize {
+    match input {
+        LiveInput::Realtime(blob) => blob.data.len(),
+        LiveInput::Content { content, .. } => content
+            .parts
+            .iter()
+            .map(|p| {
+                p.text.as_ref().map_or(0, String::len)
+                    + p.inline_data.as_ref().map_or(0, |b| b.data.len())
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
 /// Forwards requests to the model until the queue closes, the model goes away or `stop` fires;
 /// hands the inputs back so a reconnect can go on with them.
 pub(crate) async fn send_loop(
-    mut inputs: SendInputs,
+    inputs: SendInputs,
     model: mpsc::Sender<LiveInput>,
     ctx: SendContext,
 ) -> SendInputs {
+    send_loop_bounded(inputs, Inbox::new(model, MAX_BYTES_TO_MODEL), ctx).await
+}
+
+/// [`send_loop`] into an inbox with its own byte bound.
+pub(crate) async fn send_loop_bounded(
+    mut inputs: SendInputs,
+    model: Inbox,
+    ctx: SendContext,
+) -> SendInputs {
+    let model = Arc::new(model);
     // Made once, not per request: a pinned wait polled again costs an atomic load.
     let stopped = ctx.stop.fired();
     tokio::pin!(stopped);
     let _shortcut = inputs.requests.open_shortcut(Arc::new(MediaShortcut {
-        model: model.clone(),
+        model: Arc::clone(&model),
         ctx: ctx.clone(),
     }));
     loop {
@@ -170,7 +259,7 @@ pub(crate) async fn send_loop(
 /// What the send loop does with a media-only request, done by the task that sends it.
 #[derive(Debug)]
 struct MediaShortcut {
-    model: mpsc::Sender<LiveInput>,
+    model: Arc<Inbox>,
     ctx: SendContext,
 }
 
@@ -180,19 +269,49 @@ impl Shortcut for MediaShortcut {
             return Some(request);
         }
         // Room first: a request given back must not have been copied or recorded yet.
-        let Ok(permit) = self.model.try_reserve() else {
+        let size = request.blob.as_ref().map_or(0, |b| b.data.len());
+        if !self.model.has_room(size) {
+            return Some(request);
+        }
+        let Ok(permit) = self.model.tx.try_reserve() else {
             return Some(request);
         };
         self.ctx.hooks.fan_out(&request);
         if let Some(blob) = request.blob {
-            permit.send(self.ctx.media(blob));
+            self.model.send(permit, self.ctx.media(blob), size);
         }
         None
     }
 }
 
-async fn forward(ctx: &SendContext, model: &mpsc::Sender<LiveInput>, input: LiveInput) -> bool {
-    ctx.stop.send_unless_fired(model, input).await
+/// Sends an input to the model once its inbox has room for its bytes and a slot; false once
+/// `stop` fires or the model is gone.
+async fn forward(ctx: &SendContext, model: &Inbox, input: LiveInput) -> bool {
+    if ctx.stop.is_fired() {
+        return false;
+    }
+    let size = input_bytes(&input);
+    while !model.has_room(size) {
+        tokio::select! {
+            biased;
+            () = ctx.stop.fired() => return false,
+            () = tokio::time::sleep(INBOX_POLL) => {}
+        }
+    }
+    let permit = match model.tx.try_reserve() {
+        Ok(permit) => permit,
+        Err(mpsc::error::TrySendError::Closed(())) => return false,
+        Err(mpsc::error::TrySendError::Full(())) => tokio::select! {
+            biased;
+            () = ctx.stop.fired() => return false,
+            permit = model.tx.reserve() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return false,
+            },
+        },
+    };
+    model.send(permit, input, size);
+    true
 }
 
 /// Commits an event through the flow (yielding it too when `emit`) and waits until it is committed.
@@ -206,5 +325,65 @@ async fn persist(ctx: &SendContext, event: Event, emit: bool) -> bool {
         biased;
         _ = ctx.stop.fired() => false,
         done = committed => done.is_ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Blob;
+    use crate::live::bounded_live_request_queue;
+    use crate::live::flow::NoHooks;
+
+    fn image(bytes: usize) -> LiveRequest {
+        LiveRequest {
+            blob: Some(Blob::new(vec![0u8; bytes].into(), "image/jpeg")),
+            ..LiveRequest::default()
+        }
+    }
+
+    // Paused time: "blocked" means blocked until every task is idle, however busy the machine.
+    #[tokio::test(start_paused = true)]
+    async fn a_model_that_does_not_read_holds_no_more_bytes_than_the_bounds() {
+        // A model whose input channel has room for 256 messages, and never reads it.
+        let (tx, mut model) = mpsc::channel(256);
+        let (queue, requests) = bounded_live_request_queue(256, 512 * 1024);
+        let (persist, _persisted) = mpsc::channel(16);
+        let (_internal_tx, internal) = mpsc::channel(16);
+        let stop = Signal::new();
+        let ctx = SendContext {
+            invocation_id: "e-1".into(),
+            record_audio: false,
+            cache: AudioCache::new(None),
+            persist,
+            stop: stop.clone(),
+            hooks: Arc::new(NoHooks),
+        };
+        let inputs = SendInputs { requests, internal };
+        let task = tokio::spawn(send_loop_bounded(inputs, Inbox::new(tx, 256 * 1024), ctx));
+        // 64 KiB images, as fast as they are taken: the model's inbox takes 4 (256 KiB), the
+        // queue 8 (512 KiB), the send loop holds one waiting for room; then nothing more.
+        let mut accepted = 0;
+        for _ in 0..100 {
+            let sent =
+                tokio::time::timeout(Duration::from_millis(200), queue.send(image(64 * 1024)));
+            match sent.await {
+                Ok(Ok(())) => accepted += 1,
+                _ => break,
+            }
+        }
+        assert_eq!(accepted, 4 + 8 + 1);
+        // Once the model reads, the rest flows on.
+        for _ in 0..4 {
+            assert!(matches!(model.recv().await, Some(LiveInput::Realtime(_))));
+        }
+        tokio::time::timeout(Duration::from_secs(5), queue.send(image(64 * 1024)))
+            .await
+            .expect("room again")
+            .unwrap();
+        stop.fire();
+        let _ = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap();
     }
 }

@@ -27,11 +27,8 @@ use crate::model::{
 
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// How long the TCP/TLS/WebSocket handshake may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long the server may take to answer `setup`.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
-/// Keep-alive ping interval (python-genai's websockets default; tungstenite sends none itself).
+/// Longest keep-alive ping interval (python-genai's websockets default; tungstenite sends none
+/// itself); shorter when the silence timeout needs it, so a live server always has a pong to send.
 const PING_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a closing session waits for the server's close frame.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -49,6 +46,10 @@ pub(super) struct Endpoint {
     pub headers: Vec<(&'static str, String)>,
     /// Model id for `modelVersion`.
     pub model: String,
+    /// How long connecting, and then the setup handshake, may each take.
+    pub connect_timeout: Duration,
+    /// How long the server may send nothing before the connection counts as lost.
+    pub silence_timeout: Duration,
 }
 
 /// Opens a session: connects, sends `setup` (and the history), waits for `setupComplete`, then
@@ -79,15 +80,18 @@ pub(super) async fn open(
         true,
         Some(tokio_tungstenite::Connector::Rustls(tls)),
     );
-    let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
+    let (mut socket, _) = timeout(endpoint.connect_timeout, connecting)
         .await
         .map_err(|_| ModelError::Connect("timed out connecting to Gemini".into()))?
         .map_err(handshake_error)?;
 
     send_json(&mut socket, &setup).await?;
-    timeout(SETUP_TIMEOUT, wait_for_setup(&mut socket, &endpoint.model))
-        .await
-        .map_err(|_| ModelError::Connect("Gemini did not answer the setup in time".into()))??;
+    timeout(
+        endpoint.connect_timeout,
+        wait_for_setup(&mut socket, &endpoint.model),
+    )
+    .await
+    .map_err(|_| ModelError::Connect("Gemini did not answer the setup in time".into()))??;
     if let Some(history) = history_message(config) {
         send_json(&mut socket, &history).await?;
     }
@@ -97,8 +101,22 @@ pub(super) async fn open(
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let done = Signal::new();
     let realtime_text = text_as_realtime(&endpoint.model);
-    tokio::spawn(write_loop(sink, input_rx, realtime_text, done.clone()));
-    tokio::spawn(read_loop(stream, output_tx, endpoint.model, done));
+    let ping = PING_INTERVAL
+        .min(endpoint.silence_timeout / 3)
+        .max(Duration::from_millis(10));
+    tokio::spawn(write_loop(
+        sink,
+        input_rx,
+        realtime_text,
+        ping,
+        done.clone(),
+    ));
+    let reader = Reader {
+        output: output_tx,
+        model: endpoint.model,
+        silence_timeout: endpoint.silence_timeout,
+    };
+    tokio::spawn(reader.run(stream, done));
     Ok(LiveConnection {
         sender: input_tx,
         receiver: output_rx,
@@ -157,18 +175,24 @@ fn closed(frame: Option<&CloseFrame>) -> ModelError {
     }
 }
 
-/// Sends inputs and pings until the flow drops its sender (then closes politely) or the reader ends.
+/// Sends inputs and pings until the flow drops its sender (then closes politely) or the reader
+/// ends (then flushes the echo of the server's close frame the socket queued when it read it, so
+/// the server's closing handshake completes).
 async fn write_loop(
     mut sink: SplitSink<Socket, Message>,
     mut inputs: mpsc::Receiver<LiveInput>,
     realtime_text: bool,
+    ping_interval: Duration,
     done: Signal,
 ) {
-    let mut ping = tokio::time::interval(PING_INTERVAL);
+    let mut ping = tokio::time::interval(ping_interval);
     ping.tick().await;
     loop {
         let message = tokio::select! {
-            _ = done.fired() => break,
+            _ = done.fired() => {
+                let _ = timeout(CLOSE_TIMEOUT, sink.flush()).await;
+                break;
+            }
             input = inputs.recv() => match input {
                 Some(input) => Message::Text(input_text(&input, realtime_text).into()),
                 None => {
@@ -189,60 +213,80 @@ async fn write_loop(
     done.fire();
 }
 
-/// Turns server messages into responses until the socket closes or the flow goes away.
-async fn read_loop(
-    mut stream: SplitStream<Socket>,
+/// The reading half of a session.
+struct Reader {
     output: mpsc::Sender<ModelMessage>,
     model: String,
-    done: Signal,
-) {
-    // Made once, not per message: a fresh wait registers and unregisters a waiter each time.
-    let ended = done.fired();
-    let flow_gone = receiver_gone(&output);
-    tokio::pin!(ended, flow_gone);
-    loop {
-        let message = tokio::select! {
-            () = &mut ended => break,
-            () = &mut flow_gone => break,
-            message = stream.next() => message,
-        };
+    silence_timeout: Duration,
+}
+
+impl Reader {
+    /// Turns server messages into responses until the socket closes, the server goes silent or
+    /// the flow goes away.
+    async fn run(self, mut stream: SplitStream<Socket>, done: Signal) {
+        // Made once, not per message: a fresh wait registers and unregisters a waiter each time.
+        let ended = done.fired();
+        let flow_gone = receiver_gone(&self.output);
+        tokio::pin!(ended, flow_gone);
+        loop {
+            let message = tokio::select! {
+                () = &mut ended => break,
+                () = &mut flow_gone => break,
+                message = timeout(self.silence_timeout, stream.next()) => message,
+            };
+            let Ok(message) = message else {
+                tracing::warn!(timeout = ?self.silence_timeout, "Gemini went silent");
+                let silent = ModelError::Closed {
+                    code: 1006,
+                    reason: format!("Gemini sent nothing for {:?}", self.silence_timeout),
+                };
+                let _ = self.output.send(Err(silent)).await;
+                break;
+            };
+            if !self.handle(message).await {
+                break;
+            }
+        }
+        done.fire();
+    }
+
+    /// Passes one socket read on to the flow; false once the session is over.
+    async fn handle(&self, message: Option<Result<Message, tungstenite::Error>>) -> bool {
         let result = match message {
-            Some(Ok(Message::Text(text))) => parse_server_message(text.as_bytes(), &model),
-            Some(Ok(Message::Binary(data))) => parse_server_message(&data, &model),
+            Some(Ok(Message::Text(text))) => parse_server_message(text.as_bytes(), &self.model),
+            Some(Ok(Message::Binary(data))) => parse_server_message(&data, &self.model),
             Some(Ok(Message::Close(frame))) => {
                 let error = closed(frame.as_ref());
                 tracing::info!(%error, "Gemini closed the session");
                 // A normal close just ends the stream (the flow reconnects if it has a handle).
                 if !matches!(error, ModelError::Closed { code: 1000, .. }) {
-                    let _ = output.send(Err(error)).await;
+                    let _ = self.output.send(Err(error)).await;
                 }
-                break;
+                return false;
             }
-            Some(Ok(_)) => continue,
+            Some(Ok(_)) => return true,
             Some(Err(error)) => {
                 tracing::warn!(%error, "Gemini connection failed");
-                let _ = output
+                let _ = self
+                    .output
                     .send(Err(ModelError::Closed {
                         code: 1006,
                         reason: error.to_string(),
                     }))
                     .await;
-                break;
+                return false;
             }
-            None => break,
+            None => return false,
         };
         let response = match result {
             Ok(ServerEvent::Response(response)) => response,
-            Ok(ServerEvent::SetupComplete | ServerEvent::Nothing) => continue,
+            Ok(ServerEvent::SetupComplete | ServerEvent::Nothing) => return true,
             Err(error) => {
                 tracing::warn!(%error, "bad message from Gemini");
-                let _ = output.send(Err(error)).await;
-                break;
+                let _ = self.output.send(Err(error)).await;
+                return false;
             }
         };
-        if output.send(Ok(response)).await.is_err() {
-            break;
-        }
+        self.output.send(Ok(response)).await.is_ok()
     }
-    done.fire();
 }

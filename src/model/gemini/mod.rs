@@ -7,6 +7,8 @@ mod connection;
 mod tests;
 pub mod wire;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use super::{LiveConnectConfig, LiveConnection, LiveModel, ModelError};
@@ -63,7 +65,17 @@ pub struct GeminiOptions {
     pub api_version: String,
     /// Use Vertex AI instead of the Developer API.
     pub vertex: Option<VertexOptions>,
+    /// How long connecting (TCP, TLS, WebSocket upgrade) and the setup handshake may each take.
+    pub connect_timeout: Duration,
+    /// How long the server may send nothing, not even a pong to the client's pings, before the
+    /// connection counts as lost (a blackholed upstream is noticed).
+    pub silence_timeout: Duration,
 }
+
+/// Default of [`GeminiOptions::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Default of [`GeminiOptions::silence_timeout`].
+pub const DEFAULT_SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Default for GeminiOptions {
     fn default() -> Self {
@@ -72,6 +84,8 @@ impl Default for GeminiOptions {
             base_url: DEFAULT_BASE_URL.into(),
             api_version: DEFAULT_API_VERSION.into(),
             vertex: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            silence_timeout: DEFAULT_SILENCE_TIMEOUT,
         }
     }
 }
@@ -165,6 +179,8 @@ impl LiveModel for GeminiModel {
             url: self.options.url(),
             headers: self.options.headers(),
             model: self.model.clone(),
+            connect_timeout: self.options.connect_timeout,
+            silence_timeout: self.options.silence_timeout,
         };
         tracing::debug!(
             url = endpoint.url,

@@ -1,0 +1,20 @@
+//! The WebSocket close codes the gateway sends, in one place (RFC 6455 section 7.4.1, plus the
+//! gateway's own 4000).
+
+/// The run ended normally, or the client's own close is echoed.
+pub const NORMAL: u16 = 1000;
+/// The client broke the WebSocket protocol (a reserved opcode, bad framing).
+pub const PROTOCOL_ERROR: u16 = 1002;
+/// A text frame that is not valid UTF-8.
+pub const INVALID_PAYLOAD: u16 = 1007;
+/// A policy was broken: the client stopped reading, stayed idle too long or reached the maximum
+/// session duration.
+pub const POLICY: u16 = 1008;
+/// A message over the socket's size limit.
+pub const TOO_BIG: u16 = 1009;
+/// The gateway could not serve the connection (the live run could not start).
+pub const INTERNAL: u16 = 1011;
+/// The gateway is draining (SIGTERM): reconnect, to another node, and carry on.
+pub const SERVICE_RESTART: u16 = 1012;
+/// The session was taken over by a newer connection.
+pub const TAKEN_OVER: u16 = 4000;
