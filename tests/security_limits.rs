@@ -139,12 +139,11 @@ fn raise_fd_limit() {
     setrlimit(Resource::Nofile, limit).expect("fd limit raised");
 }
 
-#[tokio::test]
-async fn healthz_answers_while_silent_sockets_exceed_the_fd_limit() {
-    raise_fd_limit();
+/// A `livegate serve` child under an fd limit of `fds`, and its address.
+async fn serve_with_fd_limit(fds: u32) -> (tokio::process::Child, SocketAddr) {
     let binary = env!("CARGO_BIN_EXE_livegate");
     let script = format!(
-        "ulimit -n 1024 && exec '{binary}' serve --bind 127.0.0.1:0 --session-store memory: \
+        "ulimit -n {fds} && exec '{binary}' serve --bind 127.0.0.1:0 --session-store memory: \
          --artifact-store memory: --header-read-timeout-secs 120"
     );
     let mut child = tokio::process::Command::new("sh")
@@ -167,6 +166,13 @@ async fn healthz_answers_while_silent_sockets_exceed_the_fd_limit() {
     })
     .await
     .expect("listening in time");
+    (child, addr)
+}
+
+#[tokio::test]
+async fn healthz_answers_while_silent_sockets_exceed_the_fd_limit() {
+    raise_fd_limit();
+    let (mut child, addr) = serve_with_fd_limit(1024).await;
     let mut silent = Vec::new();
     for _ in 0..1_100 {
         let socket = timeout(WAIT, TcpStream::connect(addr))
@@ -275,6 +281,64 @@ async fn new_connections_are_rate_limited_per_forwarded_address_behind_trusted_p
     server.shutdown(WAIT).await;
 }
 
+/// Sends a request on a kept-alive connection and reads the answer's status, within `within`.
+async fn status_on(socket: &mut TcpStream, path: &str, within: Duration) -> Option<u16> {
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    socket.write_all(head.as_bytes()).await.ok()?;
+    let mut buf = [0u8; 1024];
+    let n = timeout(within, socket.read(&mut buf)).await.ok()?.ok()?;
+    let text = String::from_utf8_lossy(&buf[..n]);
+    text.split(' ').nth(1)?.parse().ok()
+}
+
+#[tokio::test]
+async fn healthz_answers_when_every_descriptor_holds_a_served_connection() {
+    raise_fd_limit();
+    let (mut child, addr) = serve_with_fd_limit(200).await;
+    // Keep-alive connections that each finished a request: nothing to shed. Fill until the
+    // gateway stops answering them (its descriptors are all in use).
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..300 {
+        let mut socket = timeout(WAIT, TcpStream::connect(addr))
+            .await
+            .expect("connect in time")
+            .expect("connects");
+        match status_on(
+            &mut socket,
+            "/api/sessions?user_id=u1",
+            // The accept loop may be in its longest back-off (1 s) when a filler arrives.
+            Duration::from_secs(5),
+        )
+        .await
+        {
+            Some(200) => held.push(socket),
+            other => {
+                refused = Some(other);
+                break;
+            }
+        }
+    }
+    // Let in on the reserve descriptor, refused rather than left waiting.
+    assert_eq!(
+        refused,
+        Some(Some(503)),
+        "the fd limit was reached ({} held)",
+        held.len()
+    );
+    let (status, body) = timeout(Duration::from_secs(10), request(addr, "/healthz", &[]))
+        .await
+        .expect("/healthz answers within 10 s at the fd limit");
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    eprintln!(
+        "{} connections held, the next answered {:?}, /healthz 200",
+        held.len(),
+        refused.flatten()
+    );
+    drop(held);
+    child.kill().await.expect("livegate stopped");
+}
+
 /// Server args with SQLite sessions and file artifacts under `dir`.
 fn durable_args(dir: &Path) -> livegate::gateway::ServeArgs {
     let mut args = test_args();
@@ -329,6 +393,11 @@ async fn a_page_of_history_reads_only_that_page_from_the_store() {
             sessions.events_read() - before,
             5,
             "the store read the page, not the history"
+        );
+        let metrics = http_get(server.addr, "/metrics").await;
+        assert_eq!(
+            metric(&metrics, "livegate_session_events_read_total"),
+            Some(sessions.events_read() as f64)
         );
         server.shutdown(WAIT).await;
     }

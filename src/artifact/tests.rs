@@ -51,6 +51,15 @@ async fn conformance(svc: &dyn ArtifactService) {
         "bytes and mime type kept per version"
     );
     assert_eq!(svc.load(S1, "rec.pcm", Some(7)).await.unwrap(), None);
+    // What a listing shows: every version, and the latest one's type and size.
+    let info = svc.describe(S1, "rec.pcm").await.unwrap().unwrap();
+    assert_eq!(info.versions, vec![0, 1]);
+    assert_eq!(
+        (info.mime_type, info.size),
+        (json(b"").mime_type, 4),
+        "the latest version's"
+    );
+    assert_eq!(svc.describe(S1, "missing.pcm").await.unwrap(), None);
     let empty = Artifact {
         data: Bytes::new(),
         mime_type: "text/plain".into(),

@@ -294,10 +294,38 @@ impl Default for Metrics {
     }
 }
 
+/// Reports how many events the session store has read back: with paged reads and a bounded
+/// history it grows with what clients ask for, never with the length of a session.
+#[derive(Debug)]
+struct StoreReads(Arc<dyn crate::session::SessionService>);
+
+impl prometheus_client::collector::Collector for StoreReads {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        let read = prometheus_client::metrics::counter::ConstCounter::new(self.0.events_read());
+        read.encode(encoder.encode_descriptor(
+            "livegate_session_events_read",
+            "Events read back from the session store (pages, histories)",
+            None,
+            read.metric_type(),
+        )?)
+    }
+}
+
 /// The model's own delay from the end of speech to its answer (the sim's), for load tests.
 pub const MODEL_DELAY: &str = "livegate_model_delay_seconds";
 
 impl Metrics {
+    /// Adds `livegate_session_events_read_total`, read from the session store at each scrape.
+    pub fn with_store_reads(mut self, sessions: Arc<dyn crate::session::SessionService>) -> Self {
+        self.registry
+            .register_collector(Box::new(StoreReads(sessions)));
+        self
+    }
+
     /// Adds the model's own delay from the end of the user's speech to its answer, for a model
     /// that has a known one (the sim): a load test then does not count it as the gateway's.
     pub fn with_model_delay(mut self, delay: std::time::Duration) -> Self {

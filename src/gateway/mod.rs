@@ -213,6 +213,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
         _ => metrics::Metrics::default(),
     };
+    let metrics = metrics.with_store_reads(runner.sessions.clone());
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Arc::new(
             tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())

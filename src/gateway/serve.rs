@@ -7,7 +7,8 @@
 //!   oldest such connection is closed to make room, so silent sockets can never crowd out a real
 //!   request. The cap is kept below the process's file descriptor limit, and when accepting still
 //!   fails for want of descriptors the oldest unfinished connection is shed and accepting backs
-//!   off, logging at most once a second.
+//!   off, logging at most once a second. With none to shed, a reserve descriptor is given up to
+//!   let one waiting connection in: a probe is answered, anything else refused with 503.
 //! - New connections per client address per second, and the client address itself (see
 //!   [`super::limits`]).
 
@@ -45,6 +46,8 @@ const FD_RESERVE_SHARE: u64 = 2;
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// First wait after an accept error.
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
+/// How long to wait for the connection the reserve descriptor makes room for.
+const RESERVE_ACCEPT_WAIT: Duration = Duration::from_millis(10);
 /// How often an accept error may be logged.
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -142,7 +145,11 @@ pub(super) async fn serve(
     let connections = TaskTracker::new();
     let mut backoff = MIN_ACCEPT_BACKOFF;
     let mut log = LogThrottle::default();
+    let mut reserve = reserve_descriptor();
     loop {
+        if reserve.is_none() {
+            reserve = reserve_descriptor();
+        }
         let accepted = tokio::select! {
             biased;
             _ = shutdown.fired() => break,
@@ -155,14 +162,27 @@ pub(super) async fn serve(
             }
             Err(error) => {
                 shared.limits.counters.accept_error();
-                // Out of descriptors: closing a connection that has sent nothing frees one for
-                // whoever is waiting in the backlog (perhaps a health check).
-                let shed = is_out_of_descriptors(&error) && shared.unfinished.shed_oldest();
-                if shed {
-                    shared.limits.counters.shed();
-                }
                 if let Some(suppressed) = log.ready(Instant::now()) {
-                    tracing::warn!(%error, suppressed, shed, "could not accept a connection; backing off");
+                    tracing::warn!(%error, suppressed, "could not accept a connection; backing off");
+                }
+                // Out of descriptors. Linux says so before it looks for a waiting connection, so
+                // first see whether one waits: the reserve descriptor, given back, makes room to
+                // take it. If an unfinished connection can be shed for it, it is served as usual;
+                // if not (every descriptor holds a connection that sent a request), it may only
+                // ask a probe, anything else is refused with 503, and it is closed either way.
+                if is_out_of_descriptors(&error) && reserve.take().is_some() {
+                    let waiting = tokio::time::timeout(RESERVE_ACCEPT_WAIT, listener.accept());
+                    if let Ok(Ok((tcp, peer))) = waiting.await {
+                        let _ = tcp.set_nodelay(true);
+                        let shed = shared.unfinished.shed_oldest();
+                        if shed {
+                            shared.limits.counters.shed();
+                        }
+                        let (id, cancel, _) = shared.unfinished.add(usize::MAX);
+                        let serve = serve_tcp(shared.clone(), tcp, peer, id, cancel, !shed);
+                        connections.spawn(serve);
+                        continue;
+                    }
                 }
                 tokio::select! {
                     _ = shutdown.fired() => break,
@@ -186,7 +206,7 @@ pub(super) async fn serve(
         if shed {
             shared.limits.counters.shed();
         }
-        connections.spawn(serve_tcp(shared.clone(), tcp, peer, id, cancel));
+        connections.spawn(serve_tcp(shared.clone(), tcp, peer, id, cancel, false));
     }
     drop(listener);
     connections.close();
@@ -220,6 +240,11 @@ impl LogThrottle {
     }
 }
 
+/// A descriptor held back to be given up when the process runs out, so a probe can still get in.
+fn reserve_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
 fn is_out_of_descriptors(error: &std::io::Error) -> bool {
     let emfile = rustix::io::Errno::MFILE.raw_os_error();
     let enfile = rustix::io::Errno::NFILE.raw_os_error();
@@ -232,9 +257,10 @@ async fn serve_tcp(
     peer: SocketAddr,
     id: u64,
     cancel: CancellationToken,
+    probes_only: bool,
 ) {
     let Some(tls) = shared.options.tls.clone() else {
-        serve_io(shared, tcp, peer, id, cancel).await;
+        serve_io(shared, tcp, peer, id, cancel, probes_only).await;
         return;
     };
     let handshake = tokio::time::timeout(
@@ -253,7 +279,7 @@ async fn serve_tcp(
         },
     };
     match stream {
-        Some(stream) => serve_io(shared, stream, peer, id, cancel).await,
+        Some(stream) => serve_io(shared, stream, peer, id, cancel, probes_only).await,
         None => shared.unfinished.finish(id),
     }
 }
@@ -264,6 +290,7 @@ async fn serve_io<IO>(
     peer: SocketAddr,
     id: u64,
     cancel: CancellationToken,
+    probes_only: bool,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -276,7 +303,12 @@ async fn serve_io<IO>(
             if first {
                 shared.unfinished.finish(id);
             }
-            async move { Ok::<_, Infallible>(handle(&shared, request, peer, first).await) }
+            async move {
+                if probes_only {
+                    return Ok::<_, Infallible>(probe_only(&shared, request, peer).await);
+                }
+                Ok(handle(&shared, request, peer, first).await)
+            }
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -335,6 +367,26 @@ async fn handle(
         Ok(response) => response,
         Err(never) => match never {},
     }
+}
+
+/// A connection let in on the reserve descriptor: probes are answered, anything else refused,
+/// and the connection is closed after the answer to give the descriptor back.
+async fn probe_only(shared: &Shared, request: Request<Incoming>, peer: SocketAddr) -> Response {
+    let mut response = if is_probe(request.uri().path()) {
+        handle(shared, request, peer, false).await
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            axum::Json(serde_json::json!({"error": "the gateway is at its connection limit"})),
+        )
+            .into_response()
+    };
+    response.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn too_many_connections() -> Response {
