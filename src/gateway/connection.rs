@@ -52,9 +52,9 @@ impl ConnectOptions {
         RunConfig {
             response_modalities: Some(vec![self.modality]),
             save_live_blob: save_audio,
-            proactivity: self
-                .proactivity
-                .then(|| serde_json::json!({"proactiveAudio": true})),
+            proactivity: self.proactivity.then_some(crate::model::ProactivityConfig {
+                proactive_audio: Some(true),
+            }),
             enable_affective_dialog: self.affective_dialog.then_some(true),
             session_resumption: Some(Default::default()),
             ..RunConfig::default()

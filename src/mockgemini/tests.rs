@@ -13,8 +13,9 @@ use crate::event::{
     SessionResumptionUpdate, Transcription, UsageMetadata,
 };
 use crate::model::{
-    AutomaticActivityDetection, FunctionDeclaration, GoAway, LiveConnectConfig, LiveInput,
-    LlmResponse, Modality, RealtimeInputConfig, SessionResumptionConfig,
+    ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, FunctionDeclaration,
+    GoAway, LiveConnectConfig, LiveInput, LlmResponse, Modality, ProactivityConfig,
+    RealtimeInputConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig, StartSensitivity,
 };
 
 const DEVELOPER: Endpoint = Endpoint {
@@ -211,25 +212,30 @@ fn python_genai_setup_becomes_a_live_connect_config() {
                 ),
             }],
             response_modalities: vec![Modality::Audio],
-            speech_config: Some(json!({
-                "voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Puck"}},
-                "languageCode": "en-US",
-            })),
+            speech_config: Some(SpeechConfig {
+                voice_name: Some("Puck".into()),
+                language_code: Some("en-US".into()),
+            }),
             input_audio_transcription: true,
             output_audio_transcription: true,
             realtime_input_config: Some(RealtimeInputConfig {
                 automatic_activity_detection: Some(AutomaticActivityDetection {
                     disabled: Some(false),
-                    start_of_speech_sensitivity: Some("START_SENSITIVITY_HIGH".into()),
+                    start_of_speech_sensitivity: Some(StartSensitivity::High),
                     ..AutomaticActivityDetection::default()
                 }),
-                activity_handling: Some("START_OF_ACTIVITY_INTERRUPTS".into()),
+                activity_handling: Some(ActivityHandling::StartOfActivityInterrupts),
             }),
             session_resumption: Some(SessionResumptionConfig::default()),
-            context_window_compression: Some(
-                json!({"triggerTokens": 25600, "slidingWindow": {"targetTokens": 12800}})
-            ),
-            proactivity: Some(json!({"proactiveAudio": true})),
+            context_window_compression: Some(ContextWindowCompression {
+                trigger_tokens: Some(25600),
+                sliding_window: SlidingWindow {
+                    target_tokens: Some(12800)
+                },
+            }),
+            proactivity: Some(ProactivityConfig {
+                proactive_audio: Some(true),
+            }),
             enable_affective_dialog: Some(true),
             history: Vec::new(),
         }
@@ -261,7 +267,12 @@ fn setup_reads_snake_case_json_schema_tools_int64_strings_and_a_resumption_handl
     );
     assert_eq!(
         config.context_window_compression,
-        Some(json!({"triggerTokens": 25600, "slidingWindow": {"targetTokens": 12800}}))
+        Some(ContextWindowCompression {
+            trigger_tokens: Some(25600),
+            sliding_window: SlidingWindow {
+                target_tokens: Some(12800)
+            },
+        })
     );
     assert!(!config.input_audio_transcription && !config.output_audio_transcription);
     let minimal = setup(json!({"setup": {"model": "models/m"}}));

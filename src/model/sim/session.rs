@@ -172,9 +172,7 @@ impl Session {
     fn new(sim: SimConfig, config: LiveConnectConfig) -> Self {
         let realtime = config.realtime_input_config.as_ref();
         let manual = realtime.is_some_and(|r| r.automatic_detection_disabled());
-        let activity_interrupts = realtime
-            .and_then(|r| r.activity_handling.as_deref())
-            .is_none_or(|h| !h.eq_ignore_ascii_case("NO_INTERRUPTION"));
+        let activity_interrupts = realtime.is_none_or(|r| r.activity_interrupts());
         let history: u64 = config
             .history
             .iter()
