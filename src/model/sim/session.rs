@@ -16,7 +16,7 @@ use super::replies::{
     audio_tokens, plan_reply, speech_transcript, text_tokens, tool_answer, Heard, Reply,
 };
 use super::vad::{Vad, VadEvent, VadSettings};
-use super::voice::{Echo, Voice, OUTPUT_RATE};
+use super::voice::{voice_pitch, Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
 use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
 use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage};
@@ -476,6 +476,12 @@ impl Session {
             chunk_samples: (OUTPUT_RATE * self.sim.chunk_ms() / 1000) as usize,
             text_words: self.sim.text_chunk_words(),
             text_interval: self.sim.text_chunk_interval(),
+            pitch: voice_pitch(
+                self.config
+                    .speech_config
+                    .as_ref()
+                    .and_then(|s| s.voice_name.as_deref()),
+            ),
         };
         let prompt = PromptTokens {
             text: self.context.text + turn.text,
