@@ -213,7 +213,12 @@ impl<'a> Connection<'a> {
                 () = shared.shutdown.cancelled() => Err(Close::new(CLOSE_GOING_AWAY, "Server is shutting down.").into()),
                 () = sleep_until(self.go_away_at) => Err(Close::new(CLOSE_NORMAL, "Connection lifetime reached.").into()),
                 frame = socket.recv() => match frame {
-                    Some(Ok(message)) => self.client_frame(message, socket).await,
+                    Some(Ok(message)) => {
+                        if matches!(self.model, Model::AwaitingSetup) {
+                            shared.record_setup(&message);
+                        }
+                        self.client_frame(message, socket).await
+                    }
                     Some(Err(error)) => {
                         tracing::debug!(%error, "mock-gemini read failed");
                         Err(End::ClientGone)
