@@ -127,6 +127,9 @@ pub struct ServeArgs {
     /// Application name (first part of session and artifact keys).
     #[arg(long, env = "LIVEGATE_APP_NAME", default_value = "livegate")]
     pub app_name: String,
+    /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
+    #[command(flatten)]
+    pub live: super::live_settings::LiveArgs,
 }
 
 impl ServeArgs {
@@ -156,6 +159,10 @@ impl ServeArgs {
             sim_chunk_ms: None,
             web_root: None,
             app_name: "livegate".into(),
+            live: super::live_settings::LiveArgs {
+                client_settings: Default::default(),
+                ..Default::default()
+            },
         }
     }
 
@@ -250,6 +257,8 @@ struct FileConfig {
     sim_chunk_ms: Option<u32>,
     web_root: Option<PathBuf>,
     app_name: Option<String>,
+    live: Option<crate::live::settings::LiveSettings>,
+    client_settings: Option<String>,
 }
 
 impl ServeArgs {
@@ -331,6 +340,15 @@ impl ServeArgs {
         if let Some(root) = file.web_root {
             if unset("web_root") {
                 self.web_root = Some(root);
+            }
+        }
+        // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
+        self.live.file = file.live;
+        if let Some(list) = file.client_settings {
+            if unset("client_settings") {
+                self.live.client_settings = list
+                    .parse()
+                    .map_err(|e| invalid(format!("client_settings: {e}")))?;
             }
         }
         Ok(())

@@ -18,6 +18,7 @@ use super::codec::{
     decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError,
 };
 use super::ids::PathId;
+use super::live_settings::{self, ClientLayer};
 use super::metrics::{Meter, RunMeter};
 use super::writer::{run_writer, Abort, WriterCommand, WriterExit, WriterStats};
 use super::Gateway;
@@ -34,32 +35,14 @@ const WRITER_CHANNEL_CAPACITY: usize = 256;
 const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);
 
 /// Per-connection choices made in the URL's query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConnectOptions {
     /// How model audio reaches the client.
     pub audio: AudioFrames,
     /// Response modality.
     pub modality: Modality,
-    /// Proactive audio.
-    pub proactivity: bool,
-    /// Affective dialog.
-    pub affective_dialog: bool,
-}
-
-impl ConnectOptions {
-    /// The run config for this connection on this gateway.
-    pub fn run_config(&self, save_audio: bool) -> RunConfig {
-        RunConfig {
-            response_modalities: Some(vec![self.modality]),
-            save_live_blob: save_audio,
-            proactivity: self.proactivity.then_some(crate::model::ProactivityConfig {
-                proactive_audio: Some(true),
-            }),
-            enable_affective_dialog: self.affective_dialog.then_some(true),
-            session_resumption: Some(Default::default()),
-            ..RunConfig::default()
-        }
-    }
+    /// Live settings given as query parameters.
+    pub settings: ClientLayer,
 }
 
 /// Why the reader loop stopped.
@@ -76,7 +59,7 @@ enum End {
 pub async fn serve_connection<S, R>(
     gateway: Arc<Gateway>,
     sink: S,
-    mut stream: R,
+    stream: R,
     user_id: PathId,
     session_id: PathId,
     options: ConnectOptions,
@@ -100,10 +83,21 @@ pub async fn serve_connection<S, R>(
         let writer_done = Signal::new();
         let run_done = Signal::new();
 
+        // The run starts with the client's settings when its first frame is a setup message.
+        let mut stream = stream.peekable();
+        let stop = async {
+            tokio::select! {
+                () = lease.taken_over.fired() => {}
+                () = gateway.shutdown.fired() => {}
+            }
+        };
+        let setup = live_settings::read_setup(&mut stream, &gateway.live.client, stop).await;
+        let (run_config, setting_errors) =
+            live_settings::run_config(&gateway.live, &options, gateway.save_audio, setup.as_ref());
         let (queue, requests) = live_request_queue(gateway.queue_capacity);
         let run_config = RunConfig {
             on_reconnect: gateway.metrics.on_reconnect(),
-            ..options.run_config(gateway.save_audio)
+            ..run_config
         };
         let started = gateway
             .runner
@@ -165,6 +159,11 @@ pub async fn serve_connection<S, R>(
         );
 
         let agent = gateway.runner.agent.name().to_owned();
+        for error in setting_errors {
+            tracing::info!(%error, "client live setting refused");
+            let event = Event::error(&invocation_id, &agent, error.code(), error.to_string());
+            send_event(&writer_tx, meter.counted(event), options.audio).await;
+        }
         // Made once, not per frame: a pinned wait polled again costs an atomic load.
         let taken_over = lease.taken_over.fired();
         let shutdown = gateway.shutdown.fired();
@@ -223,7 +222,7 @@ pub async fn serve_connection<S, R>(
                         &invocation_id,
                         &agent,
                         error.code(),
-                        error.to_string(),
+                        live_settings::frame_error_message(&error),
                     ));
                     if !send_event(&writer_tx, event, options.audio).await {
                         break End::ClientGone;

@@ -7,6 +7,7 @@ mod codec;
 pub mod config;
 mod connection;
 mod ids;
+pub mod live_settings;
 pub mod metrics;
 pub mod process;
 mod registry;
@@ -77,6 +78,8 @@ pub struct Gateway {
     pub web_root: Option<std::path::PathBuf>,
     /// What `/metrics` reports.
     pub metrics: metrics::Metrics,
+    /// Live settings every connection starts from, and what clients may change.
+    pub live: live_settings::LiveDefaults,
     connections: TaskTracker,
 }
 
@@ -92,6 +95,9 @@ pub enum StartError {
     /// The agent file or the agent's model could not be used.
     #[error("agent: {0}")]
     Agent(#[from] AgentConfigError),
+    /// A default live setting (flags, config file or agent file) is invalid.
+    #[error("live settings: {0}")]
+    Settings(#[from] crate::live::settings::SettingError),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -144,6 +150,13 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
     };
     let agent = agent_config.build(&args.model, &|name| model_for_name(name, &options))?;
+    let live = live_settings::LiveDefaults {
+        settings: args
+            .live
+            .settings()?
+            .overlay(&agent_config.live.clone().unwrap_or_default()),
+        client: args.live.client_settings.clone(),
+    };
     tracing::info!(agent = agent.name(), model = args.model, "agent ready");
     let runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
     let gateway = Arc::new(Gateway {
@@ -161,6 +174,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
         metrics: metrics::Metrics::default(),
+        live,
         connections: TaskTracker::new(),
     });
     let listener = TcpListener::bind(args.bind)
@@ -280,14 +294,6 @@ fn parse_options(
     gateway: &Gateway,
     query: &HashMap<String, String>,
 ) -> Result<ConnectOptions, String> {
-    let flag = |name: &str| -> Result<bool, String> {
-        match query.get(name).map(|v| v.to_ascii_lowercase()) {
-            None => Ok(false),
-            Some(v) if v == "true" || v == "1" => Ok(true),
-            Some(v) if v == "false" || v == "0" => Ok(false),
-            Some(v) => Err(format!("invalid {name} {v:?} (expected true or false)")),
-        }
-    };
     Ok(ConnectOptions {
         audio: match query.get("audio") {
             Some(v) => v.parse()?,
@@ -297,8 +303,7 @@ fn parse_options(
             Some(v) => v.parse()?,
             None => gateway.modality,
         },
-        proactivity: flag("proactivity")?,
-        affective_dialog: flag("affective_dialog")?,
+        settings: live_settings::query_settings(query, &gateway.live.client),
     })
 }
 
