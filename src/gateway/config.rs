@@ -412,4 +412,35 @@ mod tests {
         assert!(error.to_string().contains("modality"), "{error}");
         assert!(parse(&["livegate", "--config", "/nonexistent/livegate.toml"]).is_err());
     }
+
+    #[test]
+    fn live_settings_come_from_flags_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "client-settings = \"voice,vad\"\n[live]\nvoice = \"Puck\"\nlanguage = \"fr-FR\"\nsilence-duration-ms = 900\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--voice", "Kore"]).unwrap();
+        let live = args.live.settings().unwrap();
+        assert_eq!(live.voice.as_deref(), Some("Kore"), "the flag wins");
+        assert_eq!(live.language.as_deref(), Some("fr-FR"));
+        assert_eq!(live.silence_duration_ms, Some(900));
+        assert!(args.live.client_settings.allows("prefix_padding_ms"));
+        assert!(!args.live.client_settings.allows("language"));
+        let defaults = parse(&["livegate"]).unwrap();
+        assert_eq!(
+            defaults.live.client_settings,
+            ServeArgs::defaults().live.client_settings
+        );
+        assert!(defaults.live.client_settings.allows("barge_in"));
+        std::fs::write(&path, "[live]\ncolour = 1\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("colour"), "{error}");
+        std::fs::write(&path, "client-settings = \"voice,colour\"\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("colour"), "{error}");
+    }
 }
