@@ -6,6 +6,13 @@
 //! instruction = "Route each question to the right specialist."
 //! builtin_tools = ["get_current_time"]
 //!
+//! # Live settings of every run (root agent only): over the gateway's flags, under what clients
+//! # may change (PROTOCOL.md, "Setup message", lists the names).
+//! [live]
+//! voice = "Kore"
+//! language = "en-GB"
+//! silence_duration_ms = 700
+//!
 //! [[sub_agents]]
 //! name = "orders"
 //! description = "Answers questions about orders."
