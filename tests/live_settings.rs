@@ -369,3 +369,53 @@ async fn an_invalid_default_stops_the_gateway_naming_the_setting() {
     let error = livegate::gateway::start(&args).await.unwrap_err();
     assert!(error.to_string().contains("silence_duration_ms"), "{error}");
 }
+
+#[tokio::test]
+async fn a_longer_silence_duration_joins_two_phrases_into_one_utterance() {
+    let mut args = test_args();
+    args.live.client_settings = "vad,barge_in".parse().unwrap();
+    let server = start(args).await;
+    let hello = fixture_pcm("hello.wav");
+    // Two phrases a second apart, then a long pause.
+    let mut pcm = hello.clone();
+    pcm.extend(silence(800));
+    pcm.extend(&hello);
+    pcm.extend(silence(2000));
+    let one = hello.len() as f64 / 2.0 / 16_000.0;
+    // Without barge-in, so that the second phrase cannot cut the first one's answer short.
+    for (session, query, utterances) in [
+        ("a", "barge_in=false", 2),
+        ("b", "barge_in=false&silence_duration_ms=1500", 1),
+    ] {
+        let mut client = Client::connect(server.addr, "u1", session, query).await;
+        client.stream_pcm(&pcm).await;
+        for _ in 0..utterances {
+            client.frames_until(is_turn_complete).await;
+        }
+        assert!(errors(&client.events).is_empty(), "{:#?}", client.events);
+        // The sim's own transcriptions, one per utterance (the flow's finished one joins them).
+        let heard: Vec<f64> = client
+            .events
+            .iter()
+            .filter(|e| e["partial"] == true)
+            .filter_map(|e| e["inputTranscription"]["text"].as_str())
+            .filter_map(|t| {
+                t.strip_prefix("[speech ")?
+                    .strip_suffix(" s]")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(heard.len(), utterances, "{query:?}: {heard:?}");
+        if utterances == 1 {
+            assert!(heard[0] > 2.0 * one, "both phrases in one: {heard:?}");
+        } else {
+            assert!(
+                heard.iter().all(|&s| s < one + 0.8),
+                "one phrase each: {heard:?}"
+            );
+        }
+        client.close().await;
+    }
+    server.shutdown(WAIT).await;
+}
