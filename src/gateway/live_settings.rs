@@ -256,6 +256,7 @@ pub fn run_config(
         errors.extend(layer.errors.iter().cloned());
     }
     settings.apply(&mut config);
+    tracing::debug!(?settings, "live settings of the connection");
     (config, errors)
 }
 

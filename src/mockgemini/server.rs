@@ -253,7 +253,16 @@ impl<'a> Connection<'a> {
     ) -> Result<(), End> {
         match (message, &mut self.model) {
             (ClientMessage::Setup(config), Model::AwaitingSetup) => {
-                tracing::info!(model = %config.model, modality = ?config.modality(), tools = config.tools.len(), "mock-gemini setup");
+                let speech = config.speech_config.clone().unwrap_or_default();
+                tracing::info!(
+                    model = %config.model,
+                    modality = ?config.modality(),
+                    tools = config.tools.len(),
+                    voice = speech.voice_name.as_deref().unwrap_or("default"),
+                    language = speech.language_code.as_deref().unwrap_or("default"),
+                    compression = config.context_window_compression.is_some(),
+                    "mock-gemini setup"
+                );
                 self.model = Model::Pending(config);
                 self.send(socket, &wire::setup_complete(self.endpoint.api))
                     .await?;
