@@ -1,5 +1,5 @@
 // The live settings panel: voice, language, transcription and barge-in. The choices are sent as
-// the connection's first message, `{"type":"setup", …}` (PROTOCOL.md, "Setup message"), so a
+// the connection's first message, `{"type":"setup", …}` (docs/PROTOCOL.md, "Setup message"), so a
 // change takes effect by reconnecting. Only choices that differ from the gateway's are sent.
 
 const STORE_KEY = "livegate.settings";

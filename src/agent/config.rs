@@ -7,7 +7,7 @@
 //! builtin_tools = ["get_current_time"]
 //!
 //! # Live settings of every run (root agent only): over the gateway's flags, under what clients
-//! # may change (PROTOCOL.md, "Setup message", lists the names).
+//! # may change (docs/PROTOCOL.md, "Setup message", lists the names).
 //! [live]
 //! voice = "Kore"
 //! language = "en-GB"
