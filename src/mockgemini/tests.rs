@@ -732,3 +732,48 @@ fn an_interrupted_answer_ends_with_its_own_turn_complete() {
         [json!({"serverContent": {"turnComplete": true, "interrupted": true}})]
     );
 }
+
+#[test]
+fn setup_reads_unspecified_enums_and_typed_speech_and_proactivity() {
+    let config = setup(json!({"setup": {
+        "model": "models/m",
+        "generationConfig": {"speechConfig": {"languageCode": "de-DE"}},
+        "realtimeInputConfig": {
+            "automaticActivityDetection": {"startOfSpeechSensitivity": "START_SENSITIVITY_UNSPECIFIED",
+                "endOfSpeechSensitivity": "END_SENSITIVITY_LOW"},
+            "activityHandling": "ACTIVITY_HANDLING_UNSPECIFIED",
+        },
+        "contextWindowCompression": {"slidingWindow": {}},
+        "proactivity": {"proactiveAudio": false},
+    }}));
+    let speech = config.speech_config.unwrap();
+    assert_eq!(
+        (speech.voice_name, speech.language_code.as_deref()),
+        (None, Some("de-DE"))
+    );
+    let realtime = config.realtime_input_config.unwrap();
+    assert!(
+        realtime.activity_interrupts(),
+        "unspecified handling interrupts"
+    );
+    let auto = realtime.automatic_activity_detection.unwrap();
+    assert_eq!(
+        auto.start_of_speech_sensitivity,
+        Some(StartSensitivity::Unspecified)
+    );
+    assert_eq!(
+        auto.end_of_speech_sensitivity,
+        Some(crate::model::EndSensitivity::Low)
+    );
+    assert_eq!(
+        config.context_window_compression,
+        Some(ContextWindowCompression::default())
+    );
+    assert_eq!(config.proactivity.unwrap().proactive_audio, Some(false));
+    // A sensitivity Gemini does not know is refused, as Gemini refuses it.
+    rejected(
+        &json!({"setup": {"model": "models/m", "realtimeInputConfig": {
+            "automaticActivityDetection": {"startOfSpeechSensitivity": "VERY"}}}})
+        .to_string(),
+    );
+}

@@ -81,6 +81,8 @@ pub enum ActivityHandling {
     StartOfActivityInterrupts,
     /// The answer goes on while the user speaks.
     NoInterruption,
+    /// The model's default (interrupts), as clients may spell it.
+    ActivityHandlingUnspecified,
 }
 
 /// How readily speech is detected to start.
@@ -92,6 +94,9 @@ pub enum StartSensitivity {
     /// Needs clearer speech to start.
     #[serde(rename = "START_SENSITIVITY_LOW")]
     Low,
+    /// The model's default, as clients may spell it.
+    #[serde(rename = "START_SENSITIVITY_UNSPECIFIED")]
+    Unspecified,
 }
 
 /// How readily speech is detected to have ended.
@@ -103,6 +108,9 @@ pub enum EndSensitivity {
     /// Needs longer pauses to end.
     #[serde(rename = "END_SENSITIVITY_LOW")]
     Low,
+    /// The model's default, as clients may spell it.
+    #[serde(rename = "END_SENSITIVITY_UNSPECIFIED")]
+    Unspecified,
 }
 
 /// Automatic voice activity detection settings.

@@ -182,12 +182,12 @@ fn vad_settings(sim: &SimConfig, config: &LiveConnectConfig) -> VadSettings {
     match auto.start_of_speech_sensitivity {
         Some(StartSensitivity::High) => vad.threshold_dbfs -= 6.0,
         Some(StartSensitivity::Low) => vad.threshold_dbfs += 6.0,
-        None => {}
+        Some(StartSensitivity::Unspecified) | None => {}
     }
     match auto.end_of_speech_sensitivity {
         Some(EndSensitivity::High) => vad.silence_ms = vad.silence_ms * 3 / 5,
         Some(EndSensitivity::Low) => vad.silence_ms = vad.silence_ms * 8 / 5,
-        None => {}
+        Some(EndSensitivity::Unspecified) | None => {}
     }
     if let Some(ms) = auto.prefix_padding_ms {
         vad.min_speech_ms = ms;
