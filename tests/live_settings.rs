@@ -419,3 +419,35 @@ async fn a_longer_silence_duration_joins_two_phrases_into_one_utterance() {
     }
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test]
+async fn a_bad_query_setting_is_refused_by_name_and_the_query_ignored() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(
+        server.addr,
+        "u1",
+        "s1",
+        "modality=TEXT&input_transcription=maybe&max_llm_calls=3",
+    )
+    .await;
+    client.send_text("hello").await;
+    let events = client.events_until_turn_complete().await;
+    let refused: Vec<String> = errors(&events)
+        .iter()
+        .filter(|e| e["errorCode"] == "INVALID_ARGUMENT")
+        .filter_map(|e| e["errorMessage"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused
+        .iter()
+        .any(|m| m.contains("\"input_transcription\"") && m.contains("maybe")));
+    assert!(refused
+        .iter()
+        .any(|m| m.contains("\"max_llm_calls\"") && m.contains("--client-settings")));
+    // Not a setting: the modality still applies.
+    assert!(events
+        .iter()
+        .any(|e| e["partial"] == false && !text_of(e).is_empty()));
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
