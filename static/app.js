@@ -73,6 +73,7 @@ const log = new EventLog({
   search: $("log-search"),
   counter: $("log-count"),
   stats: $("audio-stats"),
+  scroller: $("log-panel"),
 });
 const recordings = new Recordings({
   list: $("recordings"),
@@ -84,6 +85,8 @@ const picker = new SessionPicker({
   select: $("session-select"),
   onPick(sessionId) {
     state.sessionId = sessionId;
+    // The console shows one session's events, as the conversation does.
+    log.clear();
     log.info("session", `switched to ${sessionId}`);
     openSession({ fresh: false });
   },
@@ -335,7 +338,9 @@ async function openSession({ fresh }) {
   }
   livegate.historyLoaded = true;
   connection.reconnect();
-  recordings.load(state.userId, state.sessionId);
+  // A new session has nothing stored yet: listing its recordings would only be a 404.
+  if (fresh) recordings.startEmpty(state.userId, state.sessionId);
+  else recordings.load(state.userId, state.sessionId);
 }
 
 /** Reconnects the same session with new options; the conversation stays. */
@@ -351,6 +356,7 @@ function restart() {
 
 $("new-session").addEventListener("click", () => {
   state.sessionId = newSessionId();
+  log.clear();
   log.info("session", `new session ${state.sessionId}`);
   openSession({ fresh: true });
   $("text-input").focus();

@@ -176,6 +176,14 @@ async fn invalid_ids_are_rejected_before_the_upgrade() {
         tokio_tungstenite::tungstenite::Error::Http(response) => assert_eq!(response.status(), 400),
         other => panic!("expected HTTP 400, got {other}"),
     }
+    // `_` starts the ids the stores reserve: its recordings could never be saved.
+    let url = format!("ws://{}/ws/u1/_user", server.addr);
+    match tokio_tungstenite::connect_async(url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 400)
+        }
+        other => panic!("expected HTTP 400 for a reserved id, got {other:?}"),
+    }
     let too_long = "x".repeat(129);
     let url = format!("ws://{}/ws/u1/{too_long}", server.addr);
     assert!(

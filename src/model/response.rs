@@ -30,6 +30,9 @@ pub struct LlmResponse {
     pub go_away: Option<GoAway>,
     /// The model name, for `modelVersion`.
     pub model_version: Option<String>,
+    /// Grounding metadata for the turn ending here, as ADK reports it on `turnComplete` (an
+    /// empty object from Gemini 3.x live models when they sent none).
+    pub grounding_metadata: Option<serde_json::Value>,
 }
 
 /// Notice that the upstream will close the session.

@@ -8,12 +8,12 @@ use std::time::Duration;
 use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Map;
 
-use super::history::history_contents;
+use super::history::{bound_history, history_contents};
 use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
 use crate::event::{Content, Event, UsageMetadata};
 use crate::live::flow::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, RecordingTarget};
 use crate::live::{LiveRequestReceiver, RunConfig};
-use crate::session::{GetSessionConfig, Session, SessionError, SessionService};
+use crate::session::{Session, SessionError, SessionService};
 
 /// How events reach the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub(super) enum Mode {
 /// which has every committed event (events are committed before the run goes on).
 struct RunSession {
     session: Session,
-    /// The events are the store's whole list.
+    /// The events are what the store gives a run (its newest, up to the history limit).
     events_complete: bool,
 }
 
@@ -55,6 +55,7 @@ pub(super) struct Drive {
     /// The user message a turn-based agent answers.
     pub prompt: Option<Content>,
     pub handoff_delay: Duration,
+    pub history: super::HistoryLimit,
 }
 
 impl Drive {
@@ -202,7 +203,7 @@ impl Drive {
         }
     }
 
-    /// Replaces the run's copy of the session's events with every event the store has.
+    /// Replaces the run's copy of the session's events with the newest ones the history may use.
     async fn reload_events(&self, session: &mut RunSession) -> Result<(), SessionError> {
         let inv = &self.invocation;
         let stored = self
@@ -211,7 +212,7 @@ impl Drive {
                 &inv.app_name,
                 &inv.user_id,
                 &inv.session_id,
-                &GetSessionConfig::default(),
+                &self.history.read(),
             )
             .await?
             .ok_or_else(|| SessionError::NotFound(inv.session_id.clone()))?;
@@ -228,7 +229,7 @@ impl Drive {
         if turn && events.last().is_some_and(|e| e.author == "user") {
             events = &events[..events.len() - 1];
         }
-        let history = history_contents(events, &llm.name);
+        let history = bound_history(history_contents(events, &llm.name), self.history.bytes);
         let tools = llm.tools_in(&self.root);
         LiveFlow {
             model: llm.model.clone(),

@@ -1,13 +1,14 @@
 //! In-memory session store: for tests and single-process runs that need no durability.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
-use super::{GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 /// One stored session: its own (unprefixed) state and its committed events.
@@ -31,6 +32,8 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct InMemorySessionService {
     inner: Mutex<Inner>,
+    /// Events copied out for readers.
+    events_read: AtomicU64,
 }
 
 fn key(app: &str, user: &str, id: &str) -> SessionKey {
@@ -130,6 +133,8 @@ impl SessionService for InMemorySessionService {
             .num_recent_events
             .map_or(0, |n| kept.len().saturating_sub(n));
         session.events = kept[skip..].iter().map(|e| (*e).clone()).collect();
+        drop(inner);
+        self.count_read(session.events.len());
         Ok(Some(session))
     }
 
@@ -200,5 +205,41 @@ impl SessionService for InMemorySessionService {
 
     async fn ping(&self) -> Result<(), SessionError> {
         Ok(())
+    }
+
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let inner = self.lock();
+        let Some(stored) = inner.sessions.get(&key(app_name, user_id, session_id)) else {
+            return Ok(None);
+        };
+        let total = stored.events.len();
+        let events: Vec<Event> = stored
+            .events
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .cloned()
+            .collect();
+        drop(inner);
+        self.count_read(events.len());
+        Ok(Some(EventPage { events, total }))
+    }
+
+    fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::Relaxed)
+    }
+}
+
+impl InMemorySessionService {
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }

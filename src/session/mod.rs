@@ -117,6 +117,53 @@ pub trait SessionService: Send + Sync + std::fmt::Debug {
 
     /// Checks the store is reachable (for `/readyz`).
     async fn ping(&self) -> Result<(), SessionError>;
+
+    /// A page of a session's events, oldest first, with how many it has in all; `None` if the
+    /// session does not exist. The stores here read only the page; this default, for a store
+    /// without a paged query, reads every event and slices.
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let Some(session) = self
+            .get_session(app_name, user_id, session_id, &GetSessionConfig::default())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let total = session.events.len();
+        let events = session
+            .events
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .collect();
+        Ok(Some(EventPage { events, total }))
+    }
+
+    /// Events read back from the store so far, in total (`livegate_session_events_read_total`):
+    /// what shows that reads are bounded.
+    fn events_read(&self) -> u64 {
+        0
+    }
+
+    /// Checks the store can write (for `/readyz`): a tiny write that leaves nothing behind.
+    async fn check_writable(&self) -> Result<(), SessionError> {
+        self.ping().await
+    }
+}
+
+/// A page of a session's events.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventPage {
+    /// The page, oldest first.
+    pub events: Vec<Event>,
+    /// Events the session has in all.
+    pub total: usize,
 }
 
 /// Opens the session store a URL names: `memory:` or `sqlite://PATH`.

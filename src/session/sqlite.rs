@@ -6,6 +6,8 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -17,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
-use super::{GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 const SCHEMA: &[&str] = &[
@@ -71,6 +73,8 @@ pub struct SqliteSessionService {
     /// Appends go to one writer task that commits whatever is waiting in one transaction; the
     /// events one call hands over travel together, so they are committed together.
     appends: mpsc::Sender<Vec<Append>>,
+    /// Event rows decoded for readers.
+    events_read: Arc<AtomicU64>,
 }
 
 /// Most appends the writer takes before it commits: a batch is at most one group short of twice
@@ -142,6 +146,7 @@ impl SqliteSessionService {
             pool,
             writer,
             appends,
+            events_read: Arc::default(),
         })
     }
 }
@@ -517,6 +522,7 @@ impl SessionService for SqliteSessionService {
             .iter()
             .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
             .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
         let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
         tx.commit().await?;
         Ok(Some(Session {
@@ -666,6 +672,86 @@ impl SessionService for SqliteSessionService {
     async fn ping(&self) -> Result<(), SessionError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let mut tx = self.pool.begin().await?;
+        let exists =
+            sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+                .bind(app_name)
+                .bind(user_id)
+                .bind(session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let total: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let rows = sqlx::query(
+            "SELECT event_json FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
+             ORDER BY seq LIMIT ? OFFSET ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let events = rows
+            .iter()
+            .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
+            .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
+        Ok(Some(EventPage {
+            events,
+            total: usize::try_from(total).unwrap_or(0),
+        }))
+    }
+
+    fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::Relaxed)
+    }
+
+    async fn check_writable(&self) -> Result<(), SessionError> {
+        // A row written and removed in one committed transaction: the commit has to reach the
+        // log on disk, which a full disk or a read-only file refuses; readers never see it.
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        sqlx::query("INSERT OR REPLACE INTO app_states (app_name, state) VALUES (?, '{}')")
+            .bind(READY_PROBE)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM app_states WHERE app_name = ?")
+            .bind(READY_PROBE)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The app name of `/readyz`'s write probe: a slash is never in a real app name.
+const READY_PROBE: &str = "/livegate/ready-probe";
+
+impl SqliteSessionService {
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 

@@ -456,9 +456,63 @@ async fn appends_together(svc: &dyn SessionService) {
     );
 }
 
+/// Pages of events: the page, the total, the counter of events read, and a missing session.
+async fn paged_reads(svc: &dyn SessionService) {
+    let mut session = svc
+        .create_session("app", "pager", Some("p"), Map::new())
+        .await
+        .unwrap();
+    let events: Vec<Event> = (0..25)
+        .map(|i| Event {
+            content: Some(Content::text("user", format!("m{i}"))),
+            ..Event::new("e-1", "user")
+        })
+        .collect();
+    for outcome in svc.append_events(&mut session, events.clone()).await {
+        outcome.unwrap();
+    }
+    let before = svc.events_read();
+    let page = svc
+        .list_events("app", "pager", "p", 20, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.total, 25);
+    assert_eq!(page.events, events[20..23].to_vec());
+    assert_eq!(svc.events_read() - before, 3);
+    let tail = svc
+        .list_events("app", "pager", "p", 24, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(tail.events, events[24..].to_vec());
+    let past = svc
+        .list_events("app", "pager", "p", 99, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(past.events.is_empty() && past.total == 25);
+    assert!(svc
+        .list_events("app", "pager", "nope", 0, 10)
+        .await
+        .unwrap()
+        .is_none());
+    // Reading a session without its events reads none.
+    let before = svc.events_read();
+    let config = GetSessionConfig {
+        num_recent_events: Some(0),
+        after_timestamp: None,
+    };
+    let bare = svc.get_session("app", "pager", "p", &config).await.unwrap();
+    assert!(bare.unwrap().events.is_empty());
+    assert_eq!(svc.events_read(), before);
+    svc.check_writable().await.unwrap();
+}
+
 #[tokio::test]
 async fn in_memory_store_conforms() {
     let svc = InMemorySessionService::default();
+    paged_reads(&svc).await;
     conformance(&svc).await;
     concurrent_appends(&svc).await;
     concurrent_plain_appends(&svc).await;
@@ -470,6 +524,7 @@ async fn sqlite_store_conforms_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/deeper/livegate.db");
     let svc = SqliteSessionService::open(&path).await.unwrap();
+    paged_reads(&svc).await;
     conformance(&svc).await;
     concurrent_appends(&svc).await;
     concurrent_plain_appends(&svc).await;

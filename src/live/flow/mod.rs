@@ -24,7 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-pub use audio_cache::{AudioCache, AudioSide, RecordingTarget};
+pub use audio_cache::{
+    set_max_unsaved_bytes, AudioCache, AudioSide, RecordingTarget, DEFAULT_MAX_UNSAVED_BYTES,
+    RECORDING_DROPPED,
+};
 pub use hooks::{FlowHooks, NoHooks, Screened};
 pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
 
@@ -450,8 +453,10 @@ impl LiveFlow {
             // Tools still running answer a model that is gone; stop them.
             tools.abort_all();
             hooks.stop_tools().await;
-            // Whatever ended the run, no recording is lost.
+            // Whatever ended the run, no recording is lost (but the microphone's silent tail
+            // after the last turn is no recording).
             if record_audio {
+                cache.drop_silent_input();
                 for event in cache.flush(&target, true, true).await {
                     yield FlowItem::emit(event);
                 }

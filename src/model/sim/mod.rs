@@ -10,8 +10,9 @@
 //!   flushes one). Each is transcribed as `[speech 2.86 s]` and answered with a **voice echo**: the
 //!   utterance itself resampled to 24 kHz, exactly 1.5× its 16 kHz sample count, with the output
 //!   transcription `You said something for 2.9 seconds.` spread over it.
-//! - **Barge-in**: speech (or a new text turn) while an answer is being sent ⇒ `interrupted`, and no
-//!   more of that answer. With `Pacing::Burst` answers are usually out before anyone can interrupt.
+//! - **Barge-in**: speech (or a new text turn) while an answer is being sent ⇒ `interrupted`, then
+//!   `turnComplete` with the usage of what was generated (as Gemini ends it), and no more of that
+//!   answer. With `Pacing::Burst` answers are usually out before anyone can interrupt.
 //! - **Resumption**: with `session_resumption` set, a `sim-{uuid}-{n}` handle after each turn.
 //!
 //! One tokio task per connection owns all state; answers are rendered chunk by chunk as they are

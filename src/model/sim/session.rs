@@ -390,16 +390,30 @@ impl Session {
         }
     }
 
-    /// Drops every answer not yet given; `interrupted` if one was under way.
+    /// Drops every answer not yet given. One under way ends as Gemini ends it: `interrupted`,
+    /// then `turnComplete` with the usage of what was generated.
     fn stop_answers(&mut self) {
-        let under_way = self.answers.front().is_some_and(Answer::started);
+        let under_way = self
+            .answers
+            .front()
+            .filter(|a| a.started())
+            .map(Answer::interrupted_usage);
         self.answers.clear();
-        if under_way {
+        if let Some(usage) = under_way {
             tracing::debug!("sim answer interrupted");
+            let now = Instant::now();
             self.immediate.push_back((
-                Instant::now(),
+                now,
                 LlmResponse {
                     interrupted: true,
+                    ..sim_message()
+                },
+            ));
+            self.immediate.push_back((
+                now,
+                LlmResponse {
+                    usage_metadata: Some(usage),
+                    turn_complete: true,
                     ..sim_message()
                 },
             ));

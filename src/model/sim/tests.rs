@@ -380,6 +380,21 @@ async fn speaking_over_a_real_time_answer_interrupts_it() {
             break;
         }
     }
+    // Then, as Gemini does, `turnComplete` with the usage of what was generated.
+    let complete = recv(&mut connection).await;
+    assert!(complete.turn_complete, "{complete:?}");
+    let usage = complete
+        .usage_metadata
+        .expect("usage with the turnComplete");
+    let candidates = usage.candidates_token_count.unwrap_or(0);
+    assert!(
+        candidates > 0,
+        "some of the answer was generated: {usage:?}"
+    );
+    assert_eq!(
+        usage.total_token_count,
+        Some(usage.prompt_token_count.unwrap_or(0) + candidates)
+    );
     // After it: nothing of the first answer; the barge-in utterance is heard, then answered.
     let heard = recv(&mut connection).await;
     assert!(
