@@ -91,7 +91,12 @@ pub async fn serve_connection<S, R>(
                 () = gateway.shutdown.fired() => {}
             }
         };
-        let setup = live_settings::read_setup(&mut stream, &gateway.live.client, stop).await;
+        let setup = live_settings::read_setup(&mut stream, &gateway.live.client, stop)
+            .await
+            .map(|(setup, bytes)| {
+                meter.received(false, bytes);
+                setup
+            });
         let (run_config, setting_errors) =
             live_settings::run_config(&gateway.live, &options, gateway.save_audio, setup.as_ref());
         let (queue, requests) = live_request_queue(gateway.queue_capacity);

@@ -210,12 +210,13 @@ pub fn setup_settings(text: &str, allowed: &ClientSettings) -> Option<ClientLaye
 }
 
 /// Waits (at most [`SETUP_WAIT`], or until `stop`) for a connection's first frame. A setup
-/// message is taken and returned; any other frame is left to be read next, as if never peeked.
+/// message is taken and returned with its length in bytes; any other frame is left to be read
+/// next, as if never peeked.
 pub async fn read_setup<R>(
     stream: &mut futures::stream::Peekable<R>,
     allowed: &ClientSettings,
     stop: impl Future<Output = ()>,
-) -> Option<ClientLayer>
+) -> Option<(ClientLayer, usize)>
 where
     R: Stream<Item = Result<Message, axum::Error>> + Unpin,
 {
@@ -230,8 +231,9 @@ where
         return None;
     };
     let setup = setup_settings(text.as_str(), allowed)?;
+    let bytes = text.len();
     let _ = stream.next().await;
-    Some(setup)
+    Some((setup, bytes))
 }
 
 /// The run config of a connection, and the errors of the client's settings to report.
