@@ -103,9 +103,6 @@ impl MockGeminiArgs {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// How long shutdown waits for live runs to close and flush.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
@@ -125,7 +122,9 @@ async fn main() -> anyhow::Result<()> {
     println!("livegate listening on {}://{}", server.scheme, server.addr);
     shutdown_signal().await;
     tracing::info!("shutting down");
-    server.shutdown(SHUTDOWN_GRACE).await;
+    server
+        .shutdown(Duration::from_secs(args.drain_timeout))
+        .await;
     Ok(())
 }
 

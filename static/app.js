@@ -258,7 +258,7 @@ const connection = new Connection({
     conversation.abortTurn();
     const retry = retryInMs === null ? "" : ` Reconnecting in ${(retryInMs / 1000).toFixed(1)} s.`;
     if (reason) {
-      const kind = code === 1000 || code === 1001 ? "info" : "error";
+      const kind = code === 1000 || code === 1001 || code === 1012 ? "info" : "error";
       conversation.system(`Connection closed (${code}): ${reason}.${retry}`, kind);
     } else if (!quietFailures) {
       conversation.system(`Disconnected (code ${code}).${retry}`);

@@ -673,6 +673,12 @@ async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
         let server = handle.lock().await.take().expect("the first gateway");
         server.shutdown(WAIT).await;
         wait_until(&page, "the drop to show", "livegate.status === 'disconnected' && document.querySelector('#retry-info').textContent.includes('retrying')", WAIT).await;
+        // A drain says "restarting" (1012): the page retries within a second, not after a backoff.
+        let notice = eval(&page, "[...document.querySelectorAll('#messages .msg.system')].map((m) => m.textContent).join(' | ')").await;
+        assert!(notice.as_str().unwrap_or_default().contains("(1012)"), "{notice}");
+        let retry = eval(&page, "document.querySelector('#retry-info').textContent").await;
+        let seconds: f64 = retry.as_str().unwrap_or_default().trim_start_matches("retrying in ").trim_end_matches(" s").parse().unwrap_or(f64::MAX);
+        assert!(seconds <= 1.0, "{retry}");
 
         let mut args = test_args();
         args.bind = addr;

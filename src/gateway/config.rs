@@ -65,7 +65,8 @@ pub struct ServeArgs {
     /// Where the default SQLite file and artifact folder live.
     #[arg(long, env = "LIVEGATE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
-    /// Session store: `memory:` or `sqlite://PATH` [default: sqlite://{data-dir}/livegate.db].
+    /// Session store: `memory:`, `sqlite://PATH` or `postgres://USER@HOST/DB` (shared by several
+    /// nodes) [default: sqlite://{data-dir}/livegate.db].
     #[arg(long, env = "LIVEGATE_SESSION_STORE")]
     pub session_store: Option<String>,
     /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
@@ -173,6 +174,14 @@ pub struct ServeArgs {
     /// beyond it audio is dropped with an error event (0: no cap).
     #[arg(long, env = "LIVEGATE_MAX_UNSAVED_RECORDING_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES)]
     pub max_unsaved_recording_bytes: usize,
+    /// With a `postgres://` session store: how long a node's session leases outlive its last
+    /// renewal, in milliseconds (a node that dies loses its sessions to other nodes after this).
+    #[arg(long, env = "LIVEGATE_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// On SIGTERM or Ctrl-C, how long live connections get to end, flush and close with 1012,
+    /// in seconds.
+    #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
+    pub drain_timeout: u64,
     /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
     #[command(flatten)]
     pub live: super::live_settings::LiveArgs,
@@ -217,6 +226,8 @@ impl ServeArgs {
             tls_cert: None,
             tls_key: None,
             max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
+            lease_ttl_ms: 10_000,
+            drain_timeout: 10,
             live: super::live_settings::LiveArgs {
                 client_settings: Default::default(),
                 ..Default::default()
@@ -327,6 +338,8 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     max_unsaved_recording_bytes: Option<usize>,
+    lease_ttl_ms: Option<u64>,
+    drain_timeout: Option<u64>,
     live: Option<crate::live::settings::LiveSettings>,
     client_settings: Option<String>,
 }
@@ -440,6 +453,8 @@ impl ServeArgs {
             }
         }
         fill!(max_unsaved_recording_bytes);
+        fill!(lease_ttl_ms);
+        fill!(drain_timeout);
         // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
         self.live.file = file.live;
         if let Some(list) = file.client_settings {

@@ -10,6 +10,7 @@ mod ids;
 pub mod limits;
 pub mod live_settings;
 pub mod metrics;
+mod pg_leases;
 pub mod process;
 mod ready;
 mod registry;
@@ -40,16 +41,19 @@ pub use codec::{
     decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, OutFrame,
 };
 pub use config::ServeArgs;
-pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
+pub use connection::{ConnectOptions, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
-pub use registry::SessionRegistry;
+pub use pg_leases::PgLeases;
+pub use registry::{LeaseGuard, SessionRegistry, SharedLeases};
 pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
 use crate::artifact::open_artifact_service;
 use crate::model::{model_for_name, Modality, ModelOptions};
 use crate::runner::Runner;
-use crate::session::open_session_service;
+use crate::session::{
+    is_postgres_url, open_session_service, PostgresSessionService, SessionService,
+};
 
 /// Bytes read from a client socket at a time (larger messages still arrive whole).
 const SOCKET_READ_BUFFER: usize = 2048;
@@ -102,6 +106,9 @@ pub enum StartError {
     /// The artifact store could not be opened.
     #[error("artifact store: {0}")]
     Artifacts(#[from] crate::artifact::ArtifactError),
+    /// The session leases could not be shared through the session store.
+    #[error("session leases: {0}")]
+    Leases(#[source] sqlx::Error),
     /// The agent file or the agent's model could not be used.
     #[error("agent: {0}")]
     Agent(#[from] AgentConfigError),
@@ -138,23 +145,41 @@ impl Server {
         &self.gateway
     }
 
-    /// Stops accepting, closes every live run (flushing recordings), and waits up to `grace`.
+    /// Drains: `/readyz` turns false, no new connections are taken, every live run ends, commits
+    /// and flushes its recordings, and then its client is closed with 1012 (reconnect); waits up
+    /// to `grace` in all, including giving the sessions' leases back.
     pub async fn shutdown(self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
         self.gateway.shutdown.fire();
         self.gateway.connections.close();
-        if tokio::time::timeout(grace, self.gateway.connections.wait())
-            .await
-            .is_err()
-        {
+        let drained = async {
+            self.gateway.connections.wait().await;
+            self.gateway.registry.idle().await;
+        };
+        if tokio::time::timeout_at(deadline, drained).await.is_err() {
             tracing::warn!("connections did not close within the grace period");
         }
-        let _ = tokio::time::timeout(grace, self.task).await;
+        let _ = tokio::time::timeout_at(deadline, self.task).await;
     }
 }
 
 /// Opens the stores, binds the address and starts serving.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
-    let sessions = open_session_service(&args.session_store_url()).await?;
+    let store_url = args.session_store_url();
+    // With PostgreSQL every node shares the sessions, so the one-run-per-session lease is
+    // shared too; the other stores belong to one process and keep it in that process.
+    let (sessions, registry): (Arc<dyn SessionService>, SessionRegistry) =
+        if is_postgres_url(&store_url) {
+            let store = PostgresSessionService::open(&store_url).await?;
+            let ttl = Duration::from_millis(args.lease_ttl_ms);
+            let leases = PgLeases::start(store.pool().clone(), &args.app_name, ttl)
+                .await
+                .map_err(StartError::Leases)?;
+            (Arc::new(store), SessionRegistry::shared(leases))
+        } else {
+            let store = open_session_service(&store_url).await?;
+            (store, SessionRegistry::local())
+        };
     let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
     let options = ModelOptions {
         sim: args.sim_config(),
@@ -212,7 +237,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     ));
     let gateway = Arc::new(Gateway {
         runner,
-        registry: SessionRegistry::default(),
+        registry,
         shutdown: Signal::new(),
         writer_config: WriterConfig {
             audio_lead: Duration::from_millis(args.audio_lead_ms),
@@ -323,6 +348,10 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
 }
 
 async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
+    // A draining node takes no new sessions: the load balancer sends them elsewhere.
+    if gateway.shutdown.is_fired() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
     match gateway.readiness.check(&gateway.runner).await {
         Ok(()) => "ready".into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),

@@ -56,6 +56,9 @@ pub(super) struct Drive {
     pub prompt: Option<Content>,
     pub handoff_delay: Duration,
     pub history: super::HistoryLimit,
+    /// The model's resumption handle stored with the session: the run's first flow resumes the
+    /// model's own context with it (and replays the history if the model refuses it).
+    pub resume: Option<String>,
 }
 
 impl Drive {
@@ -73,6 +76,7 @@ impl Drive {
             // Turn-based runs carry usage on the content event it belongs to.
             let mut usage: Option<UsageMetadata> = None;
             let mut session = RunSession { session, events_complete: true };
+            let mut resume = self.resume.clone();
             while let Some(agent) = next.take() {
                 let llm = match &agent {
                     Agent::Sequential(sequence) => {
@@ -112,7 +116,10 @@ impl Drive {
                         yield Event::error(&inv, &llm.name, error.code(), message);
                     }
                 }
-                let flow = self.flow_for(&llm, &session.session);
+                let mut flow = self.flow_for(&llm, &session.session);
+                if let (Some(handle), Some(resumption)) = (resume.take(), flow.connect_config.session_resumption.as_mut()) {
+                    resumption.handle = Some(handle);
+                }
                 // The flow has its history; the events need not stay in memory (see RunSession).
                 session.drop_events();
                 let (items, end) = flow.run(agent_requests);
@@ -274,6 +281,21 @@ impl Drive {
         Some(item)
     }
 
+    /// Keeps the model's latest resumption handle with the session (live runs only), so a run
+    /// on any node can resume the model's context. A failure costs only that: logged.
+    async fn store_handle(&self, session: &Session, handle: Option<&str>) {
+        if self.mode != Mode::Live {
+            return;
+        }
+        let stored = self
+            .sessions
+            .set_resumption_handle(&session.app_name, &session.user_id, &session.id, handle)
+            .await;
+        if let Err(error) = stored {
+            tracing::warn!(%error, "could not store the model's resumption handle");
+        }
+    }
+
     /// Commits an event (when ADK's live rule says so) and records its state for the run. Returns
     /// the event, then an error event if the commit failed.
     async fn commit(&self, session: &mut RunSession, event: Event) -> Vec<Event> {
@@ -296,6 +318,13 @@ impl Drive {
         let mut stored = Vec::new();
         let mut to_store = Vec::new();
         for FlowItem { mut event, emit } in items {
+            if let Some(handle) = event
+                .live_session_resumption_update
+                .as_ref()
+                .and_then(|update| update.new_handle.as_deref())
+            {
+                self.store_handle(&session.session, Some(handle)).await;
+            }
             if let Some(extra) = &self.run_config.custom_metadata {
                 let merged = event.custom_metadata.get_or_insert_with(Map::new);
                 for (k, v) in extra {

@@ -140,6 +140,17 @@ impl Runner {
         if start.name() != self.agent.name() {
             tracing::info!(agent = start.name(), "resuming the agent that last spoke");
         }
+        let resume = match &run_config.session_resumption {
+            Some(resumption) if resumption.handle.is_none() => self
+                .sessions
+                .resumption_handle(&self.app_name, user_id, session_id)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "could not read the stored resumption handle");
+                    None
+                }),
+            _ => None,
+        };
         Ok(self.drive(
             new_invocation_id(),
             session,
@@ -148,6 +159,7 @@ impl Runner {
             run_config,
             Mode::Live,
             None,
+            resume,
         ))
     }
 
@@ -188,6 +200,15 @@ impl Runner {
         user_event.content = Some(message.clone());
         user_event.actions.state_delta = state_delta;
         self.sessions.append_event(&mut session, user_event).await?;
+        // The model's live context no longer holds the whole conversation: the next live run
+        // replays the history instead of resuming it.
+        if let Err(error) = self
+            .sessions
+            .set_resumption_handle(&self.app_name, user_id, session_id, None)
+            .await
+        {
+            tracing::warn!(%error, "could not clear the stored resumption handle");
+        }
 
         // The queue stays open (its sender lives in the drive) until the turn is over.
         let (queue, requests) = live_request_queue(4);
@@ -199,6 +220,7 @@ impl Runner {
             run_config,
             Mode::Turn { streaming },
             Some(message),
+            None,
         );
         let events = run.events;
         run.events = async_stream::stream! {
@@ -222,6 +244,7 @@ impl Runner {
         run_config: RunConfig,
         mode: Mode,
         prompt: Option<Content>,
+        resume: Option<String>,
     ) -> LiveRun {
         let mut invocation = Invocation::new(
             invocation_id.clone(),
@@ -243,6 +266,7 @@ impl Runner {
             prompt,
             handoff_delay: self.handoff_delay,
             history: self.history,
+            resume,
         };
         LiveRun {
             invocation_id,

@@ -17,6 +17,7 @@ struct Stored {
     state: Map<String, Value>,
     events: Vec<Event>,
     last_update_time: f64,
+    resumption_handle: Option<String>,
 }
 
 type SessionKey = (String, String, String);
@@ -105,6 +106,7 @@ impl SessionService for InMemorySessionService {
             state: session_state,
             events: Vec::new(),
             last_update_time: now_timestamp(),
+            resumption_handle: None,
         };
         let view = inner.view(app_name, user_id, &id, &stored);
         inner.sessions.insert(k, stored);
@@ -201,6 +203,36 @@ impl SessionService for InMemorySessionService {
 
         apply_committed(session, full_delta, &event);
         Ok(event)
+    }
+
+    async fn resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        Ok(self
+            .lock()
+            .sessions
+            .get(&key(app_name, user_id, session_id))
+            .and_then(|stored| stored.resumption_handle.clone()))
+    }
+
+    async fn set_resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        if let Some(stored) = self
+            .lock()
+            .sessions
+            .get_mut(&key(app_name, user_id, session_id))
+        {
+            stored.resumption_handle = handle.map(str::to_owned);
+        }
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), SessionError> {

@@ -46,6 +46,12 @@ const SCHEMA: &[&str] = &[
         UPDATE sessions SET update_time = NEW.timestamp
         WHERE app_name = NEW.app_name AND user_id = NEW.user_id AND id = NEW.session_id;
      END",
+    // The model's resumption handle, apart from the session row so databases made before it
+    // need no column added.
+    "CREATE TABLE IF NOT EXISTS resumption_handles (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        handle TEXT NOT NULL,
+        PRIMARY KEY (app_name, user_id, session_id))",
     "CREATE TABLE IF NOT EXISTS app_states (app_name TEXT PRIMARY KEY, state TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS user_states (
         app_name TEXT NOT NULL, user_id TEXT NOT NULL, state TEXT NOT NULL,
@@ -584,6 +590,14 @@ impl SessionService for SqliteSessionService {
             .bind(session_id)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "DELETE FROM resumption_handles WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -667,6 +681,54 @@ impl SessionService for SqliteSessionService {
             });
         }
         outcomes
+    }
+
+    async fn resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        Ok(sqlx::query_scalar(
+            "SELECT handle FROM resumption_handles
+             WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn set_resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        let query = match handle {
+            // Only while the session exists.
+            Some(handle) => sqlx::query(
+                "INSERT INTO resumption_handles (app_name, user_id, session_id, handle)
+                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM sessions
+                     WHERE app_name = ?1 AND user_id = ?2 AND id = ?3)
+                 ON CONFLICT (app_name, user_id, session_id) DO UPDATE SET handle = excluded.handle",
+            )
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .bind(handle),
+            None => sqlx::query(
+                "DELETE FROM resumption_handles
+                 WHERE app_name = ? AND user_id = ? AND session_id = ?",
+            )
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id),
+        };
+        query.execute(&self.writer).await?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), SessionError> {

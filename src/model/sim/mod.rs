@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 
 pub use config::{Pacing, SimConfig};
 pub use replies::{plan_reply, speech_reply, speech_transcript, text_reply, Heard, Reply};
+pub use session::knows_handle;
 pub use voice::{echo_len, OUTPUT_MIME, OUTPUT_RATE};
 
 use super::{
@@ -63,6 +64,19 @@ impl LiveModel for SimModel {
     }
 
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {
+        if let Some(handle) = config
+            .session_resumption
+            .as_ref()
+            .and_then(|r| r.handle.as_deref())
+        {
+            if !session::knows_handle(handle) {
+                // As Gemini refuses a handle it does not know (or no longer keeps).
+                return Err(ModelError::Closed {
+                    code: 1007,
+                    reason: "invalid session resumption handle".into(),
+                });
+            }
+        }
         let (sender, inputs) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
         let (outputs, receiver) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
         tokio::spawn(session::run(self.config, config, inputs, outputs));
