@@ -7,6 +7,7 @@ import { Conversation } from "./conversation.js";
 import { EventLog } from "./eventlog.js";
 import { Recordings } from "./recordings.js";
 import { SessionPicker } from "./sessions.js";
+import { SettingsPanel } from "./settings.js";
 import { loadHistory } from "./api.js";
 import { authOn, claimsOf, expired, forgetToken, loadAuthMode, takeToken, wsProtocols } from "./auth.js";
 import { Player, Recorder, base64ToBytes, levelFromRms, parseRate, DEFAULT_PLAY_RATE } from "./audio.js";
@@ -49,6 +50,7 @@ const livegate = {
   historyEvents: 0,
   recordings: [], // rows of the recordings panel: {name, version, mimeType, side, url}
   errors: [], // uncaught script errors, also listed in the event console
+  setup: null, // the setup message sent on the current connection
 };
 window.livegate = livegate;
 
@@ -223,12 +225,27 @@ function showStatus(status) {
 let quietFailures = false; // after one "disconnected" notice, failed retries stay quiet until open
 let wasDropped = false; // the last socket ended without us asking: say so when it comes back
 
+// Before the connection: its first message is the panel's setup.
+const settings = new SettingsPanel({
+  $,
+  onChange() {
+    $("settings-state").textContent = settings.changed ? "(changed)" : "";
+    conversation.system("Live settings changed; reconnecting.");
+    restart();
+  },
+});
+$("settings-state").textContent = settings.changed ? "(changed)" : "";
+
 const connection = new Connection({
   url: wsUrl,
   protocols: wsProtocols,
   onMessage,
   onStatus: showStatus,
   onOpen() {
+    // First, before any audio: the gateway starts the run with these settings (and at once,
+    // rather than waiting to see whether a setup comes).
+    livegate.setup = settings.setupMessage();
+    sendJson(livegate.setup);
     quietFailures = false;
     if (wasDropped) conversation.system(`Reconnected to session ${state.sessionId}.`);
     wasDropped = false;

@@ -876,3 +876,76 @@ async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without
     .await;
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_settings_panel_sends_the_voice_in_the_setup_and_it_reaches_the_model() {
+    // Behind the gateway, mock-gemini records the setup each run opened the model with.
+    let upstream = livegate::mockgemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate::mockgemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("mock-gemini starts");
+    let mut args = test_args();
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let server = start(args).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        set_viewport(&page, 390, 844).await;
+        open(&page, addr, "user=b9&session=settings-1").await;
+        assert_eq!(eval(&page, "livegate.setup").await, json!({"type": "setup"}));
+        click(&page, "#settings-panel > summary").await;
+        assert_eq!(eval(&page, OVERFLOWING).await, json!([]), "the open panel fits a phone");
+        assert_contrast(&page, "with the settings panel open").await;
+        save_screenshot(&page, "phone-settings.png").await;
+        for (label, control) in [("Voice", "#set-voice"), ("Language", "#set-language")] {
+            let name = eval(&page, &format!("document.querySelector('{control}').labels[0].textContent")).await;
+            assert!(name.as_str().unwrap_or_default().contains(label), "{control} is labelled: {name}");
+        }
+        page.find(Locator::Css("#set-voice"))
+            .await
+            .expect("the voice picker")
+            .select_by_value("Kore")
+            .await
+            .expect("Kore is a choice");
+        click(&page, "#set-barge-in").await;
+        wait_until(
+            &page,
+            "the reconnect with the new setup",
+            "livegate.status === 'connected' && livegate.setup.voice === 'Kore' && livegate.setup.barge_in === false",
+            WAIT,
+        )
+        .await;
+        send_text(&page, "hello").await;
+        wait_until(&page, "the answer", &format!("{TURNS_COMPLETE} >= 1"), WAIT).await;
+        let refused = eval(&page, "livegate.events.filter((e) => e.errorCode).length").await;
+        assert_eq!(refused, json!(0), "the gateway took the setup");
+        // The choice outlives a reload.
+        page.refresh().await.expect("the page reloads");
+        wait_connected(&page).await;
+        assert_eq!(eval(&page, "livegate.setup.voice").await, json!("Kore"));
+    })
+    .await;
+    let setups = upstream.setups();
+    let applied = setups
+        .iter()
+        .filter(|s| {
+            s["generationConfig"]["speechConfig"]["voiceConfig"]["prebuiltVoiceConfig"]["voiceName"]
+                == "Kore"
+        })
+        .count();
+    assert!(applied >= 1, "the model was opened with Kore: {setups:#?}");
+    assert!(
+        setups
+            .iter()
+            .any(|s| s["realtimeInputConfig"]["activityHandling"] == "NO_INTERRUPTION"),
+        "{setups:#?}"
+    );
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

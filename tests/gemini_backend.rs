@@ -667,3 +667,89 @@ async fn a_blackholed_upstream_times_out_connecting() {
     server.shutdown(WAIT).await;
     held.abort();
 }
+
+#[tokio::test]
+async fn live_settings_reach_the_setup_gemini_receives() {
+    let upstream = mock(instant()).await;
+    let mut args = gateway_args(&upstream);
+    args.live.compression_trigger_tokens = Some("25600".into());
+    args.live.compression_target_tokens = Some("12800".into());
+    args.live.start_sensitivity = Some("low".into());
+    args.live.silence_duration_ms = Some("800".into());
+    args.live.proactivity = Some("true".into());
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "output_transcription=false").await;
+    client
+        .send_json(serde_json::json!({
+            "type": "setup", "voice": "Kore", "language": "de-DE",
+            "barge_in": false, "affective_dialog": true,
+        }))
+        .await;
+    client.send_text("hallo").await;
+    client.frames_until(is_turn_complete).await;
+    assert!(client.events.iter().all(|e| e.get("errorCode").is_none()));
+    client.close().await;
+    let setups = upstream.setups();
+    let setup = setups.last().expect("the mock received a setup");
+    let generation = &setup["generationConfig"];
+    assert_eq!(
+        generation["speechConfig"],
+        serde_json::json!({"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Kore"}}, "languageCode": "de-DE"})
+    );
+    assert_eq!(generation["enableAffectiveDialog"], true);
+    assert_eq!(
+        setup["contextWindowCompression"],
+        serde_json::json!({"triggerTokens": 25600, "slidingWindow": {"targetTokens": 12800}})
+    );
+    assert_eq!(
+        setup["realtimeInputConfig"],
+        serde_json::json!({
+            "automaticActivityDetection": {"startOfSpeechSensitivity": "START_SENSITIVITY_LOW", "silenceDurationMs": 800},
+            "activityHandling": "NO_INTERRUPTION",
+        })
+    );
+    assert_eq!(
+        setup["proactivity"],
+        serde_json::json!({"proactiveAudio": true})
+    );
+    assert_eq!(setup["inputAudioTranscription"], serde_json::json!({}));
+    assert!(setup.get("outputAudioTranscription").is_none(), "{setup:#}");
+    assert_eq!(setup["sessionResumption"], serde_json::json!({}));
+
+    // A client with no settings gets the gateway's: compression on for audio, nothing else.
+    let mut client = Client::connect(server.addr, "u1", "s2", "").await;
+    client.send_text("hello").await;
+    client.frames_until(is_turn_complete).await;
+    client.close().await;
+    let setups = upstream.setups();
+    let setup = setups.last().expect("a second setup");
+    assert!(
+        setup["generationConfig"].get("speechConfig").is_none(),
+        "{setup:#}"
+    );
+    assert_eq!(
+        setup["contextWindowCompression"]["slidingWindow"]["targetTokens"],
+        12800
+    );
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn audio_sessions_get_compression_by_default() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    client.send_text("hello").await;
+    client.frames_until(is_turn_complete).await;
+    client.close().await;
+    let setups = upstream.setups();
+    let setup = setups.last().expect("the mock received a setup");
+    assert_eq!(
+        setup["contextWindowCompression"],
+        serde_json::json!({"slidingWindow": {}})
+    );
+    assert!(setup.get("realtimeInputConfig").is_none(), "{setup:#}");
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

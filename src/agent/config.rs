@@ -6,6 +6,13 @@
 //! instruction = "Route each question to the right specialist."
 //! builtin_tools = ["get_current_time"]
 //!
+//! # Live settings of every run (root agent only): over the gateway's flags, under what clients
+//! # may change (docs/PROTOCOL.md, "Setup message", lists the names).
+//! [live]
+//! voice = "Kore"
+//! language = "en-GB"
+//! silence_duration_ms = 700
+//!
 //! [[sub_agents]]
 //! name = "orders"
 //! description = "Answers questions about orders."
@@ -28,6 +35,7 @@ use serde_json::Value;
 use super::builtin::{builtin_tool, BUILTIN_TOOLS};
 use super::http_tool::http_tool;
 use super::{Agent, LlmAgent, SequentialAgent};
+use crate::live::settings::LiveSettings;
 use crate::model::{LiveModel, ModelError};
 
 /// Resolves a model name to a backend.
@@ -124,6 +132,10 @@ pub struct AgentConfig {
     /// Sub-agents (transfer targets of a coordinator, or the steps of a sequence).
     #[serde(default)]
     pub sub_agents: Vec<AgentConfig>,
+    /// Live settings of the runs (the root agent's only): over the gateway's defaults, under
+    /// what clients may change.
+    #[serde(default)]
+    pub live: Option<LiveSettings>,
 }
 
 impl AgentConfig {
@@ -138,6 +150,7 @@ impl AgentConfig {
             builtin_tools: BUILTIN_TOOLS.iter().map(|t| (*t).to_owned()).collect(),
             http_tools: Vec::new(),
             sub_agents: Vec::new(),
+            live: None,
         }
     }
 
@@ -161,10 +174,21 @@ impl AgentConfig {
         default_model: &str,
         model_for: ModelResolver<'_>,
     ) -> Result<Agent, AgentConfigError> {
+        if let Some(sub) = self.sub_agents.iter().find(|a| a.has_live_settings()) {
+            return Err(AgentConfigError::Invalid(format!(
+                "agent {:?}: [live] settings belong to the root agent, which they apply to for the whole run",
+                sub.name
+            )));
+        }
         let client = reqwest::Client::new();
         let agent = self.build_with(default_model, model_for, &client)?;
         agent.validate().map_err(AgentConfigError::Invalid)?;
         Ok(agent)
+    }
+
+    /// True if this agent or one below it has a `[live]` table.
+    fn has_live_settings(&self) -> bool {
+        self.live.is_some() || self.sub_agents.iter().any(AgentConfig::has_live_settings)
     }
 
     fn build_with(
@@ -294,6 +318,12 @@ mod tests {
             ("name = \"a\"\nkind = \"sequential\"", "no sub-agents"),
             ("name = \"a\"\n[[sub_agents]]\nname = \"a\"", "two agents"),
             ("name = \"a\"\ncolour = 1", "unknown field"),
+            ("name = \"a\"\n[live]\nvoice = \"a b\"", "voice"),
+            ("name = \"a\"\n[live]\nbarge = false", "barge"),
+            (
+                "name = \"a\"\n[[sub_agents]]\nname = \"b\"\n[sub_agents.live]\nvoice = \"Kore\"",
+                "root agent",
+            ),
             (
                 "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"file:///etc/passwd\"",
                 "http://",

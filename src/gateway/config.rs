@@ -243,6 +243,9 @@ pub struct ServeArgs {
     /// from flags.
     #[arg(skip)]
     pub secrets: AuthSecrets,
+    /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
+    #[command(flatten)]
+    pub live: super::live_settings::LiveArgs,
 }
 
 impl ServeArgs {
@@ -304,6 +307,10 @@ impl ServeArgs {
             allowed_origins: None,
             metrics_bind: None,
             secrets: AuthSecrets::default(),
+            live: super::live_settings::LiveArgs {
+                client_settings: Default::default(),
+                ..Default::default()
+            },
         }
     }
 
@@ -449,6 +456,8 @@ struct FileConfig {
     auth_audience: Option<String>,
     allowed_origins: Option<String>,
     metrics_bind: Option<SocketAddr>,
+    live: Option<crate::live::settings::LiveSettings>,
+    client_settings: Option<String>,
 }
 
 impl ServeArgs {
@@ -594,6 +603,15 @@ impl ServeArgs {
         fill_some!(auth_audience);
         fill_some!(allowed_origins);
         fill_some!(metrics_bind);
+        // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
+        self.live.file = file.live;
+        if let Some(list) = file.client_settings {
+            if unset("client_settings") {
+                self.live.client_settings = list
+                    .parse()
+                    .map_err(|e| invalid(format!("client_settings: {e}")))?;
+            }
+        }
         Ok(())
     }
 }
@@ -765,5 +783,36 @@ mod tests {
         let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
         assert!(error.to_string().contains("modality"), "{error}");
         assert!(parse(&["livegate", "--config", "/nonexistent/livegate.toml"]).is_err());
+    }
+
+    #[test]
+    fn live_settings_come_from_flags_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "client-settings = \"voice,vad\"\n[live]\nvoice = \"Puck\"\nlanguage = \"fr-FR\"\nsilence-duration-ms = 900\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--voice", "Kore"]).unwrap();
+        let live = args.live.settings().unwrap();
+        assert_eq!(live.voice.as_deref(), Some("Kore"), "the flag wins");
+        assert_eq!(live.language.as_deref(), Some("fr-FR"));
+        assert_eq!(live.silence_duration_ms, Some(900));
+        assert!(args.live.client_settings.allows("prefix_padding_ms"));
+        assert!(!args.live.client_settings.allows("language"));
+        let defaults = parse(&["livegate"]).unwrap();
+        assert_eq!(
+            defaults.live.client_settings,
+            ServeArgs::defaults().live.client_settings
+        );
+        assert!(defaults.live.client_settings.allows("barge_in"));
+        std::fs::write(&path, "[live]\ncolour = 1\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("colour"), "{error}");
+        std::fs::write(&path, "client-settings = \"voice,colour\"\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("colour"), "{error}");
     }
 }

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use super::close;
 use super::codec::{encode_event, AudioFrames, FrameBlocks, FrameError};
 use super::ids::PathId;
+use super::live_settings::{self, ClientLayer};
 use super::metrics::{Meter, RunMeter};
 use super::registry::Lease;
 use super::writer::{close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats};
@@ -38,32 +39,14 @@ const WRITER_CHANNEL_CAPACITY: usize = 256;
 const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);
 
 /// Per-connection choices made in the URL's query.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConnectOptions {
     /// How model audio reaches the client.
     pub audio: AudioFrames,
     /// Response modality.
     pub modality: Modality,
-    /// Proactive audio.
-    pub proactivity: bool,
-    /// Affective dialog.
-    pub affective_dialog: bool,
-}
-
-impl ConnectOptions {
-    /// The run config for this connection on this gateway.
-    pub fn run_config(&self, save_audio: bool) -> RunConfig {
-        RunConfig {
-            response_modalities: Some(vec![self.modality]),
-            save_live_blob: save_audio,
-            proactivity: self
-                .proactivity
-                .then(|| serde_json::json!({"proactiveAudio": true})),
-            enable_affective_dialog: self.affective_dialog.then_some(true),
-            session_resumption: Some(Default::default()),
-            ..RunConfig::default()
-        }
-    }
+    /// Live settings given as query parameters.
+    pub settings: ClientLayer,
 }
 
 /// Why the reader loop stopped.
@@ -196,11 +179,32 @@ impl Connection {
         R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
     {
         let gateway = self.gateway.clone();
+        // The run starts with the client's settings when its first frame is a setup message.
+        let mut stream = stream.peekable();
+        let stop = async {
+            tokio::select! {
+                () = lease.taken_over.fired() => {}
+                () = gateway.shutdown.fired() => {}
+            }
+        };
+        let meter = self.meter.clone();
+        let setup = live_settings::read_setup(&mut stream, &gateway.live.client, stop)
+            .await
+            .map(|(setup, bytes)| {
+                meter.received(false, bytes);
+                setup
+            });
+        let (run_config, setting_errors) = live_settings::run_config(
+            &gateway.live,
+            &self.options,
+            gateway.save_audio,
+            setup.as_ref(),
+        );
         let (queue, requests) =
             bounded_live_request_queue(gateway.queue_capacity, gateway.queue_max_bytes);
         let run_config = RunConfig {
             on_reconnect: gateway.metrics.on_reconnect(),
-            ..self.options.run_config(gateway.save_audio)
+            ..run_config
         };
         let started = gateway
             .runner
@@ -222,6 +226,17 @@ impl Connection {
             failed: self.run_failed.clone(),
         };
         let writer = self.spawn_writer(sink, frames, abort);
+        let agent = gateway.runner.agent.name().to_owned();
+        for error in setting_errors {
+            tracing::info!(%error, "client live setting refused");
+            let event = Event::error(&invocation_id, &agent, error.code(), error.to_string());
+            send_event(
+                &self.writer_tx,
+                self.meter.counted(event),
+                self.options.audio,
+            )
+            .await;
+        }
         let end = self.read(stream, &queue, lease, &invocation_id).await;
         self.close(end, &queue, abort_writer, writer).await;
     }
@@ -355,7 +370,7 @@ impl Connection {
                         invocation_id,
                         &agent,
                         error.code(),
-                        error.to_string(),
+                        live_settings::frame_error_message(&error),
                     ));
                     if !send_event(&self.writer_tx, event, self.options.audio).await {
                         return End::ClientGone;

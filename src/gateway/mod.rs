@@ -9,6 +9,7 @@ pub mod config;
 mod connection;
 mod ids;
 pub mod limits;
+pub mod live_settings;
 pub mod metrics;
 mod pg_leases;
 pub mod process;
@@ -92,6 +93,8 @@ pub struct Gateway {
     pub metrics: metrics::Metrics,
     /// Who may do what.
     pub auth: auth::Auth,
+    /// Live settings every connection starts from, and what clients may change.
+    pub live: live_settings::LiveDefaults,
     connections: TaskTracker,
     /// Caps on live connections and the rate of new ones.
     pub limits: Arc<limits::Limits>,
@@ -125,6 +128,9 @@ pub enum StartError {
     /// Authentication is misconfigured, or missing where it is required.
     #[error("authentication: {0}")]
     Auth(String),
+    /// A default live setting (flags, config file or agent file) is invalid.
+    #[error("live settings: {0}")]
+    Settings(#[from] crate::live::settings::SettingError),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -201,6 +207,13 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
     };
     let agent = agent_config.build(&args.model, &|name| model_for_name(name, &options))?;
+    let live = live_settings::LiveDefaults {
+        settings: args
+            .live
+            .settings()?
+            .overlay(&agent_config.live.clone().unwrap_or_default()),
+        client: args.live.client_settings.clone(),
+    };
     tracing::info!(agent = agent.name(), model = args.model, "agent ready");
     let mut runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
     runner.history = crate::runner::HistoryLimit {
@@ -257,6 +270,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         web_root: args.web_root.clone(),
         metrics,
         auth,
+        live,
         connections: TaskTracker::new(),
         limits: limits.clone(),
         readiness,
@@ -457,14 +471,6 @@ fn parse_options(
     gateway: &Gateway,
     query: &HashMap<String, String>,
 ) -> Result<ConnectOptions, String> {
-    let flag = |name: &str| -> Result<bool, String> {
-        match query.get(name).map(|v| v.to_ascii_lowercase()) {
-            None => Ok(false),
-            Some(v) if v == "true" || v == "1" => Ok(true),
-            Some(v) if v == "false" || v == "0" => Ok(false),
-            Some(v) => Err(format!("invalid {name} {v:?} (expected true or false)")),
-        }
-    };
     Ok(ConnectOptions {
         audio: match query.get("audio") {
             Some(v) => v.parse()?,
@@ -474,8 +480,7 @@ fn parse_options(
             Some(v) => v.parse()?,
             None => gateway.modality,
         },
-        proactivity: flag("proactivity")?,
-        affective_dialog: flag("affective_dialog")?,
+        settings: live_settings::query_settings(query, &gateway.live.client),
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod flow;
 mod queue;
 mod run_config;
+pub mod settings;
 
 pub(crate) use queue::Shortcut;
 pub use queue::{

@@ -4,15 +4,18 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::model::{Modality, RealtimeInputConfig, SessionResumptionConfig};
+use crate::model::{
+    ContextWindowCompression, Modality, ProactivityConfig, RealtimeInputConfig,
+    SessionResumptionConfig, SpeechConfig,
+};
 
 /// Settings of one run (ADK's `RunConfig`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
     /// Response modalities; `None` means AUDIO in live runs.
     pub response_modalities: Option<Vec<Modality>>,
-    /// Speech config (voice), passed to the model as JSON.
-    pub speech_config: Option<Value>,
+    /// Voice and language.
+    pub speech_config: Option<SpeechConfig>,
     /// Transcribe the user's audio (on by default, as in ADK).
     pub input_audio_transcription: bool,
     /// Transcribe the model's audio (on by default, as in ADK).
@@ -21,10 +24,10 @@ pub struct RunConfig {
     pub realtime_input_config: Option<RealtimeInputConfig>,
     /// Session resumption (handle, transparent).
     pub session_resumption: Option<SessionResumptionConfig>,
-    /// Context window compression, passed to the model as JSON.
-    pub context_window_compression: Option<Value>,
-    /// Proactive audio, passed to the model as JSON.
-    pub proactivity: Option<Value>,
+    /// Context window compression.
+    pub context_window_compression: Option<ContextWindowCompression>,
+    /// Proactive audio.
+    pub proactivity: Option<ProactivityConfig>,
     /// Affective dialog.
     pub enable_affective_dialog: Option<bool>,
     /// Record input and output audio to artifacts.

@@ -12,15 +12,17 @@ mod server;
 mod tls;
 mod wire;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::serve::Listener;
 use axum::Router;
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +86,38 @@ struct Shared {
     next_connection: AtomicU64,
     /// Sessions opened on the Vertex AI path.
     vertex_connections: AtomicU64,
+    /// The latest `setup` messages received, as sent, oldest first.
+    setups: Mutex<VecDeque<Value>>,
+}
+
+/// How many `setup` messages the mock keeps for [`MockGemini::setups`].
+const KEPT_SETUPS: usize = 64;
+
+impl Shared {
+    /// Keeps the `setup` of a first message, if it is one, for tests to read.
+    fn record_setup(&self, message: &axum::extract::ws::Message) {
+        use axum::extract::ws::Message;
+        let text = match message {
+            Message::Text(text) => text.as_str(),
+            Message::Binary(data) => match std::str::from_utf8(data) {
+                Ok(text) => text,
+                Err(_) => return,
+            },
+            _ => return,
+        };
+        let Ok(Value::Object(mut body)) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        let Some(setup) = body.remove("setup") else {
+            return;
+        };
+        // A poisoned log only means a test thread panicked; the mock keeps serving.
+        let mut setups = self.setups.lock().unwrap_or_else(|e| e.into_inner());
+        if setups.len() == KEPT_SETUPS {
+            setups.pop_front();
+        }
+        setups.push_back(setup);
+    }
 }
 
 /// A running mock Gemini Live server.
@@ -99,6 +133,12 @@ impl MockGemini {
     /// How many WebSocket sessions clients have opened so far.
     pub fn connections(&self) -> u64 {
         self.shared.next_connection.load(Ordering::Relaxed) - 1
+    }
+
+    /// The `setup` messages clients sent (the latest 64, oldest first), exactly as received.
+    pub fn setups(&self) -> Vec<Value> {
+        let setups = self.shared.setups.lock().unwrap_or_else(|e| e.into_inner());
+        setups.iter().cloned().collect()
     }
 
     /// How many of those sessions came in on the Vertex AI path.
@@ -131,6 +171,7 @@ pub async fn start(bind: SocketAddr, config: MockGeminiConfig) -> std::io::Resul
         connections: TaskTracker::new(),
         next_connection: AtomicU64::new(1),
         vertex_connections: AtomicU64::new(0),
+        setups: Mutex::new(VecDeque::new()),
     });
     let app = server::router(shared.clone());
     let token = shared.shutdown.clone();

@@ -224,7 +224,12 @@ impl<'a> Connection<'a> {
                 () = shared.shutdown.cancelled() => Err(Close::new(CLOSE_GOING_AWAY, "Server is shutting down.").into()),
                 () = sleep_until(self.go_away_at) => Err(Close::new(CLOSE_NORMAL, "Connection lifetime reached.").into()),
                 frame = socket.recv() => match frame {
-                    Some(Ok(message)) => self.client_frame(message, socket).await,
+                    Some(Ok(message)) => {
+                        if matches!(self.model, Model::AwaitingSetup) {
+                            shared.record_setup(&message);
+                        }
+                        self.client_frame(message, socket).await
+                    }
                     Some(Err(error)) => {
                         tracing::debug!(%error, "mock-gemini read failed");
                         Err(End::ClientGone)
@@ -269,7 +274,16 @@ impl<'a> Connection<'a> {
                 Err(Close::invalid("Invalid session resumption handle.").into())
             }
             (ClientMessage::Setup(config), Model::AwaitingSetup) => {
-                tracing::info!(model = %config.model, modality = ?config.modality(), tools = config.tools.len(), "mock-gemini setup");
+                let speech = config.speech_config.clone().unwrap_or_default();
+                tracing::info!(
+                    model = %config.model,
+                    modality = ?config.modality(),
+                    tools = config.tools.len(),
+                    voice = speech.voice_name.as_deref().unwrap_or("default"),
+                    language = speech.language_code.as_deref().unwrap_or("default"),
+                    compression = config.context_window_compression.is_some(),
+                    "mock-gemini setup"
+                );
                 self.model = Model::Pending(config);
                 self.send(socket, &wire::setup_complete(self.endpoint.api))
                     .await?;

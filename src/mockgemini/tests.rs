@@ -13,8 +13,9 @@ use crate::event::{
     SessionResumptionUpdate, Transcription, UsageMetadata,
 };
 use crate::model::{
-    AutomaticActivityDetection, FunctionDeclaration, GoAway, LiveConnectConfig, LiveInput,
-    LlmResponse, Modality, RealtimeInputConfig, SessionResumptionConfig,
+    ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, FunctionDeclaration,
+    GoAway, LiveConnectConfig, LiveInput, LlmResponse, Modality, ProactivityConfig,
+    RealtimeInputConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig, StartSensitivity,
 };
 
 const DEVELOPER: Endpoint = Endpoint {
@@ -222,25 +223,30 @@ fn python_genai_setup_becomes_a_live_connect_config() {
                 ),
             }],
             response_modalities: vec![Modality::Audio],
-            speech_config: Some(json!({
-                "voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Puck"}},
-                "languageCode": "en-US",
-            })),
+            speech_config: Some(SpeechConfig {
+                voice_name: Some("Puck".into()),
+                language_code: Some("en-US".into()),
+            }),
             input_audio_transcription: true,
             output_audio_transcription: true,
             realtime_input_config: Some(RealtimeInputConfig {
                 automatic_activity_detection: Some(AutomaticActivityDetection {
                     disabled: Some(false),
-                    start_of_speech_sensitivity: Some("START_SENSITIVITY_HIGH".into()),
+                    start_of_speech_sensitivity: Some(StartSensitivity::High),
                     ..AutomaticActivityDetection::default()
                 }),
-                activity_handling: Some("START_OF_ACTIVITY_INTERRUPTS".into()),
+                activity_handling: Some(ActivityHandling::StartOfActivityInterrupts),
             }),
             session_resumption: Some(SessionResumptionConfig::default()),
-            context_window_compression: Some(
-                json!({"triggerTokens": 25600, "slidingWindow": {"targetTokens": 12800}})
-            ),
-            proactivity: Some(json!({"proactiveAudio": true})),
+            context_window_compression: Some(ContextWindowCompression {
+                trigger_tokens: Some(25600),
+                sliding_window: SlidingWindow {
+                    target_tokens: Some(12800)
+                },
+            }),
+            proactivity: Some(ProactivityConfig {
+                proactive_audio: Some(true),
+            }),
             enable_affective_dialog: Some(true),
             history: Vec::new(),
         }
@@ -272,7 +278,12 @@ fn setup_reads_snake_case_json_schema_tools_int64_strings_and_a_resumption_handl
     );
     assert_eq!(
         config.context_window_compression,
-        Some(json!({"triggerTokens": 25600, "slidingWindow": {"targetTokens": 12800}}))
+        Some(ContextWindowCompression {
+            trigger_tokens: Some(25600),
+            sliding_window: SlidingWindow {
+                target_tokens: Some(12800)
+            },
+        })
     );
     assert!(!config.input_audio_transcription && !config.output_audio_transcription);
     let minimal = setup(json!({"setup": {"model": "models/m"}}));
@@ -732,5 +743,50 @@ fn an_interrupted_answer_passes_through_and_its_turn_complete_carries_usage() {
     assert_eq!(
         outbound.messages(&both),
         [json!({"serverContent": {"turnComplete": true, "interrupted": true}})]
+    );
+}
+
+#[test]
+fn setup_reads_unspecified_enums_and_typed_speech_and_proactivity() {
+    let config = setup(json!({"setup": {
+        "model": "models/m",
+        "generationConfig": {"speechConfig": {"languageCode": "de-DE"}},
+        "realtimeInputConfig": {
+            "automaticActivityDetection": {"startOfSpeechSensitivity": "START_SENSITIVITY_UNSPECIFIED",
+                "endOfSpeechSensitivity": "END_SENSITIVITY_LOW"},
+            "activityHandling": "ACTIVITY_HANDLING_UNSPECIFIED",
+        },
+        "contextWindowCompression": {"slidingWindow": {}},
+        "proactivity": {"proactiveAudio": false},
+    }}));
+    let speech = config.speech_config.unwrap();
+    assert_eq!(
+        (speech.voice_name, speech.language_code.as_deref()),
+        (None, Some("de-DE"))
+    );
+    let realtime = config.realtime_input_config.unwrap();
+    assert!(
+        realtime.activity_interrupts(),
+        "unspecified handling interrupts"
+    );
+    let auto = realtime.automatic_activity_detection.unwrap();
+    assert_eq!(
+        auto.start_of_speech_sensitivity,
+        Some(StartSensitivity::Unspecified)
+    );
+    assert_eq!(
+        auto.end_of_speech_sensitivity,
+        Some(crate::model::EndSensitivity::Low)
+    );
+    assert_eq!(
+        config.context_window_compression,
+        Some(ContextWindowCompression::default())
+    );
+    assert_eq!(config.proactivity.unwrap().proactive_audio, Some(false));
+    // A sensitivity Gemini does not know is refused, as Gemini refuses it.
+    rejected(
+        &json!({"setup": {"model": "models/m", "realtimeInputConfig": {
+            "automaticActivityDetection": {"startOfSpeechSensitivity": "VERY"}}}})
+        .to_string(),
     );
 }

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
 use crate::event::{Blob, Content, FunctionResponse, Part, UsageMetadata};
 use crate::model::{
-    FunctionDeclaration, LiveConnectConfig, LiveInput, LlmResponse, Modality, RealtimeInputConfig,
-    SessionResumptionConfig,
+    ContextWindowCompression, FunctionDeclaration, LiveConnectConfig, LiveInput, LlmResponse,
+    Modality, ProactivityConfig, RealtimeInputConfig, SessionResumptionConfig, SpeechConfig,
 };
 
 /// Close code: normal closure (after `goAway`).
@@ -232,23 +232,6 @@ fn camel_case(key: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// An int64, which proto3 JSON writes as a string but clients also send as a number.
-fn int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
-    match Option::<Value>::deserialize(deserializer)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom(format!("{n} is not an int64"))),
-        Some(Value::String(s)) => s
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not an int64"))),
-        Some(other) => Err(serde::de::Error::custom(format!("{other} is not an int64"))),
-    }
-}
-
 /// A boolean, also from `"true"` / `"false"` (SDKs coerce those, so the server should too).
 fn lenient_bool<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
     match Value::deserialize(deserializer)? {
@@ -289,10 +272,10 @@ struct SetupWire {
     tools: Vec<ToolWire>,
     realtime_input_config: Option<RealtimeInputConfig>,
     session_resumption: Option<SessionResumptionConfig>,
-    context_window_compression: Option<CompressionWire>,
+    context_window_compression: Option<ContextWindowCompression>,
     input_audio_transcription: Option<Value>,
     output_audio_transcription: Option<Value>,
-    proactivity: Option<Value>,
+    proactivity: Option<ProactivityConfig>,
 }
 
 #[derive(Default, Deserialize)]
@@ -300,7 +283,7 @@ struct SetupWire {
 struct GenerationConfigWire {
     #[serde(default)]
     response_modalities: Vec<String>,
-    speech_config: Option<Value>,
+    speech_config: Option<SpeechConfig>,
     enable_affective_dialog: Option<bool>,
 }
 
@@ -319,31 +302,6 @@ struct FunctionDeclarationWire {
     description: String,
     parameters: Option<Value>,
     parameters_json_schema: Option<Value>,
-}
-
-/// `contextWindowCompression`, read to check its int64s and passed on with them as numbers.
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CompressionWire {
-    #[serde(
-        default,
-        deserialize_with = "int64",
-        skip_serializing_if = "Option::is_none"
-    )]
-    trigger_tokens: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sliding_window: Option<SlidingWindowWire>,
-}
-
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SlidingWindowWire {
-    #[serde(
-        default,
-        deserialize_with = "int64",
-        skip_serializing_if = "Option::is_none"
-    )]
-    target_tokens: Option<i64>,
 }
 
 /// The model id in `models/X` or `projects/…/models/X`.
@@ -384,9 +342,6 @@ fn parse_setup(body: Value, endpoint: &Endpoint) -> Result<LiveConnectConfig, Cl
             parameters_json_schema: d.parameters_json_schema.or(d.parameters).map(Arc::new),
         })
         .collect();
-    let compression = setup
-        .context_window_compression
-        .map(|c| serde_json::to_value(c).unwrap_or_default());
     Ok(LiveConnectConfig {
         model: model.to_owned(),
         system_instruction: setup
@@ -400,7 +355,7 @@ fn parse_setup(body: Value, endpoint: &Endpoint) -> Result<LiveConnectConfig, Cl
         output_audio_transcription: setup.output_audio_transcription.is_some(),
         realtime_input_config: setup.realtime_input_config,
         session_resumption: setup.session_resumption,
-        context_window_compression: compression,
+        context_window_compression: setup.context_window_compression,
         proactivity: setup.proactivity,
         enable_affective_dialog: setup.generation_config.enable_affective_dialog,
         history: Vec::new(),

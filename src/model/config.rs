@@ -53,9 +53,9 @@ pub struct RealtimeInputConfig {
     /// Automatic (server-side) voice activity detection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub automatic_activity_detection: Option<AutomaticActivityDetection>,
-    /// What user activity does to a model answer (`START_OF_ACTIVITY_INTERRUPTS`, `NO_INTERRUPTION`).
+    /// What user activity does to a model answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub activity_handling: Option<String>,
+    pub activity_handling: Option<ActivityHandling>,
 }
 
 impl RealtimeInputConfig {
@@ -66,6 +66,51 @@ impl RealtimeInputConfig {
             .and_then(|a| a.disabled)
             .unwrap_or(false)
     }
+
+    /// True unless user activity is set not to interrupt answers (barge-in is the default).
+    pub fn activity_interrupts(&self) -> bool {
+        self.activity_handling != Some(ActivityHandling::NoInterruption)
+    }
+}
+
+/// What user activity does to an answer being given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ActivityHandling {
+    /// The start of user activity interrupts the answer (barge-in; the default).
+    StartOfActivityInterrupts,
+    /// The answer goes on while the user speaks.
+    NoInterruption,
+    /// The model's default (interrupts), as clients may spell it.
+    ActivityHandlingUnspecified,
+}
+
+/// How readily speech is detected to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartSensitivity {
+    /// Starts on quieter or shorter speech.
+    #[serde(rename = "START_SENSITIVITY_HIGH")]
+    High,
+    /// Needs clearer speech to start.
+    #[serde(rename = "START_SENSITIVITY_LOW")]
+    Low,
+    /// The model's default, as clients may spell it.
+    #[serde(rename = "START_SENSITIVITY_UNSPECIFIED")]
+    Unspecified,
+}
+
+/// How readily speech is detected to have ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndSensitivity {
+    /// Ends on shorter pauses.
+    #[serde(rename = "END_SENSITIVITY_HIGH")]
+    High,
+    /// Needs longer pauses to end.
+    #[serde(rename = "END_SENSITIVITY_LOW")]
+    Low,
+    /// The model's default, as clients may spell it.
+    #[serde(rename = "END_SENSITIVITY_UNSPECIFIED")]
+    Unspecified,
 }
 
 /// Automatic voice activity detection settings.
@@ -75,18 +120,136 @@ pub struct AutomaticActivityDetection {
     /// Turn automatic detection off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
-    /// `START_SENSITIVITY_HIGH` / `START_SENSITIVITY_LOW`.
+    /// How readily speech starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_of_speech_sensitivity: Option<String>,
-    /// `END_SENSITIVITY_HIGH` / `END_SENSITIVITY_LOW`.
+    pub start_of_speech_sensitivity: Option<StartSensitivity>,
+    /// How readily speech ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub end_of_speech_sensitivity: Option<String>,
+    pub end_of_speech_sensitivity: Option<EndSensitivity>,
     /// Speech required before a start is committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_padding_ms: Option<u32>,
     /// Silence required before an end is committed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silence_duration_ms: Option<u32>,
+}
+
+/// Voice and language of spoken answers (`generationConfig.speechConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SpeechConfigWire", into = "SpeechConfigWire")]
+pub struct SpeechConfig {
+    /// A prebuilt voice (`Puck`, `Kore`, …).
+    pub voice_name: Option<String>,
+    /// The language spoken and heard, BCP-47 (`en-US`, `de-DE`).
+    pub language_code: Option<String>,
+}
+
+/// `speechConfig` as Gemini spells it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpeechConfigWire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    voice_config: Option<VoiceConfigWire>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    language_code: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VoiceConfigWire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    prebuilt_voice_config: Option<PrebuiltVoiceWire>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PrebuiltVoiceWire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    voice_name: Option<String>,
+}
+
+impl From<SpeechConfigWire> for SpeechConfig {
+    fn from(wire: SpeechConfigWire) -> Self {
+        SpeechConfig {
+            voice_name: wire
+                .voice_config
+                .and_then(|v| v.prebuilt_voice_config)
+                .and_then(|p| p.voice_name),
+            language_code: wire.language_code,
+        }
+    }
+}
+
+impl From<SpeechConfig> for SpeechConfigWire {
+    fn from(config: SpeechConfig) -> Self {
+        SpeechConfigWire {
+            voice_config: config.voice_name.map(|name| VoiceConfigWire {
+                prebuilt_voice_config: Some(PrebuiltVoiceWire {
+                    voice_name: Some(name),
+                }),
+            }),
+            language_code: config.language_code,
+        }
+    }
+}
+
+/// Context window compression: past `trigger_tokens` the oldest turns are dropped down to the
+/// sliding window's `target_tokens` (Gemini's defaults where unset). It lifts the session length
+/// caps of audio sessions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextWindowCompression {
+    /// Context size that starts a compression.
+    #[serde(
+        default,
+        deserialize_with = "int64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trigger_tokens: Option<u64>,
+    /// The sliding window (the only compression mechanism).
+    #[serde(default)]
+    pub sliding_window: SlidingWindow,
+}
+
+/// The sliding window of context window compression.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlidingWindow {
+    /// Context size kept after a compression.
+    #[serde(
+        default,
+        deserialize_with = "int64",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub target_tokens: Option<u64>,
+}
+
+/// An int64 as proto3 JSON has it: a number or a decimal string.
+fn int64<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a token count"))),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a token count"))),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "{other} is not a token count"
+        ))),
+    }
+}
+
+/// Proactive audio: the model may choose not to answer input that is not meant for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProactivityConfig {
+    /// Turn proactive audio on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proactive_audio: Option<bool>,
 }
 
 /// Session resumption settings.
@@ -112,8 +275,8 @@ pub struct LiveConnectConfig {
     pub tools: Vec<FunctionDeclaration>,
     /// Response modalities (one of them, in practice).
     pub response_modalities: Vec<Modality>,
-    /// Speech config (voice), passed through as JSON.
-    pub speech_config: Option<Value>,
+    /// Voice and language.
+    pub speech_config: Option<SpeechConfig>,
     /// Transcribe the user's audio.
     pub input_audio_transcription: bool,
     /// Transcribe the model's audio.
@@ -122,10 +285,10 @@ pub struct LiveConnectConfig {
     pub realtime_input_config: Option<RealtimeInputConfig>,
     /// Session resumption settings (with the handle to resume, if any).
     pub session_resumption: Option<SessionResumptionConfig>,
-    /// Context window compression, passed through as JSON.
-    pub context_window_compression: Option<Value>,
-    /// Proactivity, passed through as JSON.
-    pub proactivity: Option<Value>,
+    /// Context window compression.
+    pub context_window_compression: Option<ContextWindowCompression>,
+    /// Proactivity.
+    pub proactivity: Option<ProactivityConfig>,
     /// Affective dialog.
     pub enable_affective_dialog: Option<bool>,
     /// Conversation history to replay at connect (audio already filtered out).

@@ -17,8 +17,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 pub use config::{
-    AutomaticActivityDetection, FunctionDeclaration, LiveConnectConfig, LiveInput, Modality,
-    RealtimeInputConfig, SessionResumptionConfig,
+    ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, EndSensitivity,
+    FunctionDeclaration, LiveConnectConfig, LiveInput, Modality, ProactivityConfig,
+    RealtimeInputConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig, StartSensitivity,
 };
 pub use error::ModelError;
 pub use response::{GoAway, LlmRequest, LlmResponse};

@@ -11,7 +11,8 @@ use super::wire::{
 use super::*;
 use crate::event::{Blob, Content, FunctionResponse, Transcription};
 use crate::model::{
-    FunctionDeclaration, LiveInput, LlmResponse, Modality, SessionResumptionConfig,
+    ContextWindowCompression, FunctionDeclaration, LiveInput, LlmResponse, Modality,
+    ProactivityConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig,
 };
 
 const MODEL: &str = "gemini-2.5-flash-native-audio-preview-12-2025";
@@ -188,14 +189,22 @@ fn config() -> LiveConnectConfig {
             parameters_json_schema: Some(json!({"type": "object"}).into()),
         }],
         response_modalities: vec![Modality::Audio],
-        speech_config: Some(json!({"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Puck"}}})),
+        speech_config: Some(SpeechConfig {
+            voice_name: Some("Puck".into()),
+            language_code: Some("en-US".into()),
+        }),
         input_audio_transcription: true,
         output_audio_transcription: true,
         session_resumption: Some(SessionResumptionConfig::default()),
-        context_window_compression: Some(
-            json!({"triggerTokens": 25600, "slidingWindow": {"targetTokens": 12800}}),
-        ),
-        proactivity: Some(json!({"proactiveAudio": true})),
+        context_window_compression: Some(ContextWindowCompression {
+            trigger_tokens: Some(25600),
+            sliding_window: SlidingWindow {
+                target_tokens: Some(12800),
+            },
+        }),
+        proactivity: Some(ProactivityConfig {
+            proactive_audio: Some(true),
+        }),
         enable_affective_dialog: Some(true),
         ..LiveConnectConfig::default()
     }

@@ -26,7 +26,7 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
         generation.insert("responseModalities".into(), Value::Array(modalities));
     }
     if let Some(speech) = &config.speech_config {
-        generation.insert("speechConfig".into(), speech.clone());
+        generation.insert("speechConfig".into(), json!(speech));
     }
     if let Some(affective) = config.enable_affective_dialog {
         generation.insert("enableAffectiveDialog".into(), json!(affective));
@@ -69,7 +69,7 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
         setup.insert("sessionResumption".into(), json!(resumption));
     }
     if let Some(compression) = &config.context_window_compression {
-        setup.insert("contextWindowCompression".into(), compression.clone());
+        setup.insert("contextWindowCompression".into(), json!(compression));
     }
     if config.input_audio_transcription {
         setup.insert("inputAudioTranscription".into(), json!({}));
@@ -78,7 +78,7 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
         setup.insert("outputAudioTranscription".into(), json!({}));
     }
     if let Some(proactivity) = &config.proactivity {
-        setup.insert("proactivity".into(), proactivity.clone());
+        setup.insert("proactivity".into(), json!(proactivity));
     }
     if history_message(config).is_some() {
         setup.insert(

@@ -42,6 +42,8 @@ pub struct AnswerStyle {
     pub text_words: usize,
     /// Time between text fragments.
     pub text_interval: Duration,
+    /// Pitch of the synthesized voice, times the default voice's.
+    pub pitch: f32,
 }
 
 /// One message of an answer, rendered when sent.
@@ -130,7 +132,7 @@ impl Answer {
                         (voice, starts)
                     }
                     None => {
-                        let synth = Synth::speak(text);
+                        let synth = Synth::speak_at(text, style.pitch);
                         let starts = synth.word_starts().to_vec();
                         (Voice::Synth(synth), starts)
                     }

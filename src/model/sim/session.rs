@@ -16,10 +16,13 @@ use super::replies::{
     audio_tokens, plan_reply, speech_transcript, text_tokens, tool_answer, Heard, Reply,
 };
 use super::vad::{Vad, VadEvent, VadSettings};
-use super::voice::{Echo, Voice, OUTPUT_RATE};
+use super::voice::{voice_pitch, Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
 use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
-use crate::model::{LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage};
+use crate::model::{
+    EndSensitivity, LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage,
+    StartSensitivity,
+};
 use crate::signal::receiver_gone;
 
 /// Sample rate assumed for PCM whose mime type names none (or an unusable one).
@@ -235,21 +238,46 @@ fn sim_message() -> LlmResponse {
     }
 }
 
-fn vad_settings(sim: &SimConfig) -> VadSettings {
-    VadSettings {
+/// The sim's VAD settings, with the session's automatic activity detection settings over them
+/// as a model would honour them: padding and silence as given, a high start sensitivity hearing
+/// quieter speech, a high (low) end sensitivity ending on shorter (longer) pauses.
+fn vad_settings(sim: &SimConfig, config: &LiveConnectConfig) -> VadSettings {
+    let mut vad = VadSettings {
         threshold_dbfs: sim.vad_threshold_dbfs(),
         min_speech_ms: sim.vad_min_speech_ms,
         silence_ms: sim.vad_silence_ms,
+    };
+    let Some(auto) = config
+        .realtime_input_config
+        .as_ref()
+        .and_then(|r| r.automatic_activity_detection.as_ref())
+    else {
+        return vad;
+    };
+    match auto.start_of_speech_sensitivity {
+        Some(StartSensitivity::High) => vad.threshold_dbfs -= 6.0,
+        Some(StartSensitivity::Low) => vad.threshold_dbfs += 6.0,
+        Some(StartSensitivity::Unspecified) | None => {}
     }
+    match auto.end_of_speech_sensitivity {
+        Some(EndSensitivity::High) => vad.silence_ms = vad.silence_ms * 3 / 5,
+        Some(EndSensitivity::Low) => vad.silence_ms = vad.silence_ms * 8 / 5,
+        Some(EndSensitivity::Unspecified) | None => {}
+    }
+    if let Some(ms) = auto.prefix_padding_ms {
+        vad.min_speech_ms = ms;
+    }
+    if let Some(ms) = auto.silence_duration_ms {
+        vad.silence_ms = ms;
+    }
+    vad
 }
 
 impl Session {
     fn new(sim: SimConfig, config: LiveConnectConfig) -> Self {
         let realtime = config.realtime_input_config.as_ref();
         let manual = realtime.is_some_and(|r| r.automatic_detection_disabled());
-        let activity_interrupts = realtime
-            .and_then(|r| r.activity_handling.as_deref())
-            .is_none_or(|h| !h.eq_ignore_ascii_case("NO_INTERRUPTION"));
+        let activity_interrupts = realtime.is_none_or(|r| r.activity_interrupts());
         let history: u64 = config
             .history
             .iter()
@@ -267,7 +295,7 @@ impl Session {
             .and_then(|r| r.handle.as_deref())
             .and_then(recall);
         Session {
-            vad: Vad::new(vad_settings(&sim), DEFAULT_INPUT_RATE),
+            vad: Vad::new(vad_settings(&sim, &config), DEFAULT_INPUT_RATE),
             rate: DEFAULT_INPUT_RATE,
             sim,
             manual,
@@ -405,7 +433,7 @@ impl Session {
             tracing::debug!(from = self.rate, to = rate, "sim input sample rate changed");
             self.handle(LiveInput::AudioStreamEnd);
             self.rate = rate;
-            self.vad = Vad::new(vad_settings(&self.sim), rate);
+            self.vad = Vad::new(vad_settings(&self.sim, &self.config), rate);
             self.track = Track::default();
             self.activity_start = self.activity_start.map(|_| 0);
         }
@@ -576,6 +604,12 @@ impl Session {
             chunk_samples: (OUTPUT_RATE * self.sim.chunk_ms() / 1000) as usize,
             text_words: self.sim.text_chunk_words(),
             text_interval: self.sim.text_chunk_interval(),
+            pitch: voice_pitch(
+                self.config
+                    .speech_config
+                    .as_ref()
+                    .and_then(|s| s.voice_name.as_deref()),
+            ),
         };
         let prompt = PromptTokens {
             text: self.context.text + turn.text,
@@ -595,5 +629,51 @@ impl Session {
             Modality::Audio => self.context.audio += answer.candidates(),
         }
         self.answers.push_back(answer);
+    }
+}
+
+#[cfg(test)]
+mod vad_settings_tests {
+    use super::*;
+    use crate::model::{AutomaticActivityDetection, RealtimeInputConfig};
+
+    fn with(auto: AutomaticActivityDetection) -> VadSettings {
+        let config = LiveConnectConfig {
+            realtime_input_config: Some(RealtimeInputConfig {
+                automatic_activity_detection: Some(auto),
+                ..RealtimeInputConfig::default()
+            }),
+            ..LiveConnectConfig::default()
+        };
+        vad_settings(&SimConfig::default(), &config)
+    }
+
+    #[test]
+    fn detection_settings_tune_the_sims_vad() {
+        let base = vad_settings(&SimConfig::default(), &LiveConnectConfig::default());
+        let eager = with(AutomaticActivityDetection {
+            start_of_speech_sensitivity: Some(StartSensitivity::High),
+            end_of_speech_sensitivity: Some(EndSensitivity::High),
+            ..AutomaticActivityDetection::default()
+        });
+        assert!(
+            eager.threshold_dbfs < base.threshold_dbfs,
+            "hears quieter speech"
+        );
+        assert!(eager.silence_ms < base.silence_ms, "ends on shorter pauses");
+        let patient = with(AutomaticActivityDetection {
+            start_of_speech_sensitivity: Some(StartSensitivity::Low),
+            end_of_speech_sensitivity: Some(EndSensitivity::Low),
+            ..AutomaticActivityDetection::default()
+        });
+        assert!(patient.threshold_dbfs > base.threshold_dbfs);
+        assert!(patient.silence_ms > base.silence_ms);
+        let explicit = with(AutomaticActivityDetection {
+            end_of_speech_sensitivity: Some(EndSensitivity::High),
+            prefix_padding_ms: Some(240),
+            silence_duration_ms: Some(1200),
+            ..AutomaticActivityDetection::default()
+        });
+        assert_eq!((explicit.min_speech_ms, explicit.silence_ms), (240, 1200));
     }
 }

@@ -637,7 +637,7 @@ async fn without_barge_in_the_answer_finishes_before_the_next() {
     let mut config = connect_config(Modality::Audio);
     config.realtime_input_config = Some(RealtimeInputConfig {
         automatic_activity_detection: None,
-        activity_handling: Some("NO_INTERRUPTION".into()),
+        activity_handling: Some(crate::model::ActivityHandling::NoInterruption),
     });
     let mut connection = model.connect(config).await.unwrap();
     send(&connection, text_turn("hi")).await;

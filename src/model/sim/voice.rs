@@ -230,16 +230,59 @@ pub struct Synth {
     segments: Vec<Segment>,
     word_starts: Vec<usize>,
     len: usize,
+    /// Times the default voice's pitch.
+    pitch: f32,
 }
 
 const fn ms(ms: usize) -> usize {
     ms * OUTPUT_RATE as usize / 1000
 }
 
+/// How much higher (or lower) than the default a prebuilt voice speaks: each name its own pitch,
+/// so a voice setting is audible in the sim as it is on a real model.
+pub fn voice_pitch(name: Option<&str>) -> f32 {
+    const VOICES: [(&str, f32); 8] = [
+        ("puck", 1.0),
+        ("charon", 0.78),
+        ("fenrir", 0.9),
+        ("orus", 0.84),
+        ("kore", 1.5),
+        ("aoede", 1.62),
+        ("leda", 1.74),
+        ("zephyr", 1.38),
+    ];
+    let Some(name) = name else {
+        return 1.0;
+    };
+    let lower = name.to_ascii_lowercase();
+    match VOICES.iter().find(|(voice, _)| *voice == lower) {
+        Some((_, pitch)) => *pitch,
+        // Any other name: a pitch of its own between 0.75 and 1.75.
+        None => {
+            let hash = lower.bytes().fold(2_166_136_261u32, |h, b| {
+                (h ^ u32::from(b)).wrapping_mul(16_777_619)
+            });
+            0.75 + (hash % 1000) as f32 / 1000.0
+        }
+    }
+}
+
 impl Synth {
-    /// Speech for whitespace-separated words.
+    /// Speech for whitespace-separated words, in the default voice.
     pub fn speak(text: &str) -> Self {
-        let mut synth = Synth::default();
+        Synth::speak_at(text, 1.0)
+    }
+
+    /// Speech for whitespace-separated words, `pitch` times the default voice's pitch.
+    pub fn speak_at(text: &str, pitch: f32) -> Self {
+        let mut synth = Synth {
+            pitch: if pitch.is_finite() {
+                pitch.clamp(0.5, 2.0)
+            } else {
+                1.0
+            },
+            ..Synth::default()
+        };
         for (index, word) in text.split_whitespace().enumerate() {
             synth.word(index, word);
         }
@@ -281,7 +324,8 @@ impl Synth {
         for (i, vowel) in vowels.into_iter().enumerate() {
             let last = i + 1 == syllables;
             // Stress on the first syllable, a fall at the end of a sentence, a rise on questions.
-            let f0 = 132.0 + (seed >> 8) as f32 % 24.0 + if i == 0 { 12.0 } else { 0.0 };
+            let f0 =
+                (132.0 + (seed >> 8) as f32 % 24.0 + if i == 0 { 12.0 } else { 0.0 }) * self.pitch;
             let glide = match (last, question, sentence_end) {
                 (true, true, _) => 0.25,
                 (true, false, true) => -0.22,
@@ -420,6 +464,58 @@ mod tests {
         // Any range renders the same samples as the whole.
         let part: Vec<i16> = samples(&voice.render(1234, 5678)).collect();
         assert_eq!(part, pcm[1234..5678]);
+    }
+
+    /// The pitch of the first voiced sound, in Hz: the strongest autocorrelation lag of 50 ms
+    /// of it, among those of 60 to 400 Hz.
+    fn pitch_hz(pcm: &[i16]) -> f64 {
+        let onset = pcm.iter().position(|s| s.abs() > 5000).unwrap();
+        let window: Vec<f64> = pcm[onset + 600..onset + 1800]
+            .iter()
+            .map(|&s| f64::from(s))
+            .collect();
+        let lags = OUTPUT_RATE as usize / 400..=OUTPUT_RATE as usize / 60;
+        let best = lags
+            .max_by(|&a, &b| {
+                let r = |lag: usize| -> f64 {
+                    let n = window.len() - lag;
+                    (0..n).map(|i| window[i] * window[i + lag]).sum::<f64>() / n as f64
+                };
+                r(a).total_cmp(&r(b))
+            })
+            .unwrap();
+        f64::from(OUTPUT_RATE) / best as f64
+    }
+
+    #[test]
+    fn each_voice_has_its_own_pitch() {
+        let text = "Hello there, how are you today?";
+        let default = all(&Voice::Synth(Synth::speak(text)));
+        let puck = all(&Voice::Synth(Synth::speak_at(
+            text,
+            voice_pitch(Some("Puck")),
+        )));
+        assert_eq!(puck, default, "Puck is the default voice");
+        let kore = all(&Voice::Synth(Synth::speak_at(
+            text,
+            voice_pitch(Some("Kore")),
+        )));
+        let charon = all(&Voice::Synth(Synth::speak_at(
+            text,
+            voice_pitch(Some("charon")),
+        )));
+        assert_eq!(kore.len(), default.len(), "same words, same timing");
+        let (low, mid, high) = (pitch_hz(&charon), pitch_hz(&default), pitch_hz(&kore));
+        assert!(
+            (1.35..1.65).contains(&(high / mid)),
+            "{mid} Hz, Kore {high} Hz"
+        );
+        assert!(
+            (0.7..0.86).contains(&(low / mid)),
+            "{mid} Hz, Charon {low} Hz"
+        );
+        assert_ne!(voice_pitch(Some("Achernar")), voice_pitch(Some("Gacrux")));
+        assert!((0.75..=1.75).contains(&voice_pitch(Some("Achernar"))));
     }
 
     #[test]
