@@ -30,6 +30,16 @@ pub enum SimPacingArg {
     Burst,
 }
 
+/// OpenAI Realtime's automatic turn detection, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OpenAiVadArg {
+    /// Silence-based (`server_vad`).
+    #[default]
+    Server,
+    /// Model-based end of turn (`semantic_vad`).
+    Semantic,
+}
+
 /// The `sim` model's settings from the `--sim-*` options (shared by `serve` and `mock-gemini`).
 pub fn sim_config(
     pacing: SimPacingArg,
@@ -71,8 +81,9 @@ pub struct ServeArgs {
     /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
-    /// Model: `sim` (embedded, offline), or a Gemini live model id (needs `GOOGLE_API_KEY` or
-    /// `GEMINI_API_KEY`, or Vertex settings).
+    /// Model: `sim` (embedded, offline), a Gemini live model id (needs `GOOGLE_API_KEY` or
+    /// `GEMINI_API_KEY`, or Vertex settings), or an OpenAI realtime model id such as
+    /// `gpt-realtime`, or `openai:<id>` (needs `OPENAI_API_KEY`).
     #[arg(long, env = "LIVEGATE_MODEL", default_value = "sim")]
     pub model: String,
     /// Gemini Live base URL, e.g. `ws://127.0.0.1:9300` for `livegate mock-gemini`.
@@ -127,6 +138,17 @@ pub struct ServeArgs {
     /// Application name (first part of session and artifact keys).
     #[arg(long, env = "LIVEGATE_APP_NAME", default_value = "livegate")]
     pub app_name: String,
+    /// OpenAI Realtime base URL (`/realtime?model=` is added), e.g. `ws://127.0.0.1:9400` for
+    /// `livegate mock-openai`, or `https://RESOURCE.openai.azure.com/openai/v1` for Azure OpenAI
+    /// (key from `OPENAI_API_KEY`; Azure: `AZURE_OPENAI_API_KEY` first).
+    #[arg(long, env = "LIVEGATE_OPENAI_BASE_URL", default_value = crate::model::openai::DEFAULT_BASE_URL)]
+    pub openai_base_url: String,
+    /// Send the OpenAI key as Azure's `api-key` header even if the host is not `*.openai.azure.com`.
+    #[arg(long, env = "LIVEGATE_OPENAI_AZURE", default_value_t = false, action = ArgAction::Set)]
+    pub openai_azure: bool,
+    /// OpenAI Realtime turn detection when the agent leaves automatic detection on.
+    #[arg(long, env = "LIVEGATE_OPENAI_VAD", value_enum, default_value_t = OpenAiVadArg::Server)]
+    pub openai_vad: OpenAiVadArg,
 }
 
 impl ServeArgs {
@@ -156,6 +178,9 @@ impl ServeArgs {
             sim_chunk_ms: None,
             web_root: None,
             app_name: "livegate".into(),
+            openai_base_url: crate::model::openai::DEFAULT_BASE_URL.into(),
+            openai_azure: false,
+            openai_vad: OpenAiVadArg::Server,
         }
     }
 
@@ -186,6 +211,30 @@ impl ServeArgs {
             api_version,
             vertex,
         }
+    }
+
+    /// How to reach OpenAI Realtime: these options plus the key from the environment, read here
+    /// (never stored in the args, which get logged).
+    pub fn openai_options(&self) -> crate::model::openai::OpenAiOptions {
+        use crate::model::gemini::Secret;
+        use crate::model::openai::{OpenAiOptions, Vad};
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut options = OpenAiOptions {
+            base_url: self.openai_base_url.clone(),
+            azure: self.openai_azure,
+            vad: match self.openai_vad {
+                OpenAiVadArg::Server => Vad::Server,
+                OpenAiVadArg::Semantic => Vad::Semantic,
+            },
+            playout_lead: std::time::Duration::from_millis(self.audio_lead_ms),
+            ..OpenAiOptions::default()
+        };
+        let azure_key = options
+            .is_azure()
+            .then(|| env("AZURE_OPENAI_API_KEY"))
+            .flatten();
+        options.api_key = azure_key.or_else(|| env("OPENAI_API_KEY")).map(Secret::new);
+        options
     }
 
     /// The session store URL, with the data-dir default filled in.
@@ -250,6 +299,9 @@ struct FileConfig {
     sim_chunk_ms: Option<u32>,
     web_root: Option<PathBuf>,
     app_name: Option<String>,
+    openai_base_url: Option<String>,
+    openai_azure: Option<bool>,
+    openai_vad: Option<String>,
 }
 
 impl ServeArgs {
@@ -333,6 +385,9 @@ impl ServeArgs {
                 self.web_root = Some(root);
             }
         }
+        fill!(openai_base_url);
+        fill!(openai_azure);
+        fill!(openai_vad, |v: &str| OpenAiVadArg::from_str(v, true));
         Ok(())
     }
 }

@@ -138,6 +138,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let options = ModelOptions {
         sim: args.sim_config(),
         gemini: args.gemini_options(),
+        openai: args.openai_options(),
     };
     let agent_config = match &args.agent {
         Some(path) => AgentConfig::load(path)?,

@@ -30,6 +30,10 @@ pub struct LlmResponse {
     pub go_away: Option<GoAway>,
     /// The model name, for `modelVersion`.
     pub model_version: Option<String>,
+    /// An error the model reported without ending the session (ADK-style code).
+    pub error_code: Option<String>,
+    /// What the error was.
+    pub error_message: Option<String>,
 }
 
 /// Notice that the upstream will close the session.
