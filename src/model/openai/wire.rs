@@ -455,8 +455,8 @@ impl Playing {
 /// The response being generated.
 #[derive(Debug, Default)]
 struct Answer {
-    /// It produced audio, text or a transcript.
-    output: bool,
+    /// It produced audio.
+    audio: bool,
     /// Function calls, held until `response.done` (as ADK holds Gemini 2.5's).
     calls: Vec<FunctionCall>,
     /// `interrupted` was already reported for it.
@@ -526,7 +526,7 @@ impl Decoder {
                 if let Some(playing) = &mut self.playing {
                     playing.samples += data.len() as u64 / 2;
                 }
-                self.answer().output = true;
+                self.answer().audio = true;
                 response.content = Some(Content::blob(
                     "model",
                     Blob::new(Bytes::from(data), OUTPUT_MIME),
@@ -537,7 +537,6 @@ impl Decoder {
                 if !self.transcribe_output || delta.is_empty() {
                     return Ok(actions);
                 }
-                self.answer().output = true;
                 response.output_transcription = Some(Transcription {
                     text: Some(delta),
                     finished: None,
@@ -558,7 +557,6 @@ impl Decoder {
                 if delta.is_empty() {
                     return Ok(actions);
                 }
-                self.answer().output = true;
                 response.content = Some(Content::text("model", delta));
             }
             "conversation.item.input_audio_transcription.delta" => {
@@ -643,10 +641,13 @@ impl Decoder {
     fn barge_in(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         let generating = self.answer.as_ref().is_some_and(|a| !a.interrupted);
+        // The answer's own audio counts while it is being generated, even if it came slower
+        // than it plays; earlier audio only while the clock says it is still playing.
+        let speaking = generating && self.answer.as_ref().is_some_and(|a| a.audio);
         let playing = self
             .playing
             .take()
-            .filter(|p| p.first_at + p.delivered() > now);
+            .filter(|p| speaking || p.first_at + p.delivered() > now);
         if !generating && playing.is_none() {
             return actions;
         }
