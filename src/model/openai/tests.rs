@@ -561,3 +561,24 @@ fn errors_are_in_band_with_adk_codes() {
     )
     .is_empty());
 }
+
+#[test]
+fn an_answer_still_generating_is_truncated_even_if_its_audio_came_slowly() {
+    let mut d = decoder();
+    let start = Instant::now();
+    feed(&mut d, json!({"type": "response.created"}), start);
+    // 100 ms of audio, then the model stalls for a second: the client's playback ran dry.
+    let tenth =
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![0u8; 4_800]);
+    feed(
+        &mut d,
+        json!({"type": "response.output_audio.delta", "item_id": "slow", "delta": tenth}),
+        start,
+    );
+    let actions = feed(
+        &mut d,
+        json!({"type": "input_audio_buffer.speech_started"}),
+        start + Duration::from_secs(1),
+    );
+    assert_eq!(actions[0], Action::Send(wire::truncate("slow", 100)));
+}
