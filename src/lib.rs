@@ -1,6 +1,6 @@
 //! livegate: a bidirectional live-streaming gateway re-implementing Google ADK's live runtime.
 //!
-//! Layers, lowest first (SPEC §1): [`event`] (ADK events and their JSON), [`model`] (live model
+//! Layers, lowest first: [`event`] (ADK events and their JSON), [`model`] (live model
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
 //! [`mockgemini`] serves the `sim` model over the Gemini Live wire protocol; it sits beside the

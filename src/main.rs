@@ -129,8 +129,8 @@ struct MockOpenAiArgs {
 }
 
 // Many small, short-lived allocations on the audio paths (frames, events, JSON) from several
-// threads: mimalloc serves them from per-thread pages, where glibc's malloc spent 12% of the
-// gateway's CPU at 1,000 sessions (see PERFORMANCE.md).
+// threads: mimalloc serves them from per-thread pages, where glibc's malloc contends on its arenas
+// (docs/PERFORMANCE.md, "Decisions").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,4 +1,4 @@
-// The gateway's REST API (README "REST API"): a user's sessions, a session's events, its artifacts.
+// The gateway's REST API (docs/PROTOCOL.md, "REST API"): a user's sessions, a session's events, its artifacts.
 // Every call rejects with an ApiError carrying the HTTP status and the gateway's `error` message.
 
 export class ApiError extends Error {

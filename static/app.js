@@ -1,6 +1,6 @@
 // The livegate web client: identity and sessions, the WebSocket, and the wiring between the
 // protocol, the conversation view, the recordings, the event console and audio.
-// Protocol: PROTOCOL.md in the repository; REST API: README.md.
+// Protocol and REST API: docs/PROTOCOL.md in the repository.
 
 import { Connection } from "./connection.js";
 import { Conversation } from "./conversation.js";

@@ -327,7 +327,7 @@ async fn python_genai_snake_case_url_safe_base64_and_double_slash() {
     let path = format!("/{PATH}");
     let mut gemini =
         Gemini::connect_with(server.addr, &path, &[("x-goog-api-key", "test-key")]).await;
-    // What python-genai sends (upstream-protocols A.2.3), with snake_case keys inside.
+    // What python-genai sends, with snake_case keys inside.
     gemini
         .send(json!({"setup": {
             "model": MODEL,

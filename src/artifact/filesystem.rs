@@ -179,17 +179,35 @@ impl FileArtifactService {
     }
 
     /// Saves a new version in `dir`: claim a number, then put its bytes in place with `write`.
+    ///
+    /// The version is reported saved only once its name is on the disk: the file's bytes are
+    /// synced before the rename, and the folder (with any folder made for it, up to `root`) after.
     fn save_in(
+        root: &Path,
         dir: &Path,
         meta: &[u8],
         write: impl FnOnce(&Path) -> Result<(), ArtifactError>,
     ) -> Result<u64, ArtifactError> {
-        let created = ensure_dir(dir)?;
-        let version = Self::claim_version(dir, meta, created)?;
+        let made = ensure_dir(dir)?;
+        let version = Self::claim_version(dir, meta, made == Made::Folder)?;
         if let Err(e) = write(&dir.join(version.to_string())) {
             // Release the claim so the number is reused rather than left as a gap.
             let _ = std::fs::remove_file(meta_path(dir, version));
             return Err(e);
+        }
+        sync_dir(dir)?;
+        let made_above = match made {
+            Made::Nothing => 0,
+            Made::Folder => 1,
+            Made::Path => usize::MAX,
+        };
+        for folder in dir
+            .ancestors()
+            .skip(1)
+            .take(made_above)
+            .take_while(|folder| folder.starts_with(root))
+        {
+            sync_dir(folder)?;
         }
         Ok(version)
     }
@@ -252,15 +270,33 @@ impl FileArtifactService {
 ///
 /// Every recording is an artifact of its own, so most saves make a new folder, and a new folder
 /// needs no listing to find its first free version.
-fn ensure_dir(dir: &Path) -> std::io::Result<bool> {
+fn ensure_dir(dir: &Path) -> std::io::Result<Made> {
     match std::fs::create_dir(dir) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
+        Ok(()) => Ok(Made::Folder),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(Made::Nothing),
         // A missing parent: another save may create `dir` at the same moment, so it counts as
         // not ours and its versions are read.
-        Err(e) if e.kind() == ErrorKind::NotFound => std::fs::create_dir_all(dir).map(|()| false),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map(|()| Made::Path)
+        }
         Err(e) => Err(e),
     }
+}
+
+/// What `ensure_dir` created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    /// The folder was there.
+    Nothing,
+    /// The folder, in a parent that was there: it is ours alone, with no versions yet.
+    Folder,
+    /// The folder and perhaps some of its ancestors (or another save made them at once).
+    Path,
+}
+
+/// Syncs a folder, so that the names created or renamed in it survive a crash (blocking).
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Runs blocking file work on tokio's blocking pool: one trip per operation, not one per syscall.
@@ -282,8 +318,13 @@ impl ArtifactService for FileArtifactService {
     ) -> Result<u64, ArtifactError> {
         let dir = self.artifact_dir(scope, filename)?;
         let meta = Self::meta(artifact.mime_type)?;
-        blocking(move || Self::save_in(&dir, &meta, |to| Self::write_version(to, &artifact.data)))
-            .await
+        let root = self.root.clone();
+        blocking(move || {
+            Self::save_in(&root, &dir, &meta, |to| {
+                Self::write_version(to, &artifact.data)
+            })
+        })
+        .await
     }
 
     async fn load(
@@ -344,8 +385,11 @@ impl ArtifactService for FileArtifactService {
             Ok(prepared) => prepared,
             Err(e) => return Err((e, spool)),
         };
+        let root = self.root.clone();
         let saved = blocking(move || {
-            Self::save_in(&dir, &meta, |to| handle.persist(to).map_err(Into::into))
+            Self::save_in(&root, &dir, &meta, |to| {
+                handle.persist(to).map_err(Into::into)
+            })
         })
         .await;
         match saved {

@@ -160,7 +160,7 @@ impl SpoolHandle {
 /// Syncs an artifact version's file, written once and seldom read soon (recordings above all),
 /// then lets the kernel drop its pages from the cache (blocking).
 ///
-/// Recordings arrive at ~40 MB/s at 1,000 sessions. Left cached, they take a fresh page for every
+/// Recordings arrive fast under load. Left cached, they take a fresh page for every
 /// 4 KiB written, long unused and in a VM perhaps not even backed by the host any more, and they
 /// crowd out pages that are read again (the session database). Dropped once clean, their pages go
 /// back to the allocator warm, and the next recording's writes reuse them.

@@ -1,6 +1,6 @@
 //! The one place requests to the WebSocket, the REST API and the run routes are authorized.
 //!
-//! Every request is allowed today; tokens (SPEC §4.6) plug in here without touching the routes.
+//! Every request is allowed today; tokens plug in here without touching the routes.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The REST API (SPEC §4.3): a user's sessions (list, create, read with paginated events, delete)
+//! The REST API: a user's sessions (list, create, read with paginated events, delete)
 //! and a session's artifacts (list, download; audio as WAV for browsers).
 
 use std::collections::HashMap;

@@ -55,8 +55,8 @@ pub struct QueueClosed;
 /// slow model reaches the socket reader), and sending after `close` is an error.
 #[derive(Debug, Clone)]
 pub struct LiveRequestQueue {
-    // Boxed: a channel allocates room for 32 messages up front, which for 168-byte requests
-    // cost every connection 5 KiB while idle.
+    // Boxed: a channel allocates room for 32 messages up front, which unboxed requests would
+    // cost every connection while idle.
     tx: mpsc::Sender<Box<LiveRequest>>,
     closed: Signal,
     order: Arc<Mutex<Order>>,

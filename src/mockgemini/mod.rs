@@ -1,7 +1,7 @@
 //! `livegate mock-gemini`: an offline Gemini Live (`BidiGenerateContent`) server backed by the
-//! `sim` model (SPEC §3.3), for developing and testing Gemini Live clients with no key and no network.
+//! `sim` model, for developing and testing Gemini Live clients with no key and no network.
 //!
-//! It speaks the wire protocol as Google's servers do (upstream-protocols A.10): the Developer API
+//! It speaks the wire protocol as Google's servers do: the Developer API
 //! and Vertex paths (a doubled leading slash too), the key in any of the accepted places, `setup`
 //! first and once, camelCase or snake_case keys, either base64 alphabet, pretty-printed JSON in
 //! binary frames, `function-call-<digits>` ids, and close codes 1007 / 1008 / 1011. Fault switches

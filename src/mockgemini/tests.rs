@@ -172,7 +172,7 @@ fn camelize_rewrites_keys_at_any_depth_but_not_inside_client_data() {
     );
 }
 
-/// The setup python-genai 2.34.0 sent to a stub server (upstream-protocols A.2.3).
+/// The setup python-genai 2.34.0 sent to a stub server.
 fn python_genai_setup() -> Value {
     json!({"setup": {
         "model": "models/gemini-2.5-flash-native-audio-preview-12-2025",

@@ -10,6 +10,7 @@ pub mod gemini;
 pub mod openai;
 mod response;
 pub mod sim;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ pub use error::ModelError;
 pub use response::{GoAway, LlmRequest, LlmResponse};
 
 /// One message from a model connection: a response, or why the connection failed. Boxed because
-/// a channel allocates room for 32 messages up front; unboxed that was 11 KiB per connection.
+/// a channel allocates room for 32 messages up front, and most connections are idle.
 pub type ModelMessage = Result<Box<LlmResponse>, ModelError>;
 
 /// Capacity of the channels between a flow and a backend connection.

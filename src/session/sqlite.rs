@@ -52,10 +52,8 @@ const SCHEMA: &[&str] = &[
 
 /// WAL pages after which a commit copies the log back into the database (SQLite's default is
 /// 1,000). Appends rewrite the same index pages of their sessions over and over; a checkpoint
-/// copies each page once however often it changed, so a longer log copies far less. At 1,000
-/// live sessions checkpoints were about a third of the store's writer thread; 10,000 (a log of
-/// about 40 MB) made `sessions/sqlite_append_64_sessions_at_once` 17% faster and the gateway 4%
-/// cheaper.
+/// copies each page once however often it changed, so a longer log (about 40 MB) copies far
+/// less (`cargo bench --bench hot_paths -- sessions` shows it).
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
 
 /// Write transactions take the write lock up front: a deferred transaction that reads and then

@@ -1,4 +1,4 @@
-//! ADK's event field set (google-adk 2.13, reference §6.1): every key and its JSON type.
+//! ADK's event field set (google-adk 2.13): every key and its JSON type.
 //! Any other key, or a value of the wrong type, fails the test.
 
 use serde_json::{Map, Value};

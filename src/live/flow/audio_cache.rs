@@ -12,9 +12,8 @@ use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService, S
 use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 
 /// Audio a recording gathers in memory before it is written to its spool file (2 s of 16 kHz
-/// input): a long turn then costs a session this much memory, not the whole turn's audio. At 1,000
-/// load-test sessions, 64 KiB held ~40 KiB less per session than 128 KiB for no measurable CPU;
-/// 32 KiB saved only ~10 KiB more, and each spill is a write on the spill thread.
+/// input): a long turn then costs a session this much memory, not the whole turn's audio. Smaller
+/// saves little more memory and costs a write on the spill thread per spill.
 const SPILL_BYTES: usize = 64 * 1024;
 
 /// One side's audio of the current turn. The first chunk names the file (its time) and the

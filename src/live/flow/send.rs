@@ -15,8 +15,8 @@ use crate::live::{LiveRequest, LiveRequestReceiver, Shortcut};
 use crate::model::LiveInput;
 
 /// An event the send loop hands to the flow to commit (and maybe yield), and the ack that it was
-/// committed. Boxed: these are rare, and a channel allocates room for 32 messages up front, which
-/// unboxed would cost every connection 24 KiB.
+/// committed. Boxed: these are rare, and a channel allocates room for 32 messages up front on
+/// every connection.
 pub(crate) type PersistRequest = Box<(FlowItem, oneshot::Sender<()>)>;
 
 /// What the send loop reads: the client's requests and the flow's own inputs (tool responses).

@@ -1,7 +1,7 @@
 //! Spilling recordings' audio to their spool files, on one background thread.
 //!
-//! A blocking-pool trip per spill woke a thread for every 64 KiB of audio (about 1,000 times a
-//! second at 1,000 sessions), and each wake-up could preempt a runtime worker. The spill thread
+//! A blocking-pool trip per spill woke a thread for every 64 KiB of audio, many times a second
+//! under load, and each wake-up could preempt a runtime worker. The spill thread
 //! lingers after each batch so that, under load, one wake-up writes many spills. Spills are never
 //! awaited on a latency path, only when a turn's recording is saved, and that last write goes to
 //! the blocking pool instead (see `Recording::finish_spool` in `audio_cache`).

@@ -72,7 +72,13 @@ pub(super) async fn open(
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES))
         .read_buffer_size(READ_BUFFER_BYTES);
-    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(ws_config), true);
+    let tls = crate::model::tls::client_config().map_err(ModelError::Connect)?;
+    let connecting = tokio_tungstenite::connect_async_tls_with_config(
+        request,
+        Some(ws_config),
+        true,
+        Some(tokio_tungstenite::Connector::Rustls(tls)),
+    );
     let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| ModelError::Connect("timed out connecting to Gemini".into()))?

@@ -1,4 +1,4 @@
-//! The Gemini wire format against real-shaped frames (upstream-protocols reference, A.2–A.9).
+//! The Gemini wire format against real-shaped frames.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;

@@ -149,7 +149,7 @@ pub fn input_text(input: &LiveInput, realtime_text: bool) -> String {
 ///
 /// Every session sends a microphone chunk every 20 ms; built as a `Value`, each cost two maps, a
 /// base64 `String` copied into the text, and a scan of that base64 for characters to escape, of
-/// which it has none (1.32 → 0.41 µs per chunk, `cargo bench --bench hot_paths -- gemini`).
+/// which it has none (`cargo bench --bench hot_paths -- gemini` measures it).
 fn realtime_blob_text(blob: &Blob) -> String {
     let key = if blob.mime_type.starts_with("audio/") {
         "audio"

@@ -1,4 +1,4 @@
-//! `sim`: the embedded, deterministic, offline live model (SPEC §3.1).
+//! `sim`: the embedded, deterministic, offline live model.
 //!
 //! It behaves like Gemini Live so the gateway works with no key and no network:
 //! - **Text in** (a complete content turn) ⇒ after the reply delay, `Hello! I'm the livegate

@@ -134,8 +134,8 @@ impl Track {
     }
 
     /// Frees most of the room an utterance grew the window to once it is forgotten: between
-    /// utterances the track keeps only a pre-roll, and a 6 s utterance left 20 KiB allocated per
-    /// session for good (1,000 load-test sessions: ~20 MiB of empty slots).
+    /// utterances the track keeps only a pre-roll, and a long utterance would otherwise leave its
+    /// empty slots allocated for the rest of the session.
     fn give_back_room(&mut self) {
         let capacity = self.chunks.capacity();
         if capacity > TRACK_MIN_SLOTS && self.chunks.len() < capacity / 4 {

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The peer benchmark: ADK Python's live gateway (its bidi-demo handler, adk_gateway.py) and
+# livegate's `gemini` backend, each in front of the same `livegate mock-gemini` over wss://, driven
+# by the same `livegate loadtest` (sessions, turns, clips, ramp), one after the other in one
+# invocation so that the ratio is measured on the same machine in the same minutes.
+#
+#   benches/peer/run.sh                          # 100 sessions x 3 spoken turns each
+#   benches/peer/run.sh --sessions 50 --turns 2
+#   benches/peer/run.sh --capacity "25 50 100 200 400 800 1000"
+#                                                # the largest count each holds at p99 <= 30 ms
+#
+# Both gateways keep sessions in memory and record no audio (ADK's demo does neither), and each
+# speaks its own default wire to the client: ADK base64 audio inside JSON, livegate binary frames.
+# Reports (JSON) go to --out (default target/peer); the table is printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+
+sessions=100 turns=3 capacity="" out=target/peer ramp=50 p99_limit=30
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sessions) sessions=$2; shift 2 ;;
+    --turns) turns=$2; shift 2 ;;
+    --capacity) capacity=$2; shift 2 ;;
+    --ramp) ramp=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+cert=$root/tests/fixtures/tls/cert.pem
+key=$root/tests/fixtures/tls/key.pem
+model=gemini-2.5-flash-native-audio-preview-12-2025
+
+echo "== building livegate (release) and ADK Python's venv" >&2
+# LIVEGATE_BIN and PEER_VENV reuse a binary and a venv already at hand.
+bin=${LIVEGATE_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release --quiet
+  bin=$root/target/release/livegate
+fi
+venv=${PEER_VENV:-$root/target/peer-venv}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r benches/peer/requirements.txt
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits (at most 30 s) until something answers HTTP on the port.
+wait_http() {
+  for _ in $(seq 1 150); do
+    curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
+    sleep 0.2
+  done
+  echo "nothing answered on port $1" >&2; return 1
+}
+
+mock_port=$(free_port)
+RUST_LOG=warn "$bin" mock-gemini --port "$mock_port" --api-key test-key \
+  --tls-cert "$cert" --tls-key "$key" \
+  --sim-pacing burst --sim-reply-delay-ms 0 --sim-chunk-ms 200 >"$out/mock.log" 2>&1 &
+pids+=($!)
+
+# start_gateway NAME PORT: starts it in the background; its pid in $gateway_pid.
+start_gateway() {
+  case "$1" in
+    adk)
+      (cd benches/peer && PEER_UPSTREAM="https://127.0.0.1:$mock_port" GOOGLE_API_KEY=test-key \
+        SSL_CERT_FILE="$cert" exec "$venv/bin/python" -m uvicorn adk_gateway:app \
+        --host 127.0.0.1 --port "$2" --log-level warning) >"$out/adk.log" 2>&1 &
+      ;;
+    livegate)
+      SSL_CERT_FILE="$cert" GEMINI_API_KEY=test-key RUST_LOG=warn "$bin" --bind "127.0.0.1:$2" \
+        --model "$model" --gemini-base-url "wss://127.0.0.1:$mock_port" \
+        --session-store memory: --artifact-store memory: --save-audio false >"$out/livegate.log" 2>&1 &
+      ;;
+  esac
+  gateway_pid=$!
+  wait_http "$2"
+}
+
+# run NAME SESSIONS: one load test against a fresh gateway; the report in $out/NAME-SESSIONS.json.
+run() {
+  local port; port=$(free_port)
+  start_gateway "$1" "$port"
+  echo "== $1, $2 sessions x $turns turns" >&2
+  "$bin" loadtest --url "ws://127.0.0.1:$port/ws" --sessions "$2" --turns "$turns" \
+    --duration 600s --ramp "$ramp" --server-pid "$gateway_pid" --quiet \
+    --report "$out/$1-$2.json" >"$out/$1-$2.txt" 2>&1 || true
+  kill "$gateway_pid" 2>/dev/null || true
+  wait "$gateway_pid" 2>/dev/null || true
+}
+
+if [ -n "$capacity" ]; then
+  for gateway in adk livegate; do
+    for n in $capacity; do
+      run "$gateway" "$n"
+      python3 benches/peer/compare.py --holds "$p99_limit" "$out/$gateway-$n.json" || break
+    done
+  done
+  python3 benches/peer/compare.py --capacity "$p99_limit" "$out" $capacity
+else
+  run adk "$sessions"
+  run livegate "$sessions"
+  python3 benches/peer/compare.py "$out/adk-$sessions.json" "$out/livegate-$sessions.json"
+fi
