@@ -17,7 +17,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::wire::{Action, Decoder, Encoder};
+use super::wire::{Action, Decoder, Encoder, LastAudio};
 use crate::model::{
     LiveConnection, LiveInput, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY,
 };
@@ -53,6 +53,7 @@ pub(super) struct Setup {
     pub history: Vec<Value>,
     pub manual: bool,
     pub decoder: Decoder,
+    pub last_audio: LastAudio,
 }
 
 /// Opens a session: connects, waits for `session.created`, sends `session.update` and waits for
@@ -89,6 +90,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         history,
         manual,
         mut decoder,
+        last_audio,
     } = setup;
     let handshake = async {
         wait_for_session(&mut socket, &mut decoder).await?;
@@ -111,7 +113,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         sink,
         input_rx,
         upstream_rx,
-        Encoder::new(manual),
+        Encoder::new(manual, last_audio),
         done.clone(),
     ));
     tokio::spawn(read_loop(stream, output_tx, upstream_tx, decoder, done));

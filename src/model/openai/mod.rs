@@ -23,7 +23,7 @@ use super::gemini::Secret;
 use super::{LiveConnectConfig, LiveConnection, LiveModel, ModelError};
 use connection::{open, Endpoint, Setup};
 pub use wire::Vad;
-use wire::{history_events, manual_activity, session_update, Decoder};
+use wire::{history_events, manual_activity, session_update, Decoder, LastAudio};
 
 /// OpenAI's API base.
 pub const DEFAULT_BASE_URL: &str = "wss://api.openai.com/v1";
@@ -159,6 +159,7 @@ impl LiveModel for OpenAiModel {
             azure = self.options.is_azure(),
             "connecting to OpenAI Realtime"
         );
+        let last_audio = LastAudio::default();
         let setup = Setup {
             session_update: session_update(&config, self.options.vad),
             history: history_events(&config),
@@ -167,7 +168,9 @@ impl LiveModel for OpenAiModel {
                 &self.model,
                 config.output_audio_transcription,
                 self.options.playout_lead,
+                last_audio.clone(),
             ),
+            last_audio,
         };
         open(endpoint, setup).await
     }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::wire::{history_events, session_update, Action, Decoder, Encoder, Vad};
+use super::wire::{history_events, session_update, Action, Decoder, Encoder, LastAudio, Vad};
 use super::*;
 use crate::event::{Content, FunctionResponse};
 use crate::model::{
@@ -18,7 +18,7 @@ use crate::model::{
 const LEAD: Duration = Duration::from_millis(500);
 
 fn decoder() -> Decoder {
-    Decoder::new("gpt-realtime", true, LEAD)
+    Decoder::new("gpt-realtime", true, LEAD, LastAudio::default())
 }
 
 fn responses(actions: Vec<Action>) -> Vec<LlmResponse> {
@@ -201,7 +201,7 @@ fn history_is_seeded_as_items_and_answered_when_the_user_spoke_last() {
 
 #[test]
 fn text_turns_tool_results_and_manual_activity_ask_for_responses() {
-    let mut encoder = Encoder::new(true);
+    let mut encoder = Encoder::new(true, LastAudio::default());
     let text = parsed(encoder.encode(LiveInput::Content {
         content: Content::text("user", "hello"),
         turn_complete: true,
@@ -258,14 +258,14 @@ fn text_turns_tool_results_and_manual_activity_ask_for_responses() {
     );
 
     // With server-side detection, activity signals are not sent.
-    let mut automatic = Encoder::new(false);
+    let mut automatic = Encoder::new(false, LastAudio::default());
     assert!(automatic.encode(LiveInput::ActivityEnd).is_empty());
 }
 
 #[test]
 fn client_audio_is_resampled_to_24_khz() {
     use base64::Engine;
-    let mut encoder = Encoder::new(false);
+    let mut encoder = Encoder::new(false, LastAudio::default());
     let mut bytes = 0;
     // One second of 16 kHz audio in 20 ms frames.
     for _ in 0..50 {
@@ -581,4 +581,40 @@ fn an_answer_still_generating_is_truncated_even_if_its_audio_came_slowly() {
         start + Duration::from_secs(1),
     );
     assert_eq!(actions[0], Action::Send(wire::truncate("slow", 100)));
+}
+
+#[test]
+fn the_answer_to_an_utterance_carries_when_its_last_audio_was_read() {
+    let last_audio = LastAudio::default();
+    let mut encoder = Encoder::new(false, last_audio.clone());
+    let mut d = Decoder::new("gpt-realtime", true, LEAD, last_audio);
+    let read = Instant::now();
+    let mut blob = crate::event::Blob::new(Bytes::from(vec![0u8; 640]), "audio/pcm;rate=16000");
+    blob.received = Some(read.into_std());
+    encoder.encode(LiveInput::Realtime(blob));
+    feed(
+        &mut d,
+        json!({"type": "input_audio_buffer.speech_stopped", "item_id": "u"}),
+        read,
+    );
+    feed(&mut d, json!({"type": "response.created"}), read);
+    let first = responses(feed(
+        &mut d,
+        json!({"type": "response.output_audio.delta", "item_id": "a", "delta": "AAA="}),
+        read,
+    ));
+    assert_eq!(
+        first[0].content.as_ref().unwrap().parts[0].prompted_by,
+        Some(read.into_std())
+    );
+    let second = responses(feed(
+        &mut d,
+        json!({"type": "response.output_audio.delta", "item_id": "a", "delta": "AAA="}),
+        read,
+    ));
+    assert_eq!(
+        second[0].content.as_ref().unwrap().parts[0].prompted_by,
+        None,
+        "only the first"
+    );
 }

@@ -2,6 +2,7 @@
 //! connect config, client events from `LiveInput`s, and server events turned into `LlmResponse`s
 //! by a small per-connection state machine (responses, playing audio, transcripts).
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
@@ -248,20 +249,39 @@ pub fn truncate(item_id: &str, audio_end_ms: u64) -> Value {
     })
 }
 
+/// When the gateway read the client audio most recently sent upstream: the writer sets it, the
+/// reader stamps the answer to the utterance that audio ended with it (first-answer latency).
+#[derive(Debug, Clone, Default)]
+pub struct LastAudio(Arc<Mutex<Option<std::time::Instant>>>);
+
+impl LastAudio {
+    fn set(&self, at: Option<std::time::Instant>) {
+        if at.is_some() {
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = at;
+        }
+    }
+
+    fn get(&self) -> Option<std::time::Instant> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Turns `LiveInput`s into client events: resamples audio to 24 kHz (keeping the resampler's
 /// state across chunks) and asks for answers where Gemini would give them unasked.
 #[derive(Debug)]
 pub struct Encoder {
     manual: bool,
     upsampler: Option<Upsampler>,
+    last_audio: LastAudio,
 }
 
 impl Encoder {
     /// An encoder for a session whose turns are delimited by activity signals when `manual`.
-    pub fn new(manual: bool) -> Self {
+    pub fn new(manual: bool, last_audio: LastAudio) -> Self {
         Encoder {
             manual,
             upsampler: None,
+            last_audio,
         }
     }
 
@@ -270,6 +290,7 @@ impl Encoder {
         let mut out = Vec::new();
         match input {
             LiveInput::Realtime(blob) if blob.is_pcm() => {
+                self.last_audio.set(blob.received);
                 let rate = blob.sample_rate().unwrap_or(16_000);
                 if let Some(pcm) = self.resample(rate, &blob.data) {
                     out.push(append(&pcm));
@@ -473,11 +494,19 @@ pub struct Decoder {
     playing: Option<Playing>,
     /// The user item being transcribed and the text its deltas gave so far.
     heard: Option<(String, String)>,
+    last_audio: LastAudio,
+    /// When the audio that ended the user's last utterance was read, until its answer starts.
+    prompted_by: Option<std::time::Instant>,
 }
 
 impl Decoder {
     /// A decoder for `model`; `lead` is how far the gateway lets audio run ahead of playback.
-    pub fn new(model: &str, transcribe_output: bool, lead: Duration) -> Self {
+    pub fn new(
+        model: &str,
+        transcribe_output: bool,
+        lead: Duration,
+        last_audio: LastAudio,
+    ) -> Self {
         Decoder {
             model: model.to_owned(),
             transcribe_output,
@@ -485,6 +514,8 @@ impl Decoder {
             answer: None,
             playing: None,
             heard: None,
+            last_audio,
+            prompted_by: None,
         }
     }
 
@@ -527,10 +558,12 @@ impl Decoder {
                     playing.samples += data.len() as u64 / 2;
                 }
                 self.answer().audio = true;
-                response.content = Some(Content::blob(
-                    "model",
-                    Blob::new(Bytes::from(data), OUTPUT_MIME),
-                ));
+                let mut content = Content::blob("model", Blob::new(Bytes::from(data), OUTPUT_MIME));
+                // The answer's first audio carries when its prompt was read, for the writer's clock.
+                if let Some(part) = content.parts.first_mut() {
+                    part.prompted_by = self.prompted_by.take();
+                }
+                response.content = Some(content);
             }
             "response.output_audio_transcript.delta" | "response.audio_transcript.delta" => {
                 let delta = event.delta.unwrap_or_default();
@@ -557,7 +590,11 @@ impl Decoder {
                 if delta.is_empty() {
                     return Ok(actions);
                 }
-                response.content = Some(Content::text("model", delta));
+                let mut content = Content::text("model", delta);
+                if let Some(part) = content.parts.first_mut() {
+                    part.prompted_by = self.prompted_by.take();
+                }
+                response.content = Some(content);
             }
             "conversation.item.input_audio_transcription.delta" => {
                 let delta = event.delta.unwrap_or_default();
@@ -593,6 +630,10 @@ impl Decoder {
                 });
             }
             "input_audio_buffer.speech_started" => return Ok(self.barge_in(now)),
+            "input_audio_buffer.speech_stopped" | "input_audio_buffer.committed" => {
+                self.prompted_by = self.prompted_by.or_else(|| self.last_audio.get());
+                return Ok(actions);
+            }
             "response.function_call_arguments.done" => {
                 let arguments = event.arguments.unwrap_or_default();
                 let args = match serde_json::from_str::<Value>(&arguments) {
