@@ -449,4 +449,34 @@ mod tests {
         assert!(error.to_string().contains("modality"), "{error}");
         assert!(parse(&["livegate", "--config", "/nonexistent/livegate.toml"]).is_err());
     }
+
+    #[test]
+    fn openai_settings_come_from_flags_and_the_file() {
+        use crate::model::openai::Vad;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "openai-base-url = \"https://contoso.openai.azure.com/openai/v1\"\nopenai_vad = \"semantic\"\n",
+        )
+        .unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        let options = args.openai_options();
+        assert_eq!(options.vad, Vad::Semantic);
+        assert!(options.is_azure(), "recognised by its host");
+        assert_eq!(options.playout_lead, std::time::Duration::from_millis(500));
+        let args = parse(&[
+            "livegate",
+            "--openai-base-url",
+            "ws://127.0.0.1:9400",
+            "--openai-azure",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.openai_options().url("gpt-realtime"),
+            "ws://127.0.0.1:9400/v1/realtime?model=gpt-realtime"
+        );
+        assert!(args.openai_options().is_azure(), "forced by the flag");
+    }
 }
