@@ -28,6 +28,8 @@ pub const TRANSCRIPTION_MODEL: &str = "gpt-4o-mini-transcribe";
 const VOICES: [&str; 10] = [
     "alloy", "ash", "ballad", "cedar", "coral", "echo", "marin", "sage", "shimmer", "verse",
 ];
+/// Most function calls one response may hold (more are dropped, with a warning).
+const MAX_CALLS: usize = 64;
 /// Longest transcript kept while waiting for its `completed` event.
 const MAX_TRANSCRIPT_BYTES: usize = 64 * 1024;
 
@@ -653,7 +655,9 @@ impl Decoder {
                     name: event.name.unwrap_or_default(),
                 };
                 let answer = self.answer();
-                if !answer.calls.iter().any(|c| c.id == call.id) {
+                if answer.calls.len() >= MAX_CALLS {
+                    tracing::warn!("too many function calls in one response; one dropped");
+                } else if !answer.calls.iter().any(|c| c.id == call.id) {
                     answer.calls.push(call);
                 }
                 return Ok(actions);
