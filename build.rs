@@ -2,6 +2,7 @@
 //! (`0.1.0 (4a584fd)`, `0.1.0 (4a584fd, modified)`), so a load test's report and the gateway's
 //! `/metrics` say which code they measured.
 
+use std::path::Path;
 use std::process::Command;
 
 fn git(args: &[&str]) -> Option<String> {
@@ -15,8 +16,14 @@ fn main() {
     let version = env!("CARGO_PKG_VERSION");
     let build = match git(&["rev-parse", "--short=7", "HEAD"]) {
         Some(commit) if !commit.is_empty() => {
-            let modified = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|changes| !changes.is_empty());
+            // `--no-optional-locks`: a plain `git status` refreshes and rewrites `.git/index`.
+            let modified = git(&[
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ])
+            .is_some_and(|changes| !changes.is_empty());
             if modified {
                 format!("{version} ({commit}, modified)")
             } else {
@@ -28,12 +35,26 @@ fn main() {
     };
     println!("cargo:rustc-env=LIVEGATE_BUILD={build}");
     // Run again when the commit or the tracked files change; nothing else changes the name.
+    // Not `.git/index`: every `git status` (the user's, an editor's) may rewrite it without a
+    // change, and the tracked files it would catch are watched themselves.
     for path in ["src", "static", "Cargo.toml", "Cargo.lock", "build.rs"] {
         println!("cargo:rerun-if-changed={path}");
     }
+    // The commit: HEAD (a checkout) and the branch it names (a commit); in a worktree the
+    // branch lives in the main repository's folder. Only files that exist: cargo runs the
+    // script again on every build for a watched path that is missing.
+    let mut watched = Vec::new();
     if let Some(git_dir) = git(&["rev-parse", "--git-dir"]) {
-        for path in ["HEAD", "index", "refs", "packed-refs"] {
-            println!("cargo:rerun-if-changed={git_dir}/{path}");
-        }
+        watched.push(format!("{git_dir}/HEAD"));
+    }
+    if let (Some(common_dir), Some(branch)) = (
+        git(&["rev-parse", "--git-common-dir"]),
+        git(&["symbolic-ref", "-q", "HEAD"]),
+    ) {
+        watched.push(format!("{common_dir}/{branch}"));
+        watched.push(format!("{common_dir}/packed-refs"));
+    }
+    for path in watched.iter().filter(|p| Path::new(p).exists()) {
+        println!("cargo:rerun-if-changed={path}");
     }
 }

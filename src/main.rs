@@ -31,6 +31,10 @@ enum Command {
     /// Run an offline OpenAI Realtime server backed by the `sim` model.
     MockOpenai(MockOpenAiArgs),
     /// Load-test a gateway: many sessions streaming real speech, with latency, errors, CPU and memory.
+    ///
+    /// The gateway stores the load's sessions and their recordings like any others: one run with
+    /// its defaults writes them into its ./data. Run it with `--session-store memory:
+    /// --artifact-store memory:` to keep nothing; the report names the sessions' user.
     Loadtest(livegate::loadtest::LoadtestArgs),
 }
 
@@ -64,7 +68,7 @@ struct MockGeminiArgs {
     /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
     #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
     sim_pacing: SimPacingArg,
-    /// Delay before each answer starts, in milliseconds.
+    /// Delay before each answer starts, in milliseconds (default 150).
     #[arg(long)]
     sim_reply_delay_ms: Option<u64>,
     /// Length of each answer audio chunk, in milliseconds (default 40).
@@ -134,9 +138,6 @@ struct MockOpenAiArgs {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// How long shutdown waits for live runs to close and flush.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
@@ -154,10 +155,12 @@ async fn main() -> anyhow::Result<()> {
     args.apply_config_file(arg_matches)?;
     init_logging(args.log_format);
     let server = gateway::start(&args).await?;
-    println!("livegate listening on http://{}", server.addr);
+    println!("livegate listening on {}://{}", server.scheme, server.addr);
     shutdown_signal().await;
     tracing::info!("shutting down");
-    server.shutdown(SHUTDOWN_GRACE).await;
+    server
+        .shutdown(Duration::from_secs(args.drain_timeout))
+        .await;
     Ok(())
 }
 
@@ -225,9 +228,14 @@ async fn loadtest(args: livegate::loadtest::LoadtestArgs) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Logs go to stderr (stdout carries the listening address and reports), coloured only when
+/// stderr is a terminal, so a log file or a pipe gets no escape codes.
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -71,6 +71,7 @@ const log = new EventLog({
   search: $("log-search"),
   counter: $("log-count"),
   stats: $("audio-stats"),
+  scroller: $("log-panel"),
 });
 const recordings = new Recordings({
   list: $("recordings"),
@@ -82,6 +83,8 @@ const picker = new SessionPicker({
   select: $("session-select"),
   onPick(sessionId) {
     state.sessionId = sessionId;
+    // The console shows one session's events, as the conversation does.
+    log.clear();
     log.info("session", `switched to ${sessionId}`);
     openSession({ fresh: false });
   },
@@ -238,7 +241,7 @@ const connection = new Connection({
     conversation.abortTurn();
     const retry = retryInMs === null ? "" : ` Reconnecting in ${(retryInMs / 1000).toFixed(1)} s.`;
     if (reason) {
-      const kind = code === 1000 || code === 1001 ? "info" : "error";
+      const kind = code === 1000 || code === 1001 || code === 1012 ? "info" : "error";
       conversation.system(`Connection closed (${code}): ${reason}.${retry}`, kind);
     } else if (!quietFailures) {
       conversation.system(`Disconnected (code ${code}).${retry}`);
@@ -318,7 +321,9 @@ async function openSession({ fresh }) {
   }
   livegate.historyLoaded = true;
   connection.reconnect();
-  recordings.load(state.userId, state.sessionId);
+  // A new session has nothing stored yet: listing its recordings would only be a 404.
+  if (fresh) recordings.startEmpty(state.userId, state.sessionId);
+  else recordings.load(state.userId, state.sessionId);
 }
 
 /** Reconnects the same session with new options; the conversation stays. */
@@ -334,6 +339,7 @@ function restart() {
 
 $("new-session").addEventListener("click", () => {
   state.sessionId = newSessionId();
+  log.clear();
   log.info("session", `new session ${state.sessionId}`);
   openSession({ fresh: true });
   $("text-input").focus();

@@ -9,6 +9,12 @@ const HEALTHY_MS = 5000;
 // Close codes after which retrying would be wrong: 4000 = the session was taken over by another
 // tab (retrying would take it back, and the two tabs would fight), 1008 = policy violation.
 const NO_RETRY = new Set([4000, 1008]);
+// Close codes of a gateway going away on purpose (1001 going away, 1012 restarting, as in a
+// rolling restart): the session carries on at whichever node answers next. The gateway was
+// healthy, so the backoff starts over, after a random pause of up to this long so that a
+// draining node's clients do not all reconnect in the same instant.
+const RESTART = new Set([1001, 1012]);
+const RESTART_JITTER_MS = 1000;
 
 export class Connection {
   /**
@@ -69,7 +75,13 @@ export class Connection {
       if (this.openedAt && performance.now() - this.openedAt >= HEALTHY_MS) this.delay = FIRST_DELAY_MS;
       this.openedAt = 0;
       this.onStatus("disconnected");
-      const retry = NO_RETRY.has(e.code) ? null : this.schedule();
+      let retry = null;
+      if (RESTART.has(e.code)) {
+        this.delay = FIRST_DELAY_MS;
+        retry = this.schedule(Math.round(Math.random() * RESTART_JITTER_MS));
+      } else if (!NO_RETRY.has(e.code)) {
+        retry = this.schedule();
+      }
       this.onClose({ code: e.code, reason: e.reason }, retry);
     };
     ws.onerror = () => {}; // a close event always follows; it carries the details
@@ -81,9 +93,12 @@ export class Connection {
     this.connect();
   }
 
-  schedule() {
-    const delay = this.delay;
-    this.delay = Math.min(delay * 2, MAX_DELAY_MS);
+  /** Schedules the next attempt after `delay` (default: the backoff's, which then doubles). */
+  schedule(delay) {
+    if (delay === undefined) {
+      delay = this.delay;
+      this.delay = Math.min(delay * 2, MAX_DELAY_MS);
+    }
     this.timer = setTimeout(() => {
       this.timer = 0;
       this.connect();

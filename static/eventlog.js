@@ -2,6 +2,7 @@
 // filtered by kind (audio chunks hidden by default) and by text.
 
 import { fileName } from "./conversation.js";
+import { clockTime } from "./time.js";
 
 const MAX_ENTRIES = 500;
 
@@ -91,8 +92,7 @@ function summarize(ev, kind, audioBytes) {
 }
 
 function clock() {
-  const d = new Date();
-  return `${d.toTimeString().slice(0, 8)}.${String(d.getMilliseconds()).padStart(3, "0")}`;
+  return clockTime(new Date(), { ms: true });
 }
 
 // Long base64 payloads would make the expanded JSON unreadable (and slow to render).
@@ -110,9 +110,11 @@ export class EventLog {
    * @param {HTMLInputElement} o.search  text filter
    * @param {HTMLElement} o.counter  "(shown of total)"
    * @param {HTMLElement} o.stats    audio chunk counters
+   * @param {HTMLElement} [o.scroller] the element that scrolls the list (its panel)
    */
-  constructor({ list, filters, search, counter, stats }) {
+  constructor({ list, filters, search, counter, stats, scroller }) {
     this.list = list;
+    this.scroller = scroller || list;
     this.counter = counter;
     this.stats = stats;
     this.search = search;
@@ -172,7 +174,9 @@ export class EventLog {
 
   add(direction, kind, author, summary, payload) {
     const list = this.list;
-    const pinned = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+    // Follow new entries unless the user scrolled up to read older ones.
+    const scroller = this.scroller;
+    const pinned = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 40;
     const li = document.createElement("li");
     const group = groupOf(direction, kind);
     li.className = `entry ${direction} k-${kind} g-${group}`;
@@ -200,7 +204,7 @@ export class EventLog {
     if (this.query) this.applyQuery(li);
     list.append(li);
     while (list.childElementCount > MAX_ENTRIES) list.firstElementChild.remove();
-    if (pinned) list.scrollTop = list.scrollHeight;
+    if (pinned) scroller.scrollTop = scroller.scrollHeight;
     this.updateCount();
   }
 

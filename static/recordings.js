@@ -4,6 +4,7 @@
 
 import { listArtifacts, artifactUrl } from "./api.js";
 import { icon } from "./icons.js";
+import { whenTime } from "./time.js";
 
 const RECORDING_RE = /^adk_live_audio_storage_(input|output)_audio_(\d+)\.pcm$/;
 
@@ -11,12 +12,6 @@ function isPcm(mimeType) {
   return /^audio\/(pcm|l16)\b/i.test(mimeType || "");
 }
 
-function clockTime(ms) {
-  const d = new Date(ms);
-  const today = new Date().toDateString() === d.toDateString();
-  const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
-  return today ? time : `${d.toLocaleDateString()} ${time}`;
-}
 
 /** One row per artifact version, newest first. */
 export function recordingRows(userId, sessionId, artifacts) {
@@ -103,6 +98,13 @@ export class Recordings {
     this.render([]);
   }
 
+  /** A session the gateway has not stored yet: nothing to list (asking would be a 404), but its
+   * recordings are loaded as they are announced. */
+  startEmpty(userId, sessionId) {
+    this.clear();
+    this.session = { userId, sessionId };
+  }
+
   stop() {
     this.audio.pause();
     this.audio.removeAttribute("src");
@@ -127,7 +129,7 @@ export class Recordings {
     const li = document.createElement("li");
     li.className = `rec ${row.side || "other"}`;
     const who = row.side === "input" ? "You" : row.side === "output" ? "Agent" : row.name;
-    const when = row.at ? clockTime(row.at) : row.mimeType;
+    const when = row.at ? whenTime(new Date(row.at)) : row.mimeType;
     const version = row.version > 0 ? ` (v${row.version})` : "";
 
     const play = document.createElement("button");

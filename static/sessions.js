@@ -2,6 +2,7 @@
 // always including the current one even before the gateway has stored it.
 
 import { listSessions } from "./api.js";
+import { dayOf } from "./time.js";
 
 function ago(seconds) {
   if (!Number.isFinite(seconds)) return "";
@@ -9,7 +10,7 @@ function ago(seconds) {
   if (s < 45) return "just now";
   if (s < 90 * 60) return `${Math.round(s / 60)} min ago`;
   if (s < 36 * 3600) return `${Math.round(s / 3600)} h ago`;
-  return new Date(seconds * 1000).toLocaleDateString();
+  return dayOf(new Date(seconds * 1000));
 }
 
 export class SessionPicker {

@@ -88,6 +88,8 @@ impl Browser {
             "--use-fake-device-for-media-stream".into(),
             format!("--use-file-for-fake-audio-capture={}%noloop", wav.display()),
             "--autoplay-policy=no-user-gesture-required".into(),
+            // A 12-hour locale, so a time written without the locale (24-hour) stands out.
+            "--lang=en-US".into(),
             "--window-size=1280,800".into(),
         ];
         let mut caps = serde_json::Map::new();
@@ -190,25 +192,23 @@ async fn wait_connected(page: &Client) {
     .await;
 }
 
-/// Sizes the window so that the page's viewport is exactly `width` × `height`.
+/// Makes the page's viewport exactly `width` × `height` (emulated through DevTools: resizing the
+/// window raced the page's reading of its own size, and headless windows have a minimum width).
 async fn set_viewport(page: &Client, width: u32, height: u32) {
-    for _ in 0..3 {
-        let size = eval(page, "[innerWidth, innerHeight, outerWidth, outerHeight]").await;
-        let n = |i: usize| size[i].as_i64().expect("a number");
-        if (n(0), n(1)) == (i64::from(width), i64::from(height)) {
-            return;
-        }
-        let extra_w = (n(2) - n(0)).max(0);
-        let extra_h = (n(3) - n(1)).max(0);
-        page.set_window_size(
-            width + u32::try_from(extra_w).unwrap_or(0),
-            height + u32::try_from(extra_h).unwrap_or(0),
-        )
-        .await
-        .expect("window resized");
-    }
-    let size = eval(page, "[innerWidth, innerHeight]").await;
-    assert_eq!(size, json!([width, height]), "viewport size");
+    let params = json!({"width": width, "height": height, "deviceScaleFactor": 0, "mobile": false});
+    page.issue_cmd(Cdp {
+        cmd: "Emulation.setDeviceMetricsOverride",
+        params,
+    })
+    .await
+    .expect("viewport emulation");
+    wait_until(
+        page,
+        "the viewport size",
+        &format!("innerWidth === {width} && innerHeight === {height}"),
+        WAIT,
+    )
+    .await;
 }
 
 /// A Chrome DevTools Protocol command, through chromedriver's `goog/cdp/execute`.
@@ -331,6 +331,18 @@ async fn assert_contrast(page: &Client, when: &str) {
     assert!(report["checked"].as_u64() > Some(20), "{when}: {report}");
     assert_eq!(report["bad"], json!([]), "text contrast {when}");
 }
+
+/// `[console time, recordings time]` with digits as 0 and the console's milliseconds dropped.
+const TIME_SHAPES: &str = r##"(() => {
+  const shape = (s) => s.replace(/[.,]\d{3}/, "").replace(/\d/g, "0").trim();
+  const log = document.querySelector("#log .entry .time").textContent;
+  const rec = document.querySelector("#recordings .rec .rec-label .muted").textContent;
+  return [shape(log), shape(rec)];
+})()"##;
+
+/// How far `#log-panel` (the element that scrolls the console) is from its bottom, in pixels,
+/// and how much it can scroll at all.
+const CONSOLE_SCROLL: &str = "(() => { const p = document.querySelector('#log-panel'); return { fromBottom: p.scrollHeight - p.scrollTop - p.clientHeight, overflow: p.scrollHeight - p.clientHeight, top: p.scrollTop }; })()";
 
 /// Horizontal overflow: elements wider than the viewport (the page must work at phone width).
 const OVERFLOWING: &str = r##"[...document.querySelectorAll("body *")].filter((el) => {
@@ -612,6 +624,11 @@ async fn a_reload_shows_the_history_and_playable_recordings() {
             let rate = if row["side"] == "input" { 16_000 } else { 24_000 };
             assert_eq!(le32(24), rate, "sample rate of {url}");
         }
+        // One time format, the user's locale, in the event console and the recordings panel.
+        let shapes = eval(&page, TIME_SHAPES).await;
+        assert_eq!(shapes[0], shapes[1], "console and recordings times: {shapes}");
+        assert!(shapes[0].as_str().is_some_and(|s| s.contains("00:00:00")), "{shapes}");
+
         // And the browser plays one.
         click(&page, "#recordings .rec.input .rec-play").await;
         wait_until(&page, "a recording to play", "document.querySelector('#recordings .rec.input .rec-play').getAttribute('aria-pressed') === 'true'", WAIT).await;
@@ -623,6 +640,15 @@ async fn a_reload_shows_the_history_and_playable_recordings() {
         assert_ne!(fresh, json!("reload-1"));
         assert_eq!(eval(&page, "document.querySelectorAll('#messages > *').length").await, json!(0));
         assert_eq!(eval(&page, "document.querySelector('#session-select').value").await, fresh);
+        // The console starts over too, and nothing asked for the new session's recordings (the
+        // gateway has not stored it yet: a 404 in the browser's console).
+        let old_entries = "document.querySelectorAll('#log .k-turnComplete, #log .k-file, #log .k-history').length";
+        assert_eq!(eval(&page, old_entries).await, json!(0), "the old session's events are gone");
+        let failed = format!(
+            "performance.getEntriesByType('resource').filter((r) => r.responseStatus >= 400 || r.name.includes({fresh}))\
+               .filter((r) => r.name.includes('/artifacts')).map((r) => r.name + ' ' + r.responseStatus)"
+        );
+        assert_eq!(eval(&page, &failed).await, json!([]), "no request for the new session's recordings");
         let old = page
             .find(Locator::Css("#session-select"))
             .await
@@ -649,6 +675,12 @@ async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
         let server = handle.lock().await.take().expect("the first gateway");
         server.shutdown(WAIT).await;
         wait_until(&page, "the drop to show", "livegate.status === 'disconnected' && document.querySelector('#retry-info').textContent.includes('retrying')", WAIT).await;
+        // A drain says "restarting" (1012): the page retries within a second, not after a backoff.
+        let notice = eval(&page, "[...document.querySelectorAll('#messages .msg.system')].map((m) => m.textContent).join(' | ')").await;
+        assert!(notice.as_str().unwrap_or_default().contains("(1012)"), "{notice}");
+        let retry = eval(&page, "document.querySelector('#retry-info').textContent").await;
+        let seconds: f64 = retry.as_str().unwrap_or_default().trim_start_matches("retrying in ").trim_end_matches(" s").parse().unwrap_or(f64::MAX);
+        assert!(seconds <= 1.0, "{retry}");
 
         let mut args = test_args();
         args.bind = addr;
@@ -698,6 +730,100 @@ async fn a_second_tab_takes_the_session_over_and_reconnect_takes_it_back() {
         page.switch_to_window(second).await.expect("to the second tab");
         page.close_window().await.expect("the second tab closes");
         page.switch_to_window(first).await.expect("back to the first tab");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_event_console_follows_new_events_unless_scrolled_up() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        set_viewport(&page, 1280, 800).await;
+        open(&page, addr, "user=b6&session=follow-1&modality=TEXT").await;
+        // Enough turns for the console to scroll (bounded: each adds a dozen entries or more).
+        let mut turns = 0;
+        while eval(&page, CONSOLE_SCROLL).await["overflow"].as_i64() < Some(200) {
+            assert!(turns < 12, "the console never overflowed");
+            turns += 1;
+            send_text(
+                &page,
+                "tell me a long story about a lighthouse keeper please",
+            )
+            .await;
+            wait_until(
+                &page,
+                "the turn end",
+                &format!("{TURNS_COMPLETE} === {turns}"),
+                WAIT,
+            )
+            .await;
+        }
+        let scroll = eval(&page, CONSOLE_SCROLL).await;
+        assert!(
+            scroll["fromBottom"].as_i64() < Some(40),
+            "the newest entry is in view: {scroll}"
+        );
+
+        // Scrolled up to read, the console stays where the reader is.
+        eval(&page, "document.querySelector('#log-panel').scrollTop = 0").await;
+        turns += 1;
+        send_text(&page, "hello again").await;
+        wait_until(
+            &page,
+            "the turn end",
+            &format!("{TURNS_COMPLETE} === {turns}"),
+            WAIT,
+        )
+        .await;
+        assert_eq!(eval(&page, CONSOLE_SCROLL).await["top"], json!(0));
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn at_phone_width_long_session_ids_truncate_and_new_stays_on_screen() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    let long = |n: char| {
+        format!(
+            "conversation-about-the-lighthouse-keeper-{}",
+            n.to_string().repeat(80)
+        )
+    };
+    let http = reqwest::Client::new();
+    for id in [long('a'), long('b')] {
+        let body = json!({"userId": "b7", "sessionId": id});
+        let created = http
+            .post(format!("http://{addr}/api/sessions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 201);
+    }
+    with_browser(|page| async move {
+        set_viewport(&page, 390, 844).await;
+        open(&page, addr, &format!("user=b7&session={}", long('a'))).await;
+        wait_until(
+            &page,
+            "both long sessions in the picker",
+            "document.querySelectorAll('#session-select option').length === 2",
+            WAIT,
+        )
+        .await;
+        assert_eq!(eval(&page, OVERFLOWING).await, json!([]), "nothing wider than a phone");
+        let new = eval(
+            &page,
+            "(() => { const r = document.querySelector('#new-session').getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth; })()",
+        )
+        .await;
+        assert_eq!(new, json!(true), "New is on screen");
+        save_screenshot(&page, "phone-long-ids.png").await;
     })
     .await;
     server.shutdown(WAIT).await;

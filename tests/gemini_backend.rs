@@ -297,6 +297,13 @@ async fn an_upstream_1011_is_an_error_event_then_the_end() {
 struct Process {
     child: tokio::process::Child,
     stdout: tokio::task::JoinHandle<String>,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+/// What a process printed, by stream.
+struct Output {
+    stdout: String,
+    stderr: String,
 }
 
 /// Runs the real binary with `args`; returns it and the first stdout line containing `marker`.
@@ -328,26 +335,37 @@ async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Process, 
         }
         all
     });
+    // The logs go to stderr: read it as it comes too, or a full pipe would stall the child.
+    let mut pipe = child.stderr.take().unwrap();
+    let stderr = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = pipe.read_to_string(&mut all).await;
+        all
+    });
     let line = timeout(WAIT, found_rx)
         .await
         .expect("starts in time")
         .expect("prints its address");
-    (Process { child, stdout }, line)
+    (
+        Process {
+            child,
+            stdout,
+            stderr,
+        },
+        line,
+    )
 }
 
 /// Stops a process and returns all it printed.
-async fn output_of(mut process: Process) -> String {
+async fn output_of(mut process: Process) -> Output {
     let _ = process.child.start_kill();
-    let mut stderr = String::new();
-    if let Some(mut pipe) = process.child.stderr.take() {
-        let _ = timeout(WAIT, pipe.read_to_string(&mut stderr)).await;
-    }
     let _ = timeout(WAIT, process.child.wait()).await;
-    let stdout = timeout(WAIT, process.stdout)
-        .await
-        .unwrap()
-        .unwrap_or_default();
-    stdout + &stderr
+    let stdout = timeout(WAIT, process.stdout).await.unwrap();
+    let stderr = timeout(WAIT, process.stderr).await.unwrap();
+    Output {
+        stdout: stdout.unwrap_or_default(),
+        stderr: stderr.unwrap_or_default(),
+    }
 }
 
 #[tokio::test]
@@ -404,7 +422,18 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
     );
     let sent: String = client.events.iter().map(Value::to_string).collect();
     client.close().await;
-    let logs = output_of(gateway_process).await + &output_of(mock_process).await;
+    let gateway = output_of(gateway_process).await;
+    let mock = output_of(mock_process).await;
+    // Logs on stderr, plain text when it is not a terminal; stdout only says where it listens.
+    for output in [&gateway, &mock] {
+        assert!(output.stderr.contains("DEBUG"), "{}", output.stderr);
+        assert!(
+            !output.stderr.contains('\u{1b}'),
+            "ANSI codes in a piped log"
+        );
+        assert!(!output.stdout.contains("DEBUG"), "{}", output.stdout);
+    }
+    let logs = [gateway.stdout, gateway.stderr, mock.stdout, mock.stderr].concat();
     assert!(logs.contains("Gemini"), "debug logs were captured: {logs}");
     assert!(!logs.contains(KEY), "the key is in the logs");
     assert!(!sent.contains(KEY), "the key was sent to the client");

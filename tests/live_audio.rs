@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use livegate::artifact::ArtifactScope;
 use livegate::gateway::config::{ServeArgs, SimPacingArg};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn speech_yields_user_transcription_then_audio_answer_then_turn_complete() {
@@ -67,8 +67,22 @@ async fn speaking_over_the_answer_interrupts_it() {
     client.stream_pcm(&pcm).await;
     let frames = client.frames_until(|e| e["interrupted"] == true).await;
     assert!(!frames.is_empty());
-    // After `interrupted`, the next audio may only be the answer to the new utterance, which
-    // follows its transcription.
+    // As on Gemini, the interrupted turn then completes, with the usage of what was generated.
+    let cut = client.frames_until(is_turn_complete).await;
+    assert!(
+        !cut.iter().any(|f| matches!(f, Frame::Audio(_))),
+        "no audio of the interrupted answer after `interrupted`"
+    );
+    let usage = cut.iter().find_map(|f| match f {
+        Frame::Event(e) => e.get("usageMetadata"),
+        _ => None,
+    });
+    assert!(
+        usage.is_some_and(|u| u["totalTokenCount"].as_u64() > Some(0)),
+        "the interrupted turn reports its usage: {cut:?}"
+    );
+    // After it, the next audio may only be the answer to the new utterance, which follows its
+    // transcription.
     let after = client.frames_until(is_turn_complete).await;
     let transcript = after
         .iter()
@@ -182,7 +196,14 @@ async fn recordings_hold_exactly_what_was_sent_and_received_in(args: ServeArgs, 
     }
     let received = client.audio_bytes;
     client.close().await;
-    assert_eq!(recorded_bytes_of(&server, "s1", "input").await, pcm.len());
+    // Every byte sent, but for silence that came after the turn's recording was saved: a silent
+    // tail is no recording of its own.
+    let input = recorded_bytes_of(&server, "s1", "input").await;
+    assert!(input <= pcm.len() && input >= pcm.len() - silence(1000).len());
+    assert!(
+        pcm[input..].iter().all(|b| *b == 0),
+        "only silence is left out"
+    );
     assert_eq!(recorded_bytes_of(&server, "s1", "output").await, received);
     server.shutdown(WAIT).await;
 }
@@ -217,6 +238,45 @@ async fn disconnecting_mid_turn_still_saves_the_partial_recordings() {
     assert!(
         output > 0,
         "the part of the answer generated before the disconnect is recorded"
+    );
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn the_microphones_silent_tail_is_not_saved_as_a_recording_of_its_own() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "tail", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.events_until_turn_complete().await;
+    // The microphone stays open in a quiet room, is stopped, and the page leaves the session.
+    client.stream_pcm(&silence(2000)).await;
+    client.send_json(json!({"type": "audio_stream_end"})).await;
+    client.close().await;
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "tail",
+    };
+    let names = server
+        .gateway()
+        .runner
+        .artifacts
+        .list_names(scope)
+        .await
+        .unwrap();
+    let inputs: Vec<_> = names
+        .iter()
+        .filter(|n| n.contains("_input_audio_"))
+        .collect();
+    assert_eq!(
+        inputs.len(),
+        1,
+        "one recording of the utterance only: {names:?}"
     );
     server.shutdown(WAIT).await;
 }

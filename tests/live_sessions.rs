@@ -176,6 +176,14 @@ async fn invalid_ids_are_rejected_before_the_upgrade() {
         tokio_tungstenite::tungstenite::Error::Http(response) => assert_eq!(response.status(), 400),
         other => panic!("expected HTTP 400, got {other}"),
     }
+    // `_` starts the ids the stores reserve: its recordings could never be saved.
+    let url = format!("ws://{}/ws/u1/_user", server.addr);
+    match tokio_tungstenite::connect_async(url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 400)
+        }
+        other => panic!("expected HTTP 400 for a reserved id, got {other:?}"),
+    }
     let too_long = "x".repeat(129);
     let url = format!("ws://{}/ws/u1/{too_long}", server.addr);
     assert!(
@@ -241,4 +249,85 @@ async fn a_run_that_cannot_start_is_reported_and_closed_with_1011() {
         other => panic!("expected a 1011 close, got {other:?}"),
     }
     server.shutdown(WAIT).await;
+}
+
+/// The next `liveSessionResumptionUpdate`'s handle (it follows a turn's `turnComplete`).
+async fn next_handle(client: &mut Client) -> String {
+    loop {
+        let event = client.next_event().await;
+        if let Some(handle) = event["liveSessionResumptionUpdate"]["newHandle"].as_str() {
+            return handle.to_owned();
+        }
+    }
+}
+
+/// `sim-{id}-{n}`: the model session's id.
+fn model_session(handle: &str) -> &str {
+    handle
+        .strip_prefix("sim-")
+        .and_then(|rest| rest.rsplit_once('-'))
+        .map_or("", |(id, _)| id)
+}
+
+#[tokio::test]
+async fn a_reconnect_resumes_the_models_own_context_with_the_stored_handle() {
+    let server = start(test_args()).await;
+    let sessions = server.gateway().runner.sessions.clone();
+
+    let mut client = Client::connect(server.addr, "u1", "resumed", "modality=TEXT").await;
+    client.send_text("hello").await;
+    let first = next_handle(&mut client).await;
+    client.close().await;
+    assert_eq!(
+        sessions
+            .resumption_handle("livegate", "u1", "resumed")
+            .await
+            .unwrap(),
+        Some(first.clone()),
+        "stored with the session"
+    );
+    let state = sessions
+        .get_session("livegate", "u1", "resumed", &GetSessionConfig::default())
+        .await
+        .unwrap()
+        .unwrap()
+        .state;
+    assert!(state.values().all(|v| v.as_str() != Some(first.as_str())));
+
+    // The next connection resumes the same model session: its handles carry on.
+    let mut client = Client::connect(server.addr, "u1", "resumed", "modality=TEXT").await;
+    client.send_text("hello again").await;
+    let second = next_handle(&mut client).await;
+    client.close().await;
+    assert_eq!(model_session(&second), model_session(&first));
+    assert!(second.ends_with("-2"), "{first} then {second}");
+
+    // A handle the model does not know: the history is replayed to a new model session.
+    timeout_idle(&server).await;
+    sessions
+        .set_resumption_handle("livegate", "u1", "resumed", Some("sim-forgotten-9"))
+        .await
+        .unwrap();
+    let mut client = Client::connect(server.addr, "u1", "resumed", "modality=TEXT").await;
+    client.send_text("are you there").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().all(|e| e.get("errorCode").is_none()),
+        "{events:?}"
+    );
+    assert!(
+        prompt_tokens(&events) > 10,
+        "the history was replayed: {events:?}"
+    );
+    let third = next_handle(&mut client).await;
+    client.close().await;
+    assert_ne!(model_session(&third), model_session(&first));
+    assert_ne!(model_session(&third), "forgotten");
+    server.shutdown(WAIT).await;
+}
+
+async fn timeout_idle(server: &livegate::gateway::Server) {
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
 }

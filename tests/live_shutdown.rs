@@ -1,4 +1,5 @@
-//! Graceful shutdown: live runs are closed with 1001 and their recordings flushed.
+//! Graceful shutdown (a rolling restart's drain): live runs end and flush their recordings, then
+//! their clients are closed with 1012 to reconnect elsewhere.
 
 mod common;
 
@@ -7,7 +8,7 @@ use livegate::artifact::ArtifactScope;
 use livegate::gateway::config::SimPacingArg;
 
 #[tokio::test]
-async fn shutdown_closes_live_runs_with_1001_and_flushes_recordings() {
+async fn shutdown_flushes_recordings_then_closes_live_runs_with_1012() {
     let mut args = test_args();
     args.sim_pacing = SimPacingArg::Realtime;
     let server = start(args).await;
@@ -27,11 +28,8 @@ async fn shutdown_closes_live_runs_with_1001_and_flushes_recordings() {
             break close;
         }
     };
-    assert_eq!(close.map(|(code, _)| code), Some(1001));
-    tokio::time::timeout(WAIT, shutdown)
-        .await
-        .expect("shutdown within the grace period")
-        .unwrap();
+    assert_eq!(close.map(|(code, _)| code), Some(1012));
+    // Already saved when the client hears 1012: a reconnect elsewhere finds it.
     let scope = ArtifactScope {
         app_name: "livegate",
         user_id: "u1",
@@ -40,6 +38,10 @@ async fn shutdown_closes_live_runs_with_1001_and_flushes_recordings() {
     let names = artifacts.list_names(scope).await.unwrap();
     assert!(
         names.iter().any(|n| n.contains("_output_audio_")),
-        "the cut-off answer is recorded: {names:?}"
+        "the cut-off answer is recorded before the close: {names:?}"
     );
+    tokio::time::timeout(WAIT, shutdown)
+        .await
+        .expect("shutdown within the grace period")
+        .unwrap();
 }

@@ -256,7 +256,7 @@ async fn text_turn_streams_model_turn_then_turn_complete_with_usage() {
     assert!(turn
         .iter()
         .filter(|m| m["serverContent"].get("modelTurn").is_some())
-        .all(|m| m["serverContent"]["modelTurn"]["role"] == "model"));
+        .all(|m| m["serverContent"]["modelTurn"].get("role").is_none()));
     let last = turn.last().expect("turnComplete");
     let usage = &last["usageMetadata"];
     assert!(usage["promptTokenCount"].as_u64() > Some(0), "{last}");
@@ -462,6 +462,10 @@ async fn barge_in_interrupts_then_completes_the_turn() {
         &json!({"serverContent": {"interrupted": true}})
     );
     assert_eq!(complete["serverContent"], json!({"turnComplete": true}));
+    assert!(
+        complete["usageMetadata"]["totalTokenCount"].as_u64() > Some(0),
+        "the interrupted turn reports its usage: {complete}"
+    );
     assert!(cut
         .iter()
         .all(|m| m["serverContent"].get("generationComplete").is_none()));

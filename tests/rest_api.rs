@@ -155,6 +155,13 @@ async fn bad_requests_and_unknown_things_get_clear_json_errors() {
     assert_eq!(status, 400, "{body}");
     let (status, _) = post_json(addr, "/api/sessions", json!({"userId": "../etc"})).await;
     assert_eq!(status, 400);
+    let reserved = json!({"userId": "u1", "sessionId": "_user"});
+    let (status, body) = post_json(addr, "/api/sessions", reserved).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap_or("").contains("reserved"),
+        "{body}"
+    );
     server.shutdown(WAIT).await;
 }
 

@@ -19,8 +19,8 @@ use tokio::fs;
 
 use super::spool::{sync_and_uncache, SPOOL_DIR};
 use super::{
-    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
-    SpoolFile, USER_PREFIX,
+    validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
+    ArtifactService, SpoolFile, USER_PREFIX,
 };
 
 /// Artifacts as files under a root folder.
@@ -230,18 +230,38 @@ impl FileArtifactService {
         let Some(data) = missing_ok(std::fs::read(dir.join(version.to_string())))? else {
             return Ok(None);
         };
+        Ok(Some(Artifact {
+            data: Bytes::from(data),
+            mime_type: Self::mime_type(dir, version)?,
+        }))
+    }
+
+    /// A version's mime type from its metadata file.
+    fn mime_type(dir: &Path, version: u64) -> Result<String, ArtifactError> {
         let meta = missing_ok(std::fs::read(meta_path(dir, version)))?;
-        let mime_type = match meta.map(|m| serde_json::from_slice::<Meta>(&m)) {
+        Ok(match meta.map(|m| serde_json::from_slice::<Meta>(&m)) {
             Some(Ok(meta)) => meta.mime_type,
             Some(Err(error)) => {
                 tracing::warn!(%error, dir = %dir.display(), version, "unreadable artifact metadata");
                 FALLBACK_MIME.to_owned()
             }
             None => FALLBACK_MIME.to_owned(),
+        })
+    }
+
+    /// Versions, and the latest one's type and size, from the folder listing and the metadata.
+    fn describe_in(dir: &Path) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        let versions = Self::scan(dir)?.versions;
+        let Some(&latest) = versions.last() else {
+            return Ok(None);
         };
-        Ok(Some(Artifact {
-            data: Bytes::from(data),
-            mime_type,
+        let Some(file) = missing_ok(std::fs::metadata(dir.join(latest.to_string())))? else {
+            return Ok(None);
+        };
+        Ok(Some(ArtifactInfo {
+            versions,
+            mime_type: Self::mime_type(dir, latest)?,
+            size: file.len(),
         }))
     }
 
@@ -358,6 +378,33 @@ impl ArtifactService for FileArtifactService {
     ) -> Result<Vec<u64>, ArtifactError> {
         let dir = self.artifact_dir(scope, filename)?;
         blocking(move || Ok(Self::scan(&dir)?.versions)).await
+    }
+
+    async fn describe(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        let dir = self.artifact_dir(scope, filename)?;
+        blocking(move || Self::describe_in(&dir)).await
+    }
+
+    async fn check_writable(&self) -> Result<(), ArtifactError> {
+        // One byte written and synced in the spool folder (on the artifacts' file system), then
+        // removed: a full disk or a read-only mount fails it.
+        let probe = self
+            .spool
+            .join(format!("{TMP_PREFIX}ready-{}", uuid::Uuid::new_v4()));
+        blocking(move || {
+            let written = (|| {
+                let mut file = std::fs::File::create(&probe)?;
+                file.write_all(b"0")?;
+                file.sync_data()
+            })();
+            let _ = std::fs::remove_file(&probe);
+            Ok(written?)
+        })
+        .await
     }
 
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError> {

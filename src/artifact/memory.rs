@@ -6,7 +6,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    is_user_scoped, validate_scope_id, Artifact, ArtifactError, ArtifactScope, ArtifactService,
+    is_user_scoped, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
+    ArtifactService,
 };
 
 /// App, user, and the session (`None` for the user's own `user:` artifacts).
@@ -74,6 +75,26 @@ impl ArtifactService for InMemoryArtifactService {
                 .cloned(),
             None => versions.last().cloned(),
         })
+    }
+
+    async fn describe(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        scope.validate_for(filename)?;
+        let artifacts = self.lock();
+        let Some(versions) = artifacts
+            .get(&scope_key(scope, filename))
+            .and_then(|names| names.get(filename))
+        else {
+            return Ok(None);
+        };
+        Ok(versions.last().map(|latest| ArtifactInfo {
+            versions: (0..versions.len() as u64).collect(),
+            mime_type: latest.mime_type.clone(),
+            size: latest.data.len() as u64,
+        }))
     }
 
     async fn list_names(&self, scope: ArtifactScope<'_>) -> Result<Vec<String>, ArtifactError> {

@@ -29,6 +29,18 @@ pub struct Artifact {
     pub mime_type: String,
 }
 
+/// What a listing shows of an artifact: its versions and its latest version's type and size,
+/// read from metadata, never from the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactInfo {
+    /// Versions, ascending.
+    pub versions: Vec<u64>,
+    /// The latest version's mime type.
+    pub mime_type: String,
+    /// The latest version's size in bytes.
+    pub size: u64,
+}
+
 /// Where an artifact lives: app, user and session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArtifactScope<'a> {
@@ -68,6 +80,33 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
         scope: ArtifactScope<'_>,
         filename: &str,
     ) -> Result<Vec<u64>, ArtifactError>;
+
+    /// An artifact's versions and its latest version's type and size; `None` if it has none.
+    /// The stores here read metadata only; this default, for a store without one, loads the
+    /// latest version.
+    async fn describe(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+    ) -> Result<Option<ArtifactInfo>, ArtifactError> {
+        let versions = self.list_versions(scope, filename).await?;
+        let Some(&latest) = versions.last() else {
+            return Ok(None);
+        };
+        Ok(self
+            .load(scope, filename, Some(latest))
+            .await?
+            .map(|artifact| ArtifactInfo {
+                versions,
+                mime_type: artifact.mime_type,
+                size: artifact.data.len() as u64,
+            }))
+    }
+
+    /// Checks the store can write (for `/readyz`): a tiny write that leaves nothing behind.
+    async fn check_writable(&self) -> Result<(), ArtifactError> {
+        Ok(())
+    }
 
     /// Deletes every version of an artifact.
     async fn delete(&self, scope: ArtifactScope<'_>, filename: &str) -> Result<(), ArtifactError>;

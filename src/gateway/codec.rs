@@ -215,7 +215,8 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
     let mut prompted_by = None;
     let mut answer_text = false;
     if let Some(content) = event.content.as_mut() {
-        let from_model = content.role.as_deref() == Some("model");
+        // The model's partial text has no role (as ADK passes Gemini's on); the user's has `user`.
+        let from_model = content.role.as_deref() != Some("user") && event.author != "user";
         for part in &mut content.parts {
             prompted_by = prompted_by.or(part.prompted_by);
             answer_text |= from_model && part.text.is_some() && part.thought != Some(true);

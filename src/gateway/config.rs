@@ -75,7 +75,8 @@ pub struct ServeArgs {
     /// Where the default SQLite file and artifact folder live.
     #[arg(long, env = "LIVEGATE_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
-    /// Session store: `memory:` or `sqlite://PATH` [default: sqlite://{data-dir}/livegate.db].
+    /// Session store: `memory:`, `sqlite://PATH` or `postgres://USER@HOST/DB` (shared by several
+    /// nodes) [default: sqlite://{data-dir}/livegate.db].
     #[arg(long, env = "LIVEGATE_SESSION_STORE")]
     pub session_store: Option<String>,
     /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
@@ -125,7 +126,7 @@ pub struct ServeArgs {
     /// `sim` model: pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
     #[arg(long, env = "LIVEGATE_SIM_PACING", value_enum, default_value_t = SimPacingArg::Realtime)]
     pub sim_pacing: SimPacingArg,
-    /// `sim` model: delay before each answer starts, in milliseconds.
+    /// `sim` model: delay before each answer starts, in milliseconds (default 150).
     #[arg(long, env = "LIVEGATE_SIM_REPLY_DELAY_MS")]
     pub sim_reply_delay_ms: Option<u64>,
     /// `sim` model: length of each answer audio chunk, in milliseconds (default 40).
@@ -138,6 +139,60 @@ pub struct ServeArgs {
     /// Application name (first part of session and artifact keys).
     #[arg(long, env = "LIVEGATE_APP_NAME", default_value = "livegate")]
     pub app_name: String,
+    /// Seconds a client may take to send a request's head (and its TLS handshake); an idle
+    /// keep-alive connection is closed after as long.
+    #[arg(long, env = "LIVEGATE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_read_timeout_secs: u64,
+    /// Most connections that have not finished their first request (past it the oldest is closed);
+    /// never more than half the process's file descriptor limit.
+    #[arg(
+        long,
+        env = "LIVEGATE_MAX_UNFINISHED_CONNECTIONS",
+        default_value_t = 1024
+    )]
+    pub max_unfinished_connections: usize,
+    /// Most WebSocket connections at once (beyond it: 503 before the upgrade; 0: no cap).
+    #[arg(long, env = "LIVEGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Most live sessions one user may have at once (beyond it: 429 before the upgrade; 0: no cap).
+    /// User ids are only trustworthy with authentication on.
+    #[arg(long, env = "LIVEGATE_MAX_SESSIONS_PER_USER", default_value_t = 0)]
+    pub max_sessions_per_user: usize,
+    /// New connections one client address may open per second, in bursts of twice as many
+    /// (beyond it: 429; loopback addresses are not limited; 0: no limit).
+    #[arg(long, env = "LIVEGATE_CONNECTIONS_PER_SECOND", default_value_t = 20)]
+    pub connections_per_second: u32,
+    /// Proxies (CIDRs, comma-separated) whose `X-Forwarded-For` names the client address.
+    #[arg(long, env = "LIVEGATE_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_proxy)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Most recent session events a live run replays to the model as history.
+    #[arg(long, env = "LIVEGATE_HISTORY_MAX_EVENTS", default_value_t = crate::runner::DEFAULT_HISTORY_EVENTS)]
+    pub history_max_events: usize,
+    /// Most bytes of text a live run replays to the model as history (the newest kept).
+    #[arg(long, env = "LIVEGATE_HISTORY_MAX_BYTES", default_value_t = crate::runner::DEFAULT_HISTORY_BYTES)]
+    pub history_max_bytes: usize,
+    /// `/readyz` also checks that the model can be reached (Gemini, OpenAI: a TCP connect to its host).
+    #[arg(long, env = "LIVEGATE_READY_CHECKS_MODEL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ready_checks_model: bool,
+    /// Serve `https://` and `wss://` with this PEM certificate chain (needs `--tls-key`); the
+    /// files are reloaded when they change.
+    #[arg(long, env = "LIVEGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "LIVEGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Most recording audio one connection holds in memory when it cannot be saved (a full disk);
+    /// beyond it audio is dropped with an error event (0: no cap).
+    #[arg(long, env = "LIVEGATE_MAX_UNSAVED_RECORDING_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES)]
+    pub max_unsaved_recording_bytes: usize,
+    /// With a `postgres://` session store: how long a node's session leases outlive its last
+    /// renewal, in milliseconds (a node that dies loses its sessions to other nodes after this).
+    #[arg(long, env = "LIVEGATE_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// On SIGTERM or Ctrl-C, how long live connections get to end, flush and close with 1012,
+    /// in seconds.
+    #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
+    pub drain_timeout: u64,
     /// OpenAI Realtime base URL (`/realtime?model=` is added), e.g. `ws://127.0.0.1:9400` for
     /// `livegate mock-openai`, or `https://RESOURCE.openai.azure.com/openai/v1` for Azure OpenAI
     /// (key from `OPENAI_API_KEY`; Azure: `AZURE_OPENAI_API_KEY` first).
@@ -178,6 +233,20 @@ impl ServeArgs {
             sim_chunk_ms: None,
             web_root: None,
             app_name: "livegate".into(),
+            header_read_timeout_secs: 10,
+            max_unfinished_connections: 1024,
+            max_connections: 10_000,
+            max_sessions_per_user: 0,
+            connections_per_second: 20,
+            trusted_proxies: Vec::new(),
+            history_max_events: crate::runner::DEFAULT_HISTORY_EVENTS,
+            history_max_bytes: crate::runner::DEFAULT_HISTORY_BYTES,
+            ready_checks_model: false,
+            tls_cert: None,
+            tls_key: None,
+            max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
+            lease_ttl_ms: 10_000,
+            drain_timeout: 10,
             openai_base_url: crate::model::openai::DEFAULT_BASE_URL.into(),
             openai_azure: false,
             openai_vad: OpenAiVadArg::Server,
@@ -299,6 +368,20 @@ struct FileConfig {
     sim_chunk_ms: Option<u32>,
     web_root: Option<PathBuf>,
     app_name: Option<String>,
+    header_read_timeout_secs: Option<u64>,
+    max_unfinished_connections: Option<usize>,
+    max_connections: Option<usize>,
+    max_sessions_per_user: Option<usize>,
+    connections_per_second: Option<u32>,
+    trusted_proxies: Option<Vec<String>>,
+    history_max_events: Option<usize>,
+    history_max_bytes: Option<usize>,
+    ready_checks_model: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    max_unsaved_recording_bytes: Option<usize>,
+    lease_ttl_ms: Option<u64>,
+    drain_timeout: Option<u64>,
     openai_base_url: Option<String>,
     openai_azure: Option<bool>,
     openai_vad: Option<String>,
@@ -385,6 +468,36 @@ impl ServeArgs {
                 self.web_root = Some(root);
             }
         }
+        fill!(header_read_timeout_secs);
+        fill!(max_unfinished_connections);
+        fill!(max_connections);
+        fill!(max_sessions_per_user);
+        fill!(connections_per_second);
+        if let Some(proxies) = file.trusted_proxies {
+            if unset("trusted_proxies") {
+                self.trusted_proxies = proxies
+                    .iter()
+                    .map(|p| parse_proxy(p))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| invalid(format!("trusted_proxies: {e}")))?;
+            }
+        }
+        fill!(history_max_events);
+        fill!(history_max_bytes);
+        fill!(ready_checks_model);
+        if let Some(cert) = file.tls_cert {
+            if unset("tls_cert") {
+                self.tls_cert = Some(cert);
+            }
+        }
+        if let Some(key) = file.tls_key {
+            if unset("tls_key") {
+                self.tls_key = Some(key);
+            }
+        }
+        fill!(max_unsaved_recording_bytes);
+        fill!(lease_ttl_ms);
+        fill!(drain_timeout);
         fill!(openai_base_url);
         fill!(openai_azure);
         fill!(openai_vad, |v: &str| OpenAiVadArg::from_str(v, true));
@@ -398,6 +511,14 @@ fn parse_modality(s: &str) -> Result<Modality, String> {
 
 fn parse_audio_frames(s: &str) -> Result<AudioFrames, String> {
     s.parse()
+}
+
+/// A trusted proxy: a CIDR, or one address.
+fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is not a CIDR or an IP address"))
 }
 
 #[cfg(test)]
@@ -435,6 +556,37 @@ mod tests {
         assert_eq!(args.sim_pacing, SimPacingArg::Burst);
         assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn limits_and_tls_come_from_flags_or_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "max-connections = 7\nmax_sessions_per_user = 3\ntrusted-proxies = [\"10.0.0.0/8\", \"192.0.2.1\"]\nheader-read-timeout-secs = 4\ntls-cert = \"c.pem\"\ntls-key = \"k.pem\"\nmax-unsaved-recording-bytes = 1024\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--max-connections", "9"]).unwrap();
+        assert_eq!(args.max_connections, 9, "the flag wins");
+        assert_eq!(args.max_sessions_per_user, 3);
+        assert_eq!(args.header_read_timeout_secs, 4);
+        assert_eq!(args.max_unsaved_recording_bytes, 1024);
+        assert_eq!(
+            args.trusted_proxies,
+            vec![
+                "10.0.0.0/8".parse::<ipnet::IpNet>().unwrap(),
+                "192.0.2.1/32".parse().unwrap()
+            ]
+        );
+        assert_eq!(args.tls_cert, Some(PathBuf::from("c.pem")));
+        let defaults = parse(&["livegate"]).unwrap();
+        assert_eq!(defaults.connections_per_second, 20);
+        assert_eq!(defaults.tls_cert, None);
+        std::fs::write(&path, "trusted-proxies = [\"not-an-ip\"]").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("trusted_proxies"), "{error}");
     }
 
     #[test]

@@ -28,6 +28,8 @@ use crate::signal::Signal;
 
 /// Close code sent to a connection whose session was taken over by a newer one.
 pub const CLOSE_TAKEN_OVER: u16 = 4000;
+/// Close code of a draining gateway (SIGTERM): reconnect, to another node, and carry on.
+pub const CLOSE_SERVICE_RESTART: u16 = 1012;
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.
@@ -146,9 +148,6 @@ pub async fn serve_connection<S, R>(
                 );
                 let _ = writer.await;
                 drop(abort_writer);
-                gateway
-                    .registry
-                    .release(user_id.as_str(), session_id.as_str(), &lease);
                 return;
             }
         };
@@ -243,9 +242,10 @@ pub async fn serve_connection<S, R>(
                 CLOSE_TAKEN_OVER,
                 "session taken over by a newer connection".into(),
             ))),
-            End::Shutdown => Some(Some((1001, "gateway shutting down".into()))),
             End::TooBig => Some(Some((1009, "message too big".into()))),
-            End::RunEnded => None,
+            // A draining gateway closes only once the run has committed and flushed, so a
+            // client that reconnects elsewhere finds everything.
+            End::Shutdown | End::RunEnded => None,
         };
         let close_after_pending = cut_off.is_none();
         if let Some(close) = cut_off {
@@ -260,9 +260,15 @@ pub async fn serve_connection<S, R>(
             writer.abort();
         }
         if close_after_pending {
-            let close = WriterCommand::Close {
-                code: 1000,
-                reason: "live run ended".into(),
+            let close = match end {
+                End::Shutdown => WriterCommand::Close {
+                    code: CLOSE_SERVICE_RESTART,
+                    reason: "gateway restarting; reconnect".into(),
+                },
+                _ => WriterCommand::Close {
+                    code: 1000,
+                    reason: "live run ended".into(),
+                },
             };
             let _ = writer_tx.send(close).await;
         }
@@ -287,9 +293,7 @@ pub async fn serve_connection<S, R>(
             Ok(Err(error)) => tracing::error!(%error, "writer task failed"),
             Err(_) => tracing::warn!("writer did not finish in time"),
         }
-        gateway
-            .registry
-            .release(user_id.as_str(), session_id.as_str(), &lease);
+        // The lease goes back when `lease` drops, after the run has flushed.
         tracing::info!("connection closed");
     }
     .instrument(span)

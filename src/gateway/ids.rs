@@ -21,6 +21,19 @@ impl PathId {
         Ok(PathId(raw.to_owned()))
     }
 
+    /// Parses the id of a session to create or connect to. Ids beginning with `_` are reserved:
+    /// the stores keep their own folders beside the sessions' (the filesystem artifact store's
+    /// `_user`), so such a session could not keep its recordings.
+    pub fn new_session(raw: &str) -> Result<Self, String> {
+        let id = Self::parse("session id", raw)?;
+        if raw.starts_with('_') {
+            return Err(format!(
+                "invalid session id {raw:?}: ids beginning with _ are reserved"
+            ));
+        }
+        Ok(id)
+    }
+
     /// The id as a string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -42,6 +55,15 @@ mod tests {
         assert!(PathId::parse("user", "demo-user_1.a:b@c").is_ok());
         for bad in ["", "..", "a/b", "a b", "é", &"x".repeat(129)] {
             assert!(PathId::parse("user", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn new_sessions_may_not_use_reserved_ids() {
+        assert!(PathId::new_session("s_1").is_ok());
+        for reserved in ["_user", "_x"] {
+            let error = PathId::new_session(reserved).unwrap_err();
+            assert!(error.contains("reserved"), "{error}");
         }
     }
 }

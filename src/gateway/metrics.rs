@@ -143,6 +143,8 @@ pub struct Metrics {
     connections: Gauge,
     reconnects: Counter,
     meter: Meter,
+    /// What the connection limits refused.
+    pub limits: super::limits::LimitCounters,
 }
 
 impl Default for Metrics {
@@ -194,6 +196,12 @@ impl Default for Metrics {
             "errors",
             "Error events of live runs by error code",
             errors.clone(),
+        );
+        let recordings_dropped = Counter::default();
+        registry.register(
+            "recordings_dropped",
+            "Times recording audio was dropped because it could not be saved and reached the memory cap",
+            recordings_dropped.clone(),
         );
         let artifacts = Family::<[(&'static str, &'static str); 1], Counter>::default();
         registry.register(
@@ -255,6 +263,7 @@ impl Default for Metrics {
             errors,
             recordings,
             agent_artifacts,
+            recordings_dropped,
         };
         let meter = Meter {
             inbound: way("in"),
@@ -266,16 +275,34 @@ impl Default for Metrics {
             turn_end,
             events: Arc::new(events),
         };
+        let limits = super::limits::LimitCounters::register(registry);
         Metrics {
             registry: root,
             connections,
             reconnects,
             meter,
+            limits,
         }
     }
 }
 
+/// The model's own delay from the end of speech to its answer (the sim's), for load tests.
+pub const MODEL_DELAY: &str = "livegate_model_delay_seconds";
+
 impl Metrics {
+    /// Adds the model's own delay from the end of the user's speech to its answer, for a model
+    /// that has a known one (the sim): a load test then does not count it as the gateway's.
+    pub fn with_model_delay(mut self, delay: std::time::Duration) -> Self {
+        let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        gauge.set(delay.as_secs_f64());
+        self.registry.sub_registry_with_prefix("livegate").register(
+            "model_delay_seconds",
+            "The model's own delay from the end of the user's speech to its answer (sim: end-of-speech silence plus reply delay)",
+            gauge,
+        );
+        self
+    }
+
     /// The metrics in the Prometheus (OpenMetrics) text format.
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -344,6 +371,7 @@ struct EventCounters {
     errors: Family<[(&'static str, String); 1], Counter>,
     recordings: Counter,
     agent_artifacts: Counter,
+    recordings_dropped: Counter,
 }
 
 impl EventCounters {
@@ -362,6 +390,9 @@ impl EventCounters {
             self.errors
                 .get_or_create(&[("code", error_label(code).to_owned())])
                 .inc();
+            if code == crate::live::flow::RECORDING_DROPPED {
+                self.recordings_dropped.inc();
+            }
         }
         // Recordings are announced as `fileData` parts pointing at artifacts; tools and callbacks
         // report what they saved in the artifact delta.
@@ -508,6 +539,12 @@ mod tests {
         );
         drop(guard);
         assert_rendered(&metrics, &["livegate_connections 0"]);
+        assert!(
+            !metrics.render().contains(MODEL_DELAY),
+            "no delay unless known"
+        );
+        let sim = Metrics::default().with_model_delay(std::time::Duration::from_millis(650));
+        assert_rendered(&sim, &[&format!("{MODEL_DELAY} 0.65")]);
     }
 
     /// Asserts that each of `lines` is a line of the metrics' text.

@@ -7,11 +7,16 @@ mod codec;
 pub mod config;
 mod connection;
 mod ids;
+pub mod limits;
 pub mod metrics;
+mod pg_leases;
 pub mod process;
+mod ready;
 mod registry;
 mod rest;
 mod run_api;
+mod serve;
+mod tls;
 mod writer;
 
 use std::collections::HashMap;
@@ -35,19 +40,25 @@ pub use codec::{
     decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, OutFrame,
 };
 pub use config::ServeArgs;
-pub use connection::{ConnectOptions, CLOSE_TAKEN_OVER};
+pub use connection::{ConnectOptions, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
 pub use ids::PathId;
-pub use registry::SessionRegistry;
+pub use pg_leases::PgLeases;
+pub use registry::{LeaseGuard, SessionRegistry, SharedLeases};
 pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
 use crate::artifact::open_artifact_service;
 use crate::model::{model_for_name, Modality, ModelOptions};
 use crate::runner::Runner;
-use crate::session::open_session_service;
+use crate::session::{
+    is_postgres_url, open_session_service, PostgresSessionService, SessionService,
+};
 
 /// Bytes read from a client socket at a time (larger messages still arrive whole).
 const SOCKET_READ_BUFFER: usize = 2048;
+
+/// How long plain HTTP requests in flight may run on after shutdown begins.
+const HTTP_GRACE: Duration = Duration::from_secs(5);
 
 /// Instruction of the built-in default agent.
 pub const DEFAULT_INSTRUCTION: &str = "You are a helpful, concise voice assistant.";
@@ -78,6 +89,9 @@ pub struct Gateway {
     /// What `/metrics` reports.
     pub metrics: metrics::Metrics,
     connections: TaskTracker,
+    /// Caps on live connections and the rate of new ones.
+    pub limits: Arc<limits::Limits>,
+    readiness: ready::Readiness,
 }
 
 /// Errors starting the gateway.
@@ -89,9 +103,15 @@ pub enum StartError {
     /// The artifact store could not be opened.
     #[error("artifact store: {0}")]
     Artifacts(#[from] crate::artifact::ArtifactError),
+    /// The session leases could not be shared through the session store.
+    #[error("session leases: {0}")]
+    Leases(#[source] sqlx::Error),
     /// The agent file or the agent's model could not be used.
     #[error("agent: {0}")]
     Agent(#[from] AgentConfigError),
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -107,6 +127,8 @@ pub enum StartError {
 pub struct Server {
     /// The address it listens on.
     pub addr: SocketAddr,
+    /// `https` with TLS, else `http`.
+    pub scheme: &'static str,
     gateway: Arc<Gateway>,
     task: JoinHandle<()>,
 }
@@ -117,23 +139,41 @@ impl Server {
         &self.gateway
     }
 
-    /// Stops accepting, closes every live run (flushing recordings), and waits up to `grace`.
+    /// Drains: `/readyz` turns false, no new connections are taken, every live run ends, commits
+    /// and flushes its recordings, and then its client is closed with 1012 (reconnect); waits up
+    /// to `grace` in all, including giving the sessions' leases back.
     pub async fn shutdown(self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
         self.gateway.shutdown.fire();
         self.gateway.connections.close();
-        if tokio::time::timeout(grace, self.gateway.connections.wait())
-            .await
-            .is_err()
-        {
+        let drained = async {
+            self.gateway.connections.wait().await;
+            self.gateway.registry.idle().await;
+        };
+        if tokio::time::timeout_at(deadline, drained).await.is_err() {
             tracing::warn!("connections did not close within the grace period");
         }
-        let _ = tokio::time::timeout(grace, self.task).await;
+        let _ = tokio::time::timeout_at(deadline, self.task).await;
     }
 }
 
 /// Opens the stores, binds the address and starts serving.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
-    let sessions = open_session_service(&args.session_store_url()).await?;
+    let store_url = args.session_store_url();
+    // With PostgreSQL every node shares the sessions, so the one-run-per-session lease is
+    // shared too; the other stores belong to one process and keep it in that process.
+    let (sessions, registry): (Arc<dyn SessionService>, SessionRegistry) =
+        if is_postgres_url(&store_url) {
+            let store = PostgresSessionService::open(&store_url).await?;
+            let ttl = Duration::from_millis(args.lease_ttl_ms);
+            let leases = PgLeases::start(store.pool().clone(), &args.app_name, ttl)
+                .await
+                .map_err(StartError::Leases)?;
+            (Arc::new(store), SessionRegistry::shared(leases))
+        } else {
+            let store = open_session_service(&store_url).await?;
+            (store, SessionRegistry::local())
+        };
     let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
     let options = ModelOptions {
         sim: args.sim_config(),
@@ -146,10 +186,53 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     };
     let agent = agent_config.build(&args.model, &|name| model_for_name(name, &options))?;
     tracing::info!(agent = agent.name(), model = args.model, "agent ready");
-    let runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
+    let mut runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
+    runner.history = crate::runner::HistoryLimit {
+        events: args.history_max_events,
+        bytes: args.history_max_bytes,
+    };
+    crate::live::flow::set_max_unsaved_bytes(args.max_unsaved_recording_bytes);
+    // The sim's delay is known; a load test reads it from here.
+    let metrics = match args.model.as_str() {
+        "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
+        _ => metrics::Metrics::default(),
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
+                .map_err(|e| StartError::Tls(e.to_string()))?,
+        )),
+        (None, None) => None,
+        _ => {
+            return Err(StartError::Tls(
+                "--tls-cert and --tls-key go together".into(),
+            ))
+        }
+    };
+    let limits = Arc::new(limits::Limits::new(
+        limits::LimitSettings {
+            max_connections: args.max_connections,
+            max_sessions_per_user: args.max_sessions_per_user,
+            connections_per_second: args.connections_per_second,
+            trusted_proxies: args.trusted_proxies.clone(),
+        },
+        metrics.limits.clone(),
+    ));
+    // The host to check is the one the gateway's model lives on.
+    let model_url = if crate::model::openai::is_openai_model(&args.model) {
+        let id = args.model.strip_prefix(crate::model::openai::PREFIX);
+        options.openai.url(id.unwrap_or(&args.model))
+    } else {
+        options.gemini.url()
+    };
+    let readiness = ready::Readiness::new(ready::ModelCheck::new(
+        args.ready_checks_model,
+        &args.model,
+        &model_url,
+    ));
     let gateway = Arc::new(Gateway {
         runner,
-        registry: SessionRegistry::default(),
+        registry,
         shutdown: Signal::new(),
         writer_config: WriterConfig {
             audio_lead: Duration::from_millis(args.audio_lead_ms),
@@ -161,8 +244,10 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
         web_root: args.web_root.clone(),
-        metrics: metrics::Metrics::default(),
+        metrics,
         connections: TaskTracker::new(),
+        limits: limits.clone(),
+        readiness,
     });
     let listener = TcpListener::bind(args.bind)
         .await
@@ -174,26 +259,25 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         addr: args.bind,
         source,
     })?;
-    tracing::info!(%addr, model = %args.model, "listening on {addr}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, model = %args.model, "listening on {addr} ({scheme})");
     let app = router(gateway.clone());
-    let shutdown = gateway.shutdown.clone();
-    // Audio frames are small and latency-critical: Nagle's algorithm would hold each one behind
-    // the previous one's (delayed) ACK.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::warn!(%error, "could not set TCP_NODELAY");
-        }
-    });
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.fired().await })
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "server failed");
-        }
-    });
+    let options = serve::ServeOptions {
+        header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+        max_unfinished: serve::unfinished_cap(args.max_unfinished_connections),
+        tls,
+        grace: HTTP_GRACE,
+    };
+    let task = tokio::spawn(serve::serve(
+        listener,
+        app,
+        limits,
+        options,
+        gateway.shutdown.clone(),
+    ));
     Ok(Server {
         addr,
+        scheme,
         gateway,
         task,
     })
@@ -258,13 +342,13 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
 }
 
 async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
-    match gateway.runner.sessions.ping().await {
+    // A draining node takes no new sessions: the load balancer sends them elsewhere.
+    if gateway.shutdown.is_fired() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
+    match gateway.readiness.check(&gateway.runner).await {
         Ok(()) => "ready".into_response(),
-        Err(error) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("session store unavailable: {error}"),
-        )
-            .into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
     }
 }
 
@@ -309,8 +393,8 @@ async fn ws_upgrade(
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let ids = PathId::parse("user id", &user_id)
-        .and_then(|u| Ok((u, PathId::parse("session id", &session_id)?)));
+    let ids =
+        PathId::parse("user id", &user_id).and_then(|u| Ok((u, PathId::new_session(&session_id)?)));
     let (user_id, session_id) = match ids {
         Ok(ids) => ids,
         Err(message) => return bad_request(message),
@@ -322,6 +406,10 @@ async fn ws_upgrade(
     if gateway.shutdown.is_fired() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
+    let slot = match gateway.limits.admit(user_id.as_str(), session_id.as_str()) {
+        Ok(slot) => slot,
+        Err(refused) => return limit_response(refused),
+    };
     let tracker = gateway.connections.clone();
     upgrade
         .max_message_size(gateway.max_message_bytes)
@@ -332,8 +420,35 @@ async fn ws_upgrade(
         .write_buffer_size(SOCKET_WRITE_BUFFER)
         .on_upgrade(move |socket| {
             let (sink, stream) = socket.split();
-            tracker.track_future(connection::serve_connection(
-                gateway, sink, stream, user_id, session_id, options,
-            ))
+            tracker.track_future(async move {
+                // Counted under the caps for as long as the connection lives.
+                let _slot = slot;
+                connection::serve_connection(gateway, sink, stream, user_id, session_id, options)
+                    .await
+            })
         })
+}
+
+/// The answer to a live connection a limit refused, before the upgrade.
+fn limit_response(refused: limits::Refused) -> Response {
+    let (status, message) = match refused {
+        limits::Refused::Connections => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway has its most connections; try again later",
+        ),
+        limits::Refused::UserSessions => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "this user has its most live sessions",
+        ),
+        limits::Refused::Rate => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many new connections from this address",
+        ),
+    };
+    (
+        status,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        Json(serde_json::json!({ "error": message })),
+    )
+        .into_response()
 }

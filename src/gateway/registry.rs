@@ -1,9 +1,13 @@
-//! One live run per session: a newer connection takes the session over from an older one.
+//! One live run per session: a newer connection takes the session over from an older one, on
+//! this node (an in-process map) and, with a shared store, across nodes (`SharedLeases`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use crate::signal::Signal;
 
@@ -11,32 +15,104 @@ use crate::signal::Signal;
 #[derive(Debug, Clone)]
 pub struct Lease {
     id: u64,
-    /// Fires when a newer connection takes the session over.
+    /// Fires when a newer connection (on this node or another) takes the session over.
     pub taken_over: Signal,
-    /// Fired by the holder once its run has ended and flushed.
+    /// Fired once the holder's run has ended and flushed (when its guard drops).
     pub finished: Signal,
 }
 
+/// The part of a session lease that other nodes see: implemented over PostgreSQL, absent on a
+/// single node (the in-process map is the whole story there).
+#[async_trait]
+pub trait SharedLeases: Send + Sync + Debug {
+    /// Takes the session for this node's lease `lease`: another node's holder is told to stop
+    /// and this waits for it to let go, at most `grace`, then takes the session anyway.
+    /// `taken_over` fires if another node takes the session later, or if this node can no
+    /// longer prove it holds it.
+    async fn acquire(
+        &self,
+        user_id: &str,
+        session_id: &str,
+        lease: u64,
+        grace: Duration,
+        taken_over: Signal,
+    );
+
+    /// Gives the session back, if `lease` still holds it.
+    async fn release(&self, user_id: &str, session_id: &str, lease: u64);
+}
+
 /// Who drives each session's live run.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRegistry(Arc<Inner>);
+
 #[derive(Debug, Default)]
-pub struct SessionRegistry {
+struct Inner {
     next_id: AtomicU64,
     leases: Mutex<HashMap<(String, String), Lease>>,
     released: tokio::sync::Notify,
+    shared: Option<Arc<dyn SharedLeases>>,
+    /// Shared releases under way (a guard drops in sync code and hands its release to a task).
+    releasing: AtomicUsize,
+}
+
+/// A session held by one connection, given back when dropped.
+#[derive(Debug)]
+pub struct LeaseGuard {
+    registry: SessionRegistry,
+    user_id: String,
+    session_id: String,
+    lease: Lease,
+}
+
+impl std::ops::Deref for LeaseGuard {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        self.registry
+            .release(&self.user_id, &self.session_id, &self.lease);
+    }
 }
 
 impl SessionRegistry {
-    /// Takes the session: the previous holder (if any) is told to stop, and this waits (bounded)
-    /// until its run has ended, so two runs never write one session at once.
-    pub async fn acquire(&self, user_id: &str, session_id: &str, grace: Duration) -> Lease {
+    /// A registry for this node alone.
+    pub fn local() -> Self {
+        Self::default()
+    }
+
+    /// A registry whose leases other nodes also respect.
+    pub fn shared(shared: Arc<dyn SharedLeases>) -> Self {
+        SessionRegistry(Arc::new(Inner {
+            shared: Some(shared),
+            ..Inner::default()
+        }))
+    }
+
+    /// Takes the session: the previous holder (if any, on any node) is told to stop, and this
+    /// waits (bounded) until its run has ended, so two runs never write one session at once.
+    pub async fn acquire(&self, user_id: &str, session_id: &str, grace: Duration) -> LeaseGuard {
+        let inner = &self.0;
         let lease = Lease {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            id: inner.next_id.fetch_add(1, Ordering::Relaxed),
             taken_over: Signal::new(),
             finished: Signal::new(),
         };
-        let previous = self.leases.lock().ok().and_then(|mut leases| {
+        let previous = inner.leases.lock().ok().and_then(|mut leases| {
             leases.insert((user_id.to_owned(), session_id.to_owned()), lease.clone())
         });
+        // From here on the guard gives the session back however this call ends.
+        let guard = LeaseGuard {
+            registry: self.clone(),
+            user_id: user_id.to_owned(),
+            session_id: session_id.to_owned(),
+            lease: lease.clone(),
+        };
         if let Some(previous) = previous {
             previous.taken_over.fire();
             if tokio::time::timeout(grace, previous.finished.fired())
@@ -50,34 +126,62 @@ impl SessionRegistry {
                 );
             }
         }
-        lease
+        if let Some(shared) = &inner.shared {
+            // A release of the previous local lease still under way is for an older lease id
+            // and cannot undo this one.
+            shared
+                .acquire(
+                    user_id,
+                    session_id,
+                    lease.id,
+                    grace,
+                    lease.taken_over.clone(),
+                )
+                .await;
+        }
+        guard
     }
 
     /// Gives the session back (if this lease still holds it) and marks the run finished.
-    pub fn release(&self, user_id: &str, session_id: &str, lease: &Lease) {
-        if let Ok(mut leases) = self.leases.lock() {
+    fn release(&self, user_id: &str, session_id: &str, lease: &Lease) {
+        let inner = &self.0;
+        if let Ok(mut leases) = inner.leases.lock() {
             let key = (user_id.to_owned(), session_id.to_owned());
             if leases.get(&key).is_some_and(|held| held.id == lease.id) {
                 leases.remove(&key);
             }
         }
+        if let Some(shared) = inner.shared.clone() {
+            let (user_id, session_id, id) = (user_id.to_owned(), session_id.to_owned(), lease.id);
+            // No runtime means the process is ending; the lease then expires by itself.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                inner.releasing.fetch_add(1, Ordering::AcqRel);
+                let registry = self.clone();
+                runtime.spawn(async move {
+                    shared.release(&user_id, &session_id, id).await;
+                    registry.0.releasing.fetch_sub(1, Ordering::AcqRel);
+                    registry.0.released.notify_waiters();
+                });
+            }
+        }
         lease.finished.fire();
-        self.released.notify_waiters();
+        inner.released.notify_waiters();
     }
 
-    /// Waits until no session has a live connection (every run ended and flushed).
+    /// Waits until no session has a live connection (every run ended and flushed) and every
+    /// shared lease given back so far has reached the store.
     pub async fn idle(&self) {
         loop {
-            let released = self.released.notified();
-            if self.active() == 0 {
+            let released = self.0.released.notified();
+            if self.active() == 0 && self.0.releasing.load(Ordering::Acquire) == 0 {
                 return;
             }
             released.await;
         }
     }
 
-    /// Number of sessions with a live connection.
+    /// Number of sessions with a live connection on this node.
     pub fn active(&self) -> usize {
-        self.leases.lock().map(|l| l.len()).unwrap_or(0)
+        self.0.leases.lock().map(|l| l.len()).unwrap_or(0)
     }
 }

@@ -99,10 +99,7 @@ pub(super) async fn create(
         Ok(id) => id,
         Err(m) => return bad_request(m).into_response(),
     };
-    let session = match session_id
-        .map(|s| PathId::parse("session id", s))
-        .transpose()
-    {
+    let session = match session_id.map(PathId::new_session).transpose() {
         Ok(id) => id,
         Err(m) => return bad_request(m).into_response(),
     };
@@ -190,7 +187,11 @@ async fn existing_session(
             &gateway.runner.app_name,
             user.as_str(),
             session.as_str(),
-            &GetSessionConfig::default(),
+            // The events are paged separately; none are read here.
+            &GetSessionConfig {
+                num_recent_events: Some(0),
+                after_timestamp: None,
+            },
         )
         .await
         .map_err(session_error)?
@@ -239,12 +240,28 @@ pub(super) async fn get_session(
             return Err(bad_request(format!("limit must be 1..={MAX_PAGE}")));
         }
         let session = existing_session(&gateway, &user_id, &session_id).await?;
-        let total = session.events.len();
-        let events = &session.events[offset.min(total)..(offset.saturating_add(limit)).min(total)];
+        let page = gateway
+            .runner
+            .sessions
+            .list_events(
+                &session.app_name,
+                &session.user_id,
+                &session.id,
+                offset,
+                limit,
+            )
+            .await
+            .map_err(session_error)?
+            .ok_or_else(|| {
+                api_error(
+                    StatusCode::NOT_FOUND,
+                    format!("session {} not found", session.id),
+                )
+            })?;
         Ok(Json(json!({
             "session": summary(&session),
-            "events": events,
-            "total": total,
+            "events": page.events,
+            "total": page.total,
             "offset": offset,
             "limit": limit,
         }))
@@ -276,7 +293,8 @@ pub(super) async fn delete_session(
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `GET /api/sessions/{user}/{session}/artifacts`: names, versions and the latest mime type.
+/// `GET /api/sessions/{user}/{session}/artifacts`: names, versions, and the latest version's mime
+/// type and size.
 pub(super) async fn list_artifacts(
     State(gateway): State<Arc<Gateway>>,
     Path((user_id, session_id)): Path<(String, String)>,
@@ -287,18 +305,15 @@ pub(super) async fn list_artifacts(
         let scope = artifact_scope(&session);
         let mut artifacts = Vec::new();
         for name in store.list_names(scope).await.map_err(artifact_error)? {
-            let versions = store
-                .list_versions(scope, &name)
-                .await
-                .map_err(artifact_error)?;
-            let latest = store
-                .load(scope, &name, None)
-                .await
-                .map_err(artifact_error)?;
+            // Metadata only: a listing never reads the recordings themselves.
+            let Some(info) = store.describe(scope, &name).await.map_err(artifact_error)? else {
+                continue;
+            };
             artifacts.push(json!({
                 "name": name,
-                "versions": versions,
-                "mimeType": latest.map(|a| a.mime_type),
+                "versions": info.versions,
+                "mimeType": info.mime_type,
+                "size": info.size,
             }));
         }
         Ok::<_, ApiError>(Json(json!({ "artifacts": artifacts })).into_response())

@@ -72,10 +72,13 @@ pub struct LoadtestArgs {
     /// Extra query string for each connection, e.g. `audio=base64`.
     #[arg(long, default_value = "")]
     pub query: String,
-    /// The model's own delay from the end of speech to its answer (the sim's end-of-speech
-    /// silence plus its reply delay): gateway-added latency is timed from the frame that ends it.
-    #[arg(long, default_value_t = 500.0)]
-    pub model_delay_ms: f64,
+    /// The model's own delay from the end of speech to its answer, not counted as
+    /// gateway-added: gateway-added latency is timed from the frame that ends it. By default the
+    /// gateway's own figure from its /metrics (`livegate_model_delay_seconds`, served with the
+    /// sim), else the sim's with its defaults: 500 ms of end-of-speech silence plus its 150 ms
+    /// reply delay.
+    #[arg(long)]
+    pub model_delay_ms: Option<f64>,
     /// The gateway's process id: sample its CPU time and memory from /proc, with how long its
     /// threads waited for a CPU and what its sockets left unread. Without it, CPU time and memory
     /// come from the gateway's /metrics (`process_*`) every 2 s.
@@ -94,6 +97,15 @@ pub struct LoadtestArgs {
     /// No progress line.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// The sim's own delay with its default settings: the silence that ends an utterance, then its
+/// reply delay.
+pub fn sim_model_delay_ms() -> f64 {
+    crate::model::sim::SimConfig::default()
+        .answer_delay()
+        .as_secs_f64()
+        * 1000.0
 }
 
 /// Why a load test could not run.
@@ -230,6 +242,23 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         )));
     }
     raise_open_file_limit();
+    let http = reqwest::Client::new();
+    let metrics_url = args
+        .metrics_url
+        .clone()
+        .or_else(|| scrape::metrics_url(&base_url));
+    let metrics_before = match &metrics_url {
+        Some(url) => scrape::scrape(&http, url).await,
+        None => None,
+    };
+    let model_delay_ms = args
+        .model_delay_ms
+        .or_else(|| {
+            metrics_before
+                .as_ref()
+                .and_then(scrape::Scrape::model_delay_ms)
+        })
+        .unwrap_or_else(sim_model_delay_ms);
     let start = Instant::now();
     // Whole seconds: a report's date, not a measurement.
     let now = jiff::Timestamp::now();
@@ -245,18 +274,9 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         epoch: start,
         in_phase: args.in_phase,
         run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
-        model_delay_frames: (args.model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64)
-            .round() as u32,
+        model_delay_frames: (model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64).round()
+            as u32,
     });
-    let http = reqwest::Client::new();
-    let metrics_url = args
-        .metrics_url
-        .clone()
-        .or_else(|| scrape::metrics_url(&plan.base_url));
-    let metrics_before = match &metrics_url {
-        Some(url) => scrape::scrape(&http, url).await,
-        None => None,
-    };
     let machine_before = procfs::machine_cpu();
     let live = Arc::new(Live::default());
     let sampler = procfs::Sampler::start(
@@ -310,6 +330,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         sampled.server = follower.finish(metrics_after.as_ref(), peak, elapsed).await;
     }
     let mut report = summarize(args, &outcomes, elapsed, sampled);
+    report.model_delay_ms = model_delay_ms;
     report.run_id = plan.run_id.clone();
     report.started_at = started_at;
     report.stopped_early = stop.is_fired();
@@ -405,7 +426,7 @@ fn summarize(
         gateway_latency_ms: Percentiles::of(&gateway),
         text_latency_ms: Percentiles::of(&all(|o| &o.text_latencies_ms)),
         text_gateway_latency_ms: Percentiles::of(&all(|o| &o.text_gateway_ms)),
-        model_delay_ms: args.model_delay_ms,
+        model_delay_ms: 0.0,
         audio_gaps_ms: Percentiles::of(&all(|o| &o.gaps_ms)),
         turn_end_ms: Percentiles::of(&all(|o| &o.turn_ends_ms)),
         turns_completed: sum(|o| o.turns),

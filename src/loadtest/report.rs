@@ -303,6 +303,12 @@ impl Report {
         out.push_str(&row("audio gaps", &self.audio_gaps_ms));
         out.push_str(&row("turn end", &self.turn_end_ms));
         out.push_str(&row("generator lag", &self.schedule_lag_ms));
+        if !self.idle {
+            out.push_str(&format!(
+                "gateway-added: first answer less the model's own {:.0} ms after the end of speech (--model-delay-ms)\n",
+                self.model_delay_ms
+            ));
+        }
         out.push_str(&format!(
             "\nturns {}  interrupted {}  errors {}  unexpected closes {}\n",
             self.turns_completed, self.interrupted, self.errors, self.unexpected_closes
@@ -433,13 +439,15 @@ impl Report {
                 "gateway's own view{build}: {} audio frames received, {} turnComplete events sent\n",
                 gateway.audio_frames_received, gateway.turn_complete_events
             ));
+            // The gateway times from the frame its model heard end the utterance, so the model's
+            // own reply delay (the sim's 150 ms by default) is inside these.
             out.push_str(&line(
-                "gateway-added (utterance end read -> first audio written)",
+                "gateway-added (utterance end read -> first audio written, the model's reply delay included)",
                 &gateway.first_audio_ms,
             ));
             if gateway.first_text_ms.count > 0 {
                 out.push_str(&line(
-                    "gateway-added, text (utterance end read -> first text written)",
+                    "gateway-added, text (utterance end read -> first text written, the model's reply delay included)",
                     &gateway.first_text_ms,
                 ));
             }
@@ -455,6 +463,12 @@ impl Report {
         for error in &self.error_samples {
             out.push_str(&format!("error: {error}\n"));
         }
+        if !self.run_id.is_empty() {
+            out.push_str(&format!(
+                "the gateway keeps these sessions and their recordings like any others, as user load-{} (with its defaults, in its ./data)\n",
+                self.run_id
+            ));
+        }
         out
     }
 
@@ -466,64 +480,174 @@ impl Report {
         } else {
             ("first-audio", audio, &self.latency_ms)
         };
-        let (w, h, pad) = (900.0, 360.0, 40.0);
-        let half = w / 2.0;
+        let (w, h) = (960.0, 380.0);
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
         );
-        // Histogram of the latency.
+        // Left: histogram of the latency.
         let max = latencies.iter().copied().fold(0.0, f64::max).max(1.0);
+        let x_axis = Axis::up_to(max);
         let buckets = 40usize;
         let mut counts = vec![0usize; buckets];
         for &l in latencies {
-            counts[((l / max) * (buckets as f64 - 1.0)).round() as usize] += 1;
+            let i = (l.max(0.0) / x_axis.max * buckets as f64) as usize;
+            counts[i.min(buckets - 1)] += 1;
         }
-        let top = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
-        let bar = (half - 2.0 * pad) / buckets as f64;
+        let y_axis = Axis::up_to(counts.iter().copied().max().unwrap_or(0).max(1) as f64);
+        let left = Frame {
+            x: 70.0,
+            y: 40.0,
+            w: w / 2.0 - 100.0,
+            h: h - 100.0,
+        };
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"20\">{what} latency: n={} p50={:.1} ms p99={:.1} ms</text>\n",
+            left.x, summary.count, summary.p50, summary.p99
+        ));
+        let bar = left.w / buckets as f64;
         for (i, &c) in counts.iter().enumerate() {
-            let bh = (h - 2.0 * pad) * c as f64 / top;
+            let bh = left.h * c as f64 / y_axis.max;
             svg.push_str(&format!(
                 "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#3b6ea8\"/>\n",
-                pad + i as f64 * bar,
-                h - pad - bh,
+                left.x + i as f64 * bar,
+                left.y + left.h - bh,
                 (bar - 1.0).max(1.0),
                 bh
             ));
         }
-        svg.push_str(&format!(
-            "<text x=\"{pad}\" y=\"20\">{what} latency (ms), n={} p50={:.1} p99={:.1}</text>\n<text x=\"{pad}\" y=\"{}\">0</text>\n<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{max:.0}</text>\n",
-            summary.count,
-            summary.p50,
-            summary.p99,
-            h - pad + 15.0,
-            half - pad,
-            h - pad + 15.0
-        ));
-        // Sessions over time.
-        let t_max = self
-            .sessions_over_time
-            .last()
-            .map_or(1.0, |(t, _)| t.max(1.0));
-        let s_max = self.sessions.max(1) as f64;
+        left.axes(
+            &mut svg,
+            &x_axis,
+            &y_axis,
+            &format!("{what} latency (ms)"),
+            "turns",
+        );
+
+        // Right: connected sessions over time.
+        let t_axis = Axis::up_to(
+            self.sessions_over_time
+                .last()
+                .map_or(1.0, |(t, _)| t.max(1.0)),
+        );
+        let s_axis = Axis::up_to(self.sessions.max(1) as f64);
+        let right = Frame {
+            x: w / 2.0 + 70.0,
+            ..left
+        };
         let points: Vec<String> = self
             .sessions_over_time
             .iter()
             .map(|(t, s)| {
                 format!(
                     "{:.1},{:.1}",
-                    half + pad + (t / t_max) * (half - 2.0 * pad),
-                    h - pad - (*s as f64 / s_max) * (h - 2.0 * pad)
+                    right.x + (t / t_axis.max) * right.w,
+                    right.y + right.h - (*s as f64 / s_axis.max) * right.h
                 )
             })
             .collect();
         svg.push_str(&format!(
-            "<polyline fill=\"none\" stroke=\"#c0392b\" stroke-width=\"2\" points=\"{}\"/>\n<text x=\"{}\" y=\"20\">connected sessions over {t_max:.0} s (max {})</text>\n",
+            "<polyline fill=\"none\" stroke=\"#c0392b\" stroke-width=\"2\" points=\"{}\"/>\n<text x=\"{}\" y=\"20\">connected sessions (of {})</text>\n",
             points.join(" "),
-            half + pad,
+            right.x,
             self.sessions
         ));
+        right.axes(
+            &mut svg,
+            &t_axis,
+            &s_axis,
+            "time since start (s)",
+            "sessions",
+        );
         svg.push_str("</svg>\n");
         svg
+    }
+}
+
+/// A plot's area in the SVG.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    x: f64,
+    y: f64,
+    w: f64,
+    h: f64,
+}
+
+/// An axis from 0 to a round `max`, with ticks every `step`.
+#[derive(Debug, Clone, Copy)]
+struct Axis {
+    max: f64,
+    step: f64,
+}
+
+impl Axis {
+    /// An axis covering `0..=value` in 4 to 10 steps of 1, 2 or 5 times a power of ten.
+    fn up_to(value: f64) -> Axis {
+        let value = if value.is_finite() && value > 0.0 {
+            value
+        } else {
+            1.0
+        };
+        let raw = value / 5.0;
+        let magnitude = 10f64.powf(raw.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0]
+            .into_iter()
+            .map(|m| m * magnitude)
+            .find(|s| *s >= raw)
+            .unwrap_or(10.0 * magnitude);
+        Axis {
+            max: (value / step).ceil().max(1.0) * step,
+            step,
+        }
+    }
+
+    /// The tick values, from 0 to `max`.
+    fn ticks(&self) -> impl Iterator<Item = f64> + '_ {
+        let n = (self.max / self.step).round() as usize;
+        (0..=n.min(20)).map(move |i| i as f64 * self.step)
+    }
+}
+
+/// A tick label: no trailing zeros (`0.6`, not `0.6000000000000001` or `0.600`).
+fn tick_label(v: f64) -> String {
+    let text = format!("{v:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+impl Frame {
+    /// Draws the x and y axes with ticks, grid lines, tick labels and axis titles.
+    fn axes(&self, svg: &mut String, x: &Axis, y: &Axis, x_title: &str, y_title: &str) {
+        let (left, bottom) = (self.x, self.y + self.h);
+        for v in x.ticks() {
+            let px = left + v / x.max * self.w;
+            svg.push_str(&format!(
+                "<line x1=\"{px:.1}\" y1=\"{bottom:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#444\"/>\n<text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n",
+                bottom + 5.0,
+                bottom + 18.0,
+                tick_label(v)
+            ));
+        }
+        for v in y.ticks() {
+            let py = bottom - v / y.max * self.h;
+            svg.push_str(&format!(
+                "<line x1=\"{left:.1}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#ddd\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+                left + self.w,
+                left - 6.0,
+                py + 4.0,
+                tick_label(v)
+            ));
+        }
+        svg.push_str(&format!(
+            "<line x1=\"{left:.1}\" y1=\"{bottom:.1}\" x2=\"{:.1}\" y2=\"{bottom:.1}\" stroke=\"#444\"/>\n<line x1=\"{left:.1}\" y1=\"{:.1}\" x2=\"{left:.1}\" y2=\"{bottom:.1}\" stroke=\"#444\"/>\n",
+            left + self.w,
+            self.y
+        ));
+        svg.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{x_title}</text>\n<text transform=\"translate({:.1} {:.1}) rotate(-90)\" text-anchor=\"middle\">{y_title}</text>\n",
+            left + self.w / 2.0,
+            bottom + 38.0,
+            left - 45.0,
+            self.y + self.h / 2.0
+        ));
     }
 }
 
@@ -564,6 +688,19 @@ mod tests {
     }
 
     #[test]
+    fn axes_end_on_round_numbers() {
+        let axis = |v| {
+            let a = Axis::up_to(v);
+            (a.max, a.step)
+        };
+        assert_eq!(axis(730.0), (800.0, 200.0));
+        assert_eq!(axis(1.0), (1.0, 0.2));
+        assert_eq!(axis(20.0), (20.0, 5.0));
+        assert_eq!(axis(0.0), (1.0, 0.2));
+        assert_eq!(axis(f64::NAN), (1.0, 0.2));
+    }
+
+    #[test]
     fn slope_fits_a_line() {
         let points: Vec<(f64, f64)> = (0..10)
             .map(|x| (f64::from(x), 3.0 * f64::from(x) + 5.0))
@@ -583,12 +720,28 @@ mod tests {
         let table = report.table();
         assert!(table.contains("first audio"));
         assert!(
+            table.contains("less the model's own 0 ms"),
+            "says what the model's delay was: {table}"
+        );
+        assert!(
             !table.contains("first text"),
             "no text answers, no text rows"
         );
         let svg = report.svg(&[1.0, 2.0], &[]);
         assert!(svg.starts_with("<svg") && svg.contains("polyline"));
-        assert!(svg.contains("first-audio latency (ms), n=2"), "{svg}");
+        assert!(svg.contains("first-audio latency: n=2"), "{svg}");
+        // Both plots have axes with titles and a labelled scale.
+        for title in [
+            ">first-audio latency (ms)<",
+            ">turns<",
+            ">time since start (s)<",
+            ">sessions<",
+        ] {
+            assert!(svg.contains(title), "{title} in {svg}");
+        }
+        for tick in [">0<", ">0.5<", ">2<"] {
+            assert!(svg.contains(tick), "tick {tick} in {svg}");
+        }
     }
 
     #[test]
@@ -612,12 +765,12 @@ mod tests {
         let table = report.table();
         // The gateway timed no audio answer: its audio line says so rather than showing zeros.
         assert!(
-            table.contains("(utterance end read -> first audio written): none\n"),
+            table.contains("(utterance end read -> first audio written, the model's reply delay included): none\n"),
             "{table}"
         );
         assert!(
             table.contains(
-                "first text written) p50 0.80 / p95 1.00 / p99 1.00 ms (mean 0.90, 2 answers)"
+                "first text written, the model's reply delay included) p50 0.80 / p95 1.00 / p99 1.00 ms (mean 0.90, 2 answers)"
             ),
             "{table}"
         );
@@ -642,7 +795,8 @@ mod tests {
         );
         let svg = report.svg(&[], &[600.0, 700.0]);
         assert!(
-            svg.contains("first-text latency (ms), n=2 p50=600.0"),
+            svg.contains("first-text latency: n=2 p50=600.0 ms")
+                && svg.contains(">first-text latency (ms)<"),
             "{svg}"
         );
     }

@@ -15,7 +15,8 @@ use super::report::{ServerSample, ServerStats};
 use super::session::Live;
 
 use crate::gateway::metrics::{
-    ANSWER_FORWARD_LATENCY, BUILD_INFO, FIRST_AUDIO_LATENCY, FIRST_TEXT_LATENCY, TURN_END_LATENCY,
+    ANSWER_FORWARD_LATENCY, BUILD_INFO, FIRST_AUDIO_LATENCY, FIRST_TEXT_LATENCY, MODEL_DELAY,
+    TURN_END_LATENCY,
 };
 
 /// What the gateway's metrics say happened during the run (all its clients, not only ours).
@@ -76,9 +77,18 @@ pub struct Scrape {
     rss_bytes: Option<f64>,
     /// The `build` label of `livegate_build_info`.
     build: Option<String>,
+    /// `livegate_model_delay_seconds`, from a gateway whose model's delay is known (the sim).
+    model_delay_seconds: Option<f64>,
 }
 
 impl Scrape {
+    /// The model's own delay after the end of speech, in milliseconds, if the gateway says.
+    pub fn model_delay_ms(&self) -> Option<f64> {
+        self.model_delay_seconds
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| s * 1000.0)
+    }
+
     /// The gateway's CPU seconds and resident KiB, if it reports them.
     pub fn process(&self) -> Option<(f64, u64)> {
         Some((self.cpu_seconds?, (self.rss_bytes? / 1024.0) as u64))
@@ -208,6 +218,7 @@ pub fn parse(text: &str) -> Scrape {
             r#"livegate_events_total{kind="turn_complete"}"# => scrape.turn_complete = value,
             "process_cpu_seconds_total" => scrape.cpu_seconds = Some(value),
             "process_resident_memory_bytes" => scrape.rss_bytes = Some(value),
+            MODEL_DELAY => scrape.model_delay_seconds = Some(value),
             _ if name.starts_with(BUILD_INFO) => {
                 scrape.build = name
                     .strip_prefix(BUILD_INFO)

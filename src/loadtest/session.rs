@@ -583,7 +583,7 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
     // `content`.)
     const TEXT: &str = "\"content\":{\"parts\":[{\"text\":";
     if text.contains(TEXT)
-        && text.contains("\"role\":\"model\"")
+        && !text.contains("\"role\":\"user\"")
         && !text.contains("\"thought\":true")
     {
         let now = Instant::from_std(arrivals.latest_or_now());

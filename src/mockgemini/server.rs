@@ -247,6 +247,16 @@ impl<'a> Connection<'a> {
         socket: &mut WebSocket,
     ) -> Result<(), End> {
         match (message, &mut self.model) {
+            (ClientMessage::Setup(config), Model::AwaitingSetup)
+                if config
+                    .session_resumption
+                    .as_ref()
+                    .and_then(|r| r.handle.as_deref())
+                    .is_some_and(|h| !crate::model::sim::knows_handle(h)) =>
+            {
+                // Gemini refuses an unknown or expired handle at setup.
+                Err(Close::invalid("Invalid session resumption handle.").into())
+            }
             (ClientMessage::Setup(config), Model::AwaitingSetup) => {
                 tracing::info!(model = %config.model, modality = ?config.modality(), tools = config.tools.len(), "mock-gemini setup");
                 self.model = Model::Pending(config);

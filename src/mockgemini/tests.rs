@@ -197,6 +197,17 @@ fn python_genai_setup() -> Value {
 }
 
 #[test]
+fn adk_system_role_instruction_is_accepted() {
+    // ADK sends the instruction with `"role": "system"` (python-genai alone sends `user`).
+    let mut adk = python_genai_setup();
+    adk["setup"]["systemInstruction"]["role"] = json!("system");
+    assert_eq!(
+        setup(adk).system_instruction.as_deref(),
+        Some("You are helpful.")
+    );
+}
+
+#[test]
 fn python_genai_setup_becomes_a_live_connect_config() {
     assert_eq!(
         setup(python_genai_setup()),
@@ -695,22 +706,24 @@ fn resumption_updates_go_away_and_empty_responses() {
 }
 
 #[test]
-fn an_interrupted_answer_ends_with_its_own_turn_complete() {
+fn an_interrupted_answer_passes_through_and_its_turn_complete_carries_usage() {
     let mut outbound = Outbound::new(Api::Developer);
-    let usage_only = LlmResponse {
-        usage_metadata: Some(usage()),
-        ..LlmResponse::default()
-    };
-    assert!(outbound.messages(&usage_only).is_empty());
     let interrupted = LlmResponse {
         interrupted: true,
         ..LlmResponse::default()
     };
+    // The sim follows `interrupted` with its own `turnComplete`; nothing is added here.
     let sent = outbound.messages(&interrupted);
-    assert_eq!(sent.len(), 2, "{sent:?}");
-    assert_eq!(sent[0], json!({"serverContent": {"interrupted": true}}));
-    assert_eq!(sent[1]["serverContent"], json!({"turnComplete": true}));
-    assert_eq!(sent[1]["usageMetadata"]["responseTokenCount"], 23);
+    assert_eq!(sent, [json!({"serverContent": {"interrupted": true}})]);
+    let complete = LlmResponse {
+        usage_metadata: Some(usage()),
+        turn_complete: true,
+        ..LlmResponse::default()
+    };
+    let sent = outbound.messages(&complete);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["serverContent"], json!({"turnComplete": true}));
+    assert_eq!(sent[0]["usageMetadata"]["responseTokenCount"], 23);
     // Already complete: nothing added.
     let both = LlmResponse {
         turn_complete: true,

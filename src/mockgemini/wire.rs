@@ -576,30 +576,22 @@ impl Outbound {
         }
     }
 
-    /// The server messages for a response (none, one, or two). Where the sim's message boundaries
+    /// The server messages for a response (none or one). Where the sim's message boundaries
     /// differ from Gemini's, Gemini's win: the sim reports usage in a message of its own just
-    /// before `turnComplete`, Gemini in the `turnComplete` message; the sim ends an interrupted
-    /// answer with `interrupted` alone, Gemini follows it with `turnComplete`.
+    /// before `turnComplete`, Gemini in the `turnComplete` message. (An interrupted answer ends
+    /// with `interrupted` and then `turnComplete` in the sim as in Gemini.)
     pub fn messages(&mut self, response: &LlmResponse) -> Vec<Value> {
         if response.usage_metadata.is_some() && is_usage_only(response) {
             self.usage = response.usage_metadata.clone();
             return Vec::new();
         }
-        let mut responses = vec![Cow::Borrowed(response)];
-        if response.interrupted && !response.turn_complete {
-            responses.push(Cow::Owned(LlmResponse {
-                turn_complete: true,
-                ..LlmResponse::default()
-            }));
+        let mut response = Cow::Borrowed(response);
+        if response.turn_complete && response.usage_metadata.is_none() && self.usage.is_some() {
+            response.to_mut().usage_metadata = self.usage.take();
         }
-        let mut messages = Vec::new();
-        for mut response in responses {
-            if response.turn_complete && response.usage_metadata.is_none() && self.usage.is_some() {
-                response.to_mut().usage_metadata = self.usage.take();
-            }
-            messages.extend(server_message(&response, &mut self.ids, self.api));
-        }
-        messages
+        server_message(&response, &mut self.ids, self.api)
+            .into_iter()
+            .collect()
     }
 
     /// Rewrites tool responses to the model's call ids (1007 for an id never handed out).
@@ -644,8 +636,12 @@ fn server_message(response: &LlmResponse, ids: &mut CallIds, api: Api) -> Option
     if let Some(turn) = &response.content {
         let parts: Vec<Value> = turn.parts.iter().filter_map(part).collect();
         if !parts.is_empty() {
-            let role = turn.role.as_deref().unwrap_or("model");
-            content.insert("modelTurn".into(), json!({ "role": role, "parts": parts }));
+            // Gemini's `modelTurn` has no role unless one was given.
+            let mut model_turn = json!({ "parts": parts });
+            if let Some(role) = &turn.role {
+                model_turn["role"] = json!(role);
+            }
+            content.insert("modelTurn".into(), model_turn);
         }
     }
     let transcriptions = [

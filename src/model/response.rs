@@ -34,6 +34,9 @@ pub struct LlmResponse {
     pub error_code: Option<String>,
     /// What the error was.
     pub error_message: Option<String>,
+    /// Grounding metadata for the turn ending here, as ADK reports it on `turnComplete` (an
+    /// empty object from Gemini 3.x live models when they sent none).
+    pub grounding_metadata: Option<serde_json::Value>,
 }
 
 /// Notice that the upstream will close the session.

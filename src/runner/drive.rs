@@ -8,12 +8,12 @@ use std::time::Duration;
 use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Map;
 
-use super::history::history_contents;
+use super::history::{bound_history, history_contents};
 use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
 use crate::event::{Content, Event, UsageMetadata};
 use crate::live::flow::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, RecordingTarget};
 use crate::live::{LiveRequestReceiver, RunConfig};
-use crate::session::{GetSessionConfig, Session, SessionError, SessionService};
+use crate::session::{Session, SessionError, SessionService};
 
 /// How events reach the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub(super) enum Mode {
 /// which has every committed event (events are committed before the run goes on).
 struct RunSession {
     session: Session,
-    /// The events are the store's whole list.
+    /// The events are what the store gives a run (its newest, up to the history limit).
     events_complete: bool,
 }
 
@@ -55,6 +55,10 @@ pub(super) struct Drive {
     /// The user message a turn-based agent answers.
     pub prompt: Option<Content>,
     pub handoff_delay: Duration,
+    pub history: super::HistoryLimit,
+    /// The model's resumption handle stored with the session: the run's first flow resumes the
+    /// model's own context with it (and replays the history if the model refuses it).
+    pub resume: Option<String>,
 }
 
 impl Drive {
@@ -72,6 +76,7 @@ impl Drive {
             // Turn-based runs carry usage on the content event it belongs to.
             let mut usage: Option<UsageMetadata> = None;
             let mut session = RunSession { session, events_complete: true };
+            let mut resume = self.resume.clone();
             while let Some(agent) = next.take() {
                 let llm = match &agent {
                     Agent::Sequential(sequence) => {
@@ -111,7 +116,10 @@ impl Drive {
                         yield Event::error(&inv, &llm.name, error.code(), message);
                     }
                 }
-                let flow = self.flow_for(&llm, &session.session);
+                let mut flow = self.flow_for(&llm, &session.session);
+                if let (Some(handle), Some(resumption)) = (resume.take(), flow.connect_config.session_resumption.as_mut()) {
+                    resumption.handle = Some(handle);
+                }
                 // The flow has its history; the events need not stay in memory (see RunSession).
                 session.drop_events();
                 let (items, end) = flow.run(agent_requests);
@@ -202,7 +210,7 @@ impl Drive {
         }
     }
 
-    /// Replaces the run's copy of the session's events with every event the store has.
+    /// Replaces the run's copy of the session's events with the newest ones the history may use.
     async fn reload_events(&self, session: &mut RunSession) -> Result<(), SessionError> {
         let inv = &self.invocation;
         let stored = self
@@ -211,7 +219,7 @@ impl Drive {
                 &inv.app_name,
                 &inv.user_id,
                 &inv.session_id,
-                &GetSessionConfig::default(),
+                &self.history.read(),
             )
             .await?
             .ok_or_else(|| SessionError::NotFound(inv.session_id.clone()))?;
@@ -228,7 +236,7 @@ impl Drive {
         if turn && events.last().is_some_and(|e| e.author == "user") {
             events = &events[..events.len() - 1];
         }
-        let history = history_contents(events, &llm.name);
+        let history = bound_history(history_contents(events, &llm.name), self.history.bytes);
         let tools = llm.tools_in(&self.root);
         LiveFlow {
             model: llm.model.clone(),
@@ -273,6 +281,21 @@ impl Drive {
         Some(item)
     }
 
+    /// Keeps the model's latest resumption handle with the session (live runs only), so a run
+    /// on any node can resume the model's context. A failure costs only that: logged.
+    async fn store_handle(&self, session: &Session, handle: Option<&str>) {
+        if self.mode != Mode::Live {
+            return;
+        }
+        let stored = self
+            .sessions
+            .set_resumption_handle(&session.app_name, &session.user_id, &session.id, handle)
+            .await;
+        if let Err(error) = stored {
+            tracing::warn!(%error, "could not store the model's resumption handle");
+        }
+    }
+
     /// Commits an event (when ADK's live rule says so) and records its state for the run. Returns
     /// the event, then an error event if the commit failed.
     async fn commit(&self, session: &mut RunSession, event: Event) -> Vec<Event> {
@@ -295,6 +318,13 @@ impl Drive {
         let mut stored = Vec::new();
         let mut to_store = Vec::new();
         for FlowItem { mut event, emit } in items {
+            if let Some(handle) = event
+                .live_session_resumption_update
+                .as_ref()
+                .and_then(|update| update.new_handle.as_deref())
+            {
+                self.store_handle(&session.session, Some(handle)).await;
+            }
             if let Some(extra) = &self.run_config.custom_metadata {
                 let merged = event.custom_metadata.get_or_insert_with(Map::new);
                 for (k, v) in extra {

@@ -81,6 +81,44 @@ pub fn history_contents(events: &[Event], agent: &str) -> Vec<Content> {
     contents
 }
 
+/// Session events a live run replays to the model by default: enough for a long conversation's
+/// context, few enough that a session with a huge history neither loads it all nor sends it all.
+pub const DEFAULT_HISTORY_EVENTS: usize = 500;
+/// Bytes of history (text and tool calls) a live run replays by default.
+pub const DEFAULT_HISTORY_BYTES: usize = 256 * 1024;
+
+/// The newest `contents` whose parts add up to at most `max_bytes`, starting at a user turn that
+/// is not a tool's answer (a model turn or a tool response without what came before it would
+/// read as a conversation that never happened).
+pub fn bound_history(mut contents: Vec<Content>, max_bytes: usize) -> Vec<Content> {
+    let mut total = 0usize;
+    let mut keep_from = contents.len();
+    for (i, content) in contents.iter().enumerate().rev() {
+        total = total.saturating_add(content.parts.iter().map(part_bytes).sum());
+        if total > max_bytes {
+            break;
+        }
+        keep_from = i;
+    }
+    while let Some(content) = contents.get(keep_from) {
+        let is_user = content.role.as_deref() == Some("user");
+        let answers_a_tool = content.parts.iter().any(|p| p.function_response.is_some());
+        if is_user && !answers_a_tool {
+            break;
+        }
+        keep_from += 1;
+    }
+    contents.split_off(keep_from)
+}
+
+fn part_bytes(part: &Part) -> usize {
+    if let Some(text) = &part.text {
+        return text.len();
+    }
+    // Tool calls and answers: as long as they are on the wire, near enough.
+    serde_json::to_vec(part).map_or(0, |v| v.len())
+}
+
 /// Another agent's event as user-role context: "For context: [agent] said: ...".
 fn quote_other_agent(event: &Event) -> Option<Content> {
     let mut lines = Vec::new();
@@ -184,5 +222,22 @@ mod tests {
         assert_eq!(contents[0].joined_text(), "hi");
         assert_eq!(contents[1].role.as_deref(), Some("user"));
         assert_eq!(contents[2].joined_text(), "It is noon.");
+    }
+
+    #[test]
+    fn history_keeps_the_newest_bytes_from_a_user_turn() {
+        let turn = |role: &str, text: &str| Content::text(role, text);
+        let contents = vec![
+            turn("user", "first question"),
+            turn("model", "a long first answer"),
+            turn("user", "second"),
+            turn("model", "reply"),
+        ];
+        // Room for the last three: the kept history still starts with the user's turn.
+        let kept = bound_history(contents.clone(), 40);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0].joined_text(), "second");
+        assert_eq!(bound_history(contents.clone(), 1 << 20), contents);
+        assert!(bound_history(contents, 3).is_empty());
     }
 }

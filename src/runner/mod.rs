@@ -12,7 +12,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::Map;
 
-pub use history::history_contents;
+pub use history::{bound_history, history_contents, DEFAULT_HISTORY_BYTES, DEFAULT_HISTORY_EVENTS};
 
 use crate::agent::{Agent, Invocation};
 use crate::artifact::{ArtifactScope, ArtifactService};
@@ -77,6 +77,36 @@ pub struct Runner {
     pub artifacts: Arc<dyn ArtifactService>,
     /// How long a live agent keeps listening after a transfer or `task_completed` (ADK: 1 s).
     pub handoff_delay: Duration,
+    /// How much of a session's history a run loads and replays to the model.
+    pub history: HistoryLimit,
+}
+
+/// How much of a session's history a run loads and replays to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimit {
+    /// The most recent events read from the store.
+    pub events: usize,
+    /// Bytes of model contents kept from them (the newest).
+    pub bytes: usize,
+}
+
+impl Default for HistoryLimit {
+    fn default() -> Self {
+        HistoryLimit {
+            events: DEFAULT_HISTORY_EVENTS,
+            bytes: DEFAULT_HISTORY_BYTES,
+        }
+    }
+}
+
+impl HistoryLimit {
+    /// The store read that loads this much history.
+    pub fn read(&self) -> GetSessionConfig {
+        GetSessionConfig {
+            num_recent_events: Some(self.events),
+            after_timestamp: None,
+        }
+    }
 }
 
 impl Runner {
@@ -93,6 +123,7 @@ impl Runner {
             sessions,
             artifacts,
             handoff_delay: DEFAULT_HANDOFF_DELAY,
+            history: HistoryLimit::default(),
         }
     }
 
@@ -109,6 +140,17 @@ impl Runner {
         if start.name() != self.agent.name() {
             tracing::info!(agent = start.name(), "resuming the agent that last spoke");
         }
+        let resume = match &run_config.session_resumption {
+            Some(resumption) if resumption.handle.is_none() => self
+                .sessions
+                .resumption_handle(&self.app_name, user_id, session_id)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "could not read the stored resumption handle");
+                    None
+                }),
+            _ => None,
+        };
         Ok(self.drive(
             new_invocation_id(),
             session,
@@ -117,6 +159,7 @@ impl Runner {
             run_config,
             Mode::Live,
             None,
+            resume,
         ))
     }
 
@@ -139,12 +182,7 @@ impl Runner {
         }
         let mut session = self
             .sessions
-            .get_session(
-                &self.app_name,
-                user_id,
-                session_id,
-                &GetSessionConfig::default(),
-            )
+            .get_session(&self.app_name, user_id, session_id, &self.history.read())
             .await?
             .ok_or_else(|| RunError::SessionNotFound(session_id.to_owned()))?;
         // A turn is written, not spoken, and leaves no recordings or live-session handles.
@@ -162,6 +200,15 @@ impl Runner {
         user_event.content = Some(message.clone());
         user_event.actions.state_delta = state_delta;
         self.sessions.append_event(&mut session, user_event).await?;
+        // The model's live context no longer holds the whole conversation: the next live run
+        // replays the history instead of resuming it.
+        if let Err(error) = self
+            .sessions
+            .set_resumption_handle(&self.app_name, user_id, session_id, None)
+            .await
+        {
+            tracing::warn!(%error, "could not clear the stored resumption handle");
+        }
 
         // The queue stays open (its sender lives in the drive) until the turn is over.
         let (queue, requests) = live_request_queue(4);
@@ -173,6 +220,7 @@ impl Runner {
             run_config,
             Mode::Turn { streaming },
             Some(message),
+            None,
         );
         let events = run.events;
         run.events = async_stream::stream! {
@@ -196,6 +244,7 @@ impl Runner {
         run_config: RunConfig,
         mode: Mode,
         prompt: Option<Content>,
+        resume: Option<String>,
     ) -> LiveRun {
         let mut invocation = Invocation::new(
             invocation_id.clone(),
@@ -216,6 +265,8 @@ impl Runner {
             mode,
             prompt,
             handoff_delay: self.handoff_delay,
+            history: self.history,
+            resume,
         };
         LiveRun {
             invocation_id,
@@ -229,7 +280,7 @@ impl Runner {
         user_id: &str,
         session_id: &str,
     ) -> Result<Session, RunError> {
-        let config = GetSessionConfig::default();
+        let config = self.history.read();
         if let Some(session) = self
             .sessions
             .get_session(&self.app_name, user_id, session_id, &config)

@@ -1,13 +1,14 @@
 //! In-memory session store: for tests and single-process runs that need no durability.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
-use super::{GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 /// One stored session: its own (unprefixed) state and its committed events.
@@ -16,6 +17,7 @@ struct Stored {
     state: Map<String, Value>,
     events: Vec<Event>,
     last_update_time: f64,
+    resumption_handle: Option<String>,
 }
 
 type SessionKey = (String, String, String);
@@ -31,6 +33,8 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct InMemorySessionService {
     inner: Mutex<Inner>,
+    /// Events copied out for readers.
+    events_read: AtomicU64,
 }
 
 fn key(app: &str, user: &str, id: &str) -> SessionKey {
@@ -102,6 +106,7 @@ impl SessionService for InMemorySessionService {
             state: session_state,
             events: Vec::new(),
             last_update_time: now_timestamp(),
+            resumption_handle: None,
         };
         let view = inner.view(app_name, user_id, &id, &stored);
         inner.sessions.insert(k, stored);
@@ -130,6 +135,8 @@ impl SessionService for InMemorySessionService {
             .num_recent_events
             .map_or(0, |n| kept.len().saturating_sub(n));
         session.events = kept[skip..].iter().map(|e| (*e).clone()).collect();
+        drop(inner);
+        self.count_read(session.events.len());
         Ok(Some(session))
     }
 
@@ -198,7 +205,73 @@ impl SessionService for InMemorySessionService {
         Ok(event)
     }
 
+    async fn resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        Ok(self
+            .lock()
+            .sessions
+            .get(&key(app_name, user_id, session_id))
+            .and_then(|stored| stored.resumption_handle.clone()))
+    }
+
+    async fn set_resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        if let Some(stored) = self
+            .lock()
+            .sessions
+            .get_mut(&key(app_name, user_id, session_id))
+        {
+            stored.resumption_handle = handle.map(str::to_owned);
+        }
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), SessionError> {
         Ok(())
+    }
+
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let inner = self.lock();
+        let Some(stored) = inner.sessions.get(&key(app_name, user_id, session_id)) else {
+            return Ok(None);
+        };
+        let total = stored.events.len();
+        let events: Vec<Event> = stored
+            .events
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .cloned()
+            .collect();
+        drop(inner);
+        self.count_read(events.len());
+        Ok(Some(EventPage { events, total }))
+    }
+
+    fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::Relaxed)
+    }
+}
+
+impl InMemorySessionService {
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }

@@ -1,10 +1,12 @@
-//! Sessions and their state: the `SessionService` contract and its backends (in-memory, SQLite).
+//! Sessions and their state: the `SessionService` contract and its backends (in-memory, SQLite,
+//! PostgreSQL).
 //!
 //! State keys follow ADK's prefixes: `app:` (shared by the app), `user:` (shared by one user's
 //! sessions), `temp:` (never persisted), unprefixed (this session only).
 
 mod error;
 mod memory;
+mod postgres;
 mod sqlite;
 pub mod state;
 #[cfg(test)]
@@ -18,6 +20,7 @@ use crate::event::Event;
 
 pub use error::SessionError;
 pub use memory::InMemorySessionService;
+pub use postgres::PostgresSessionService;
 pub use sqlite::SqliteSessionService;
 
 /// A conversation: its identity, merged state and committed events.
@@ -115,11 +118,87 @@ pub trait SessionService: Send + Sync + std::fmt::Debug {
         outcomes
     }
 
+    /// The model's latest session-resumption handle stored with the session (kept apart from
+    /// its state: no client or agent sees it); `None` if there is none or no such session.
+    /// A store that keeps none has the stored history replayed to the model instead.
+    async fn resumption_handle(
+        &self,
+        _app_name: &str,
+        _user_id: &str,
+        _session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        Ok(None)
+    }
+
+    /// Stores the model's latest resumption handle with the session, or clears it (`None`).
+    /// Without the session nothing is stored, and that is not an error.
+    async fn set_resumption_handle(
+        &self,
+        _app_name: &str,
+        _user_id: &str,
+        _session_id: &str,
+        _handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        Ok(())
+    }
+
     /// Checks the store is reachable (for `/readyz`).
     async fn ping(&self) -> Result<(), SessionError>;
+
+    /// A page of a session's events, oldest first, with how many it has in all; `None` if the
+    /// session does not exist. The stores here read only the page; this default, for a store
+    /// without a paged query, reads every event and slices.
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let Some(session) = self
+            .get_session(app_name, user_id, session_id, &GetSessionConfig::default())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let total = session.events.len();
+        let events = session
+            .events
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .collect();
+        Ok(Some(EventPage { events, total }))
+    }
+
+    /// Events read back from the store so far, in total (`livegate_session_events_read_total`):
+    /// what shows that reads are bounded.
+    fn events_read(&self) -> u64 {
+        0
+    }
+
+    /// Checks the store can write (for `/readyz`): a tiny write that leaves nothing behind.
+    async fn check_writable(&self) -> Result<(), SessionError> {
+        self.ping().await
+    }
 }
 
-/// Opens the session store a URL names: `memory:` or `sqlite://PATH`.
+/// A page of a session's events.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventPage {
+    /// The page, oldest first.
+    pub events: Vec<Event>,
+    /// Events the session has in all.
+    pub total: usize,
+}
+
+/// True for a URL naming the PostgreSQL store.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Opens the session store a URL names: `memory:`, `sqlite://PATH` or `postgres://…`.
 pub async fn open_session_service(
     url: &str,
 ) -> Result<std::sync::Arc<dyn SessionService>, SessionError> {
@@ -129,7 +208,15 @@ pub async fn open_session_service(
     if let Some(path) = url.strip_prefix("sqlite://") {
         return Ok(std::sync::Arc::new(SqliteSessionService::open(path).await?));
     }
+    if is_postgres_url(url) {
+        return Ok(std::sync::Arc::new(
+            PostgresSessionService::open(url).await?,
+        ));
+    }
+    // The URL may hold a password: name only its scheme.
+    let scheme = url.split_once(':').map_or(url, |(scheme, _)| scheme);
     Err(SessionError::InvalidArgument(format!(
-        "unsupported session store {url:?} (expected memory: or sqlite://PATH)"
+        "unsupported session store scheme {scheme:?} (expected memory:, sqlite://PATH or \
+         postgres://…)"
     )))
 }

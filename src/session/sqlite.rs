@@ -6,6 +6,8 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -17,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
-use super::{GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 const SCHEMA: &[&str] = &[
@@ -44,6 +46,12 @@ const SCHEMA: &[&str] = &[
         UPDATE sessions SET update_time = NEW.timestamp
         WHERE app_name = NEW.app_name AND user_id = NEW.user_id AND id = NEW.session_id;
      END",
+    // The model's resumption handle, apart from the session row so databases made before it
+    // need no column added.
+    "CREATE TABLE IF NOT EXISTS resumption_handles (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        handle TEXT NOT NULL,
+        PRIMARY KEY (app_name, user_id, session_id))",
     "CREATE TABLE IF NOT EXISTS app_states (app_name TEXT PRIMARY KEY, state TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS user_states (
         app_name TEXT NOT NULL, user_id TEXT NOT NULL, state TEXT NOT NULL,
@@ -71,6 +79,8 @@ pub struct SqliteSessionService {
     /// Appends go to one writer task that commits whatever is waiting in one transaction; the
     /// events one call hands over travel together, so they are committed together.
     appends: mpsc::Sender<Vec<Append>>,
+    /// Event rows decoded for readers.
+    events_read: Arc<AtomicU64>,
 }
 
 /// Most appends the writer takes before it commits: a batch is at most one group short of twice
@@ -142,6 +152,7 @@ impl SqliteSessionService {
             pool,
             writer,
             appends,
+            events_read: Arc::default(),
         })
     }
 }
@@ -517,6 +528,7 @@ impl SessionService for SqliteSessionService {
             .iter()
             .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
             .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
         let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
         tx.commit().await?;
         Ok(Some(Session {
@@ -578,6 +590,14 @@ impl SessionService for SqliteSessionService {
             .bind(session_id)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "DELETE FROM resumption_handles WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -663,9 +683,137 @@ impl SessionService for SqliteSessionService {
         outcomes
     }
 
+    async fn resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        Ok(sqlx::query_scalar(
+            "SELECT handle FROM resumption_handles
+             WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn set_resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        let query = match handle {
+            // Only while the session exists.
+            Some(handle) => sqlx::query(
+                "INSERT INTO resumption_handles (app_name, user_id, session_id, handle)
+                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM sessions
+                     WHERE app_name = ?1 AND user_id = ?2 AND id = ?3)
+                 ON CONFLICT (app_name, user_id, session_id) DO UPDATE SET handle = excluded.handle",
+            )
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .bind(handle),
+            None => sqlx::query(
+                "DELETE FROM resumption_handles
+                 WHERE app_name = ? AND user_id = ? AND session_id = ?",
+            )
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id),
+        };
+        query.execute(&self.writer).await?;
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), SessionError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn list_events(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Option<EventPage>, SessionError> {
+        let mut tx = self.pool.begin().await?;
+        let exists =
+            sqlx::query("SELECT 1 FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
+                .bind(app_name)
+                .bind(user_id)
+                .bind(session_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let total: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let rows = sqlx::query(
+            "SELECT event_json FROM events WHERE app_name = ? AND user_id = ? AND session_id = ?
+             ORDER BY seq LIMIT ? OFFSET ?",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(offset).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let events = rows
+            .iter()
+            .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
+            .collect::<Result<Vec<Event>, SessionError>>()?;
+        self.count_read(events.len());
+        Ok(Some(EventPage {
+            events,
+            total: usize::try_from(total).unwrap_or(0),
+        }))
+    }
+
+    fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::Relaxed)
+    }
+
+    async fn check_writable(&self) -> Result<(), SessionError> {
+        // A row written and removed in one committed transaction: the commit has to reach the
+        // log on disk, which a full disk or a read-only file refuses; readers never see it.
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        sqlx::query("INSERT OR REPLACE INTO app_states (app_name, state) VALUES (?, '{}')")
+            .bind(READY_PROBE)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM app_states WHERE app_name = ?")
+            .bind(READY_PROBE)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The app name of `/readyz`'s write probe: a slash is never in a real app name.
+const READY_PROBE: &str = "/livegate/ready-probe";
+
+impl SqliteSessionService {
+    fn count_read(&self, events: usize) {
+        self.events_read
+            .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 

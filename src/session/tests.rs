@@ -280,6 +280,58 @@ async fn conformance(svc: &dyn SessionService) {
         vec![t0 + 10.0, t0 + 9.0]
     );
 
+    // The model's resumption handle: kept with the session, never in its state, gone with it.
+    assert_eq!(
+        svc.resumption_handle("app", "u1", "s1").await.unwrap(),
+        None
+    );
+    svc.set_resumption_handle("app", "u1", "s1", Some("h-1"))
+        .await
+        .unwrap();
+    svc.set_resumption_handle("app", "u1", "s1", Some("h-2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.resumption_handle("app", "u1", "s1").await.unwrap(),
+        Some("h-2".to_owned())
+    );
+    assert_eq!(
+        svc.resumption_handle("app", "u2", "s1").await.unwrap(),
+        None,
+        "handles belong to one user's session"
+    );
+    let read = get(svc, "u1", "s1").await;
+    assert!(
+        !serde_json::to_string(&read).unwrap().contains("h-2"),
+        "not visible as state: {read:?}"
+    );
+    svc.set_resumption_handle("app", "u1", "s1", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.resumption_handle("app", "u1", "s1").await.unwrap(),
+        None
+    );
+    svc.set_resumption_handle("app", "u1", "s1", Some("h-3"))
+        .await
+        .unwrap();
+    svc.delete_session("app", "u1", "s1").await.unwrap();
+    svc.create_session("app", "u1", Some("s1"), Map::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.resumption_handle("app", "u1", "s1").await.unwrap(),
+        None,
+        "a deleted session's handle goes with it"
+    );
+    svc.set_resumption_handle("app", "u1", "nope", Some("h"))
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.resumption_handle("app", "u1", "nope").await.unwrap(),
+        None
+    );
+
     svc.ping().await.unwrap();
 }
 
@@ -456,9 +508,63 @@ async fn appends_together(svc: &dyn SessionService) {
     );
 }
 
+/// Pages of events: the page, the total, the counter of events read, and a missing session.
+async fn paged_reads(svc: &dyn SessionService) {
+    let mut session = svc
+        .create_session("app", "pager", Some("p"), Map::new())
+        .await
+        .unwrap();
+    let events: Vec<Event> = (0..25)
+        .map(|i| Event {
+            content: Some(Content::text("user", format!("m{i}"))),
+            ..Event::new("e-1", "user")
+        })
+        .collect();
+    for outcome in svc.append_events(&mut session, events.clone()).await {
+        outcome.unwrap();
+    }
+    let before = svc.events_read();
+    let page = svc
+        .list_events("app", "pager", "p", 20, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.total, 25);
+    assert_eq!(page.events, events[20..23].to_vec());
+    assert_eq!(svc.events_read() - before, 3);
+    let tail = svc
+        .list_events("app", "pager", "p", 24, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(tail.events, events[24..].to_vec());
+    let past = svc
+        .list_events("app", "pager", "p", 99, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(past.events.is_empty() && past.total == 25);
+    assert!(svc
+        .list_events("app", "pager", "nope", 0, 10)
+        .await
+        .unwrap()
+        .is_none());
+    // Reading a session without its events reads none.
+    let before = svc.events_read();
+    let config = GetSessionConfig {
+        num_recent_events: Some(0),
+        after_timestamp: None,
+    };
+    let bare = svc.get_session("app", "pager", "p", &config).await.unwrap();
+    assert!(bare.unwrap().events.is_empty());
+    assert_eq!(svc.events_read(), before);
+    svc.check_writable().await.unwrap();
+}
+
 #[tokio::test]
 async fn in_memory_store_conforms() {
     let svc = InMemorySessionService::default();
+    paged_reads(&svc).await;
     conformance(&svc).await;
     concurrent_appends(&svc).await;
     concurrent_plain_appends(&svc).await;
@@ -470,6 +576,7 @@ async fn sqlite_store_conforms_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/deeper/livegate.db");
     let svc = SqliteSessionService::open(&path).await.unwrap();
+    paged_reads(&svc).await;
     conformance(&svc).await;
     concurrent_appends(&svc).await;
     concurrent_plain_appends(&svc).await;
@@ -512,11 +619,135 @@ async fn store_urls_open_the_right_backend() {
         .unwrap();
     assert!(dir.path().join("a/b.db").is_file());
     assert!(matches!(
-        open_session_service("postgres://x").await,
-        Err(SessionError::InvalidArgument(_))
+        open_session_service("mysql://user:secret@x/db").await,
+        Err(SessionError::InvalidArgument(message)) if !message.contains("secret")
     ));
     assert!(matches!(
         open_session_service("sqlite://").await,
         Err(SessionError::InvalidArgument(_))
     ));
+}
+
+/// The PostgreSQL server the tests use, if `LIVEGATE_TEST_POSTGRES_URL` names one. Set but
+/// unreachable fails the test (see `fresh_postgres_schema`), never skips it.
+fn postgres_test_url() -> Option<String> {
+    std::env::var("LIVEGATE_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// A new, empty schema on the test server, and a URL whose connections use it, so tests that
+/// run at once never see each other's rows.
+async fn fresh_postgres_schema(base: &str) -> (String, String) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(base)
+        .await
+        .expect("LIVEGATE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable");
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+    (url, schema)
+}
+
+async fn drop_postgres_schema(base: &str, schema: &str) {
+    use sqlx::Connection;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(base).await {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_conforms_and_survives_a_reopen() {
+    let Some(base) = postgres_test_url() else {
+        return;
+    };
+    let (url, schema) = fresh_postgres_schema(&base).await;
+    let svc = open_session_service(&url).await.unwrap();
+    conformance(svc.as_ref()).await;
+    concurrent_appends(svc.as_ref()).await;
+    concurrent_plain_appends(svc.as_ref()).await;
+    appends_together(svc.as_ref()).await;
+    let mut session = svc
+        .create_session("app", "u9", Some("keep"), obj(json!({"user:z": 0})))
+        .await
+        .unwrap();
+    let stored = svc
+        .append_event(
+            &mut session,
+            event_with_delta(json!({"n": 7.5, "temp:gone": 1}), 5.0),
+        )
+        .await
+        .unwrap();
+    drop(svc);
+    let reopened = PostgresSessionService::open(&url).await.unwrap();
+    let read = get_in(&reopened, "app", "u9", "keep").await;
+    assert_eq!(read.events, vec![stored]);
+    assert_eq!(read.state.get("n"), Some(&json!(7.5)));
+    assert_eq!(read.state.get("user:z"), Some(&json!(0)));
+    assert!(!read.state.contains_key("temp:gone"));
+    drop_postgres_schema(&base, &schema).await;
+}
+
+/// Nodes starting together each run the migrations; each is applied once and every node works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_nodes_starting_at_once_migrate_once() {
+    let Some(base) = postgres_test_url() else {
+        return;
+    };
+    let (url, schema) = fresh_postgres_schema(&base).await;
+    let nodes = futures::future::join_all((0..4).map(|_| PostgresSessionService::open(&url))).await;
+    let nodes: Vec<PostgresSessionService> = nodes.into_iter().map(Result::unwrap).collect();
+    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM livegate_migrations")
+        .fetch_all(nodes[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(versions, vec![1]);
+    // Two nodes append to one session at once: every event once, numbered without a clash, and
+    // every state key kept (each delta is merged where it is stored).
+    let mut a = nodes[0]
+        .create_session("app", "u", Some("shared"), Map::new())
+        .await
+        .unwrap();
+    let mut b = get_in(&nodes[1], "app", "u", "shared").await;
+    let write = |svc: &PostgresSessionService, session: &mut Session, node: usize| {
+        let svc = svc.clone();
+        let mut session = session.clone();
+        async move {
+            for i in 0..25 {
+                let delta = json!({format!("n{node}_{i}"): i});
+                svc.append_event(&mut session, event_with_delta(delta, f64::from(i)))
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    futures::future::join(write(&nodes[0], &mut a, 0), write(&nodes[1], &mut b, 1)).await;
+    let read = get_in(&nodes[2], "app", "u", "shared").await;
+    assert_eq!(read.events.len(), 50);
+    assert_eq!(read.state.len(), 50, "no delta lost: {:?}", read.state);
+    for node in 0..2 {
+        let mine: Vec<f64> = read
+            .events
+            .iter()
+            .filter(|e| {
+                e.actions
+                    .state_delta
+                    .keys()
+                    .any(|k| k.starts_with(&format!("n{node}_")))
+            })
+            .map(|e| e.timestamp)
+            .collect();
+        assert_eq!(
+            mine,
+            (0..25).map(f64::from).collect::<Vec<_>>(),
+            "node {node}'s order kept"
+        );
+    }
+    drop_postgres_schema(&base, &schema).await;
 }

@@ -2,6 +2,7 @@
 //! as `adk_live_audio_storage_{input|output}_audio_{first_chunk_ms}.{ext}` with a `fileData` event.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -15,6 +16,31 @@ use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 /// input): a long turn then costs a session this much memory, not the whole turn's audio. Smaller
 /// saves little more memory and costs a write on the spill thread per spill.
 const SPILL_BYTES: usize = 64 * 1024;
+
+/// The loudest sample of a silent recording: -40 dBFS, under speech and over a quiet room's
+/// microphone noise.
+const SILENCE_PEAK: i32 = 328;
+
+/// True if no sample of PCM16 little-endian audio is louder than [`SILENCE_PEAK`].
+fn is_silent_pcm16(pcm: &[u8]) -> bool {
+    pcm.chunks_exact(2)
+        .all(|s| i32::from(i16::from_le_bytes([s[0], s[1]])).abs() <= SILENCE_PEAK)
+}
+
+/// Recording audio a connection may hold in memory because it could not be written (a full
+/// disk, a failing store) by default: past it, audio is dropped and the next flush says so.
+pub const DEFAULT_MAX_UNSAVED_BYTES: usize = 32 * 1024 * 1024;
+
+/// The cap every new [`AudioCache`] gets (the gateway sets it from its options at start).
+static MAX_UNSAVED_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_UNSAVED_BYTES);
+
+/// Sets the cap on unsaved recording audio for caches made from now on (0: no cap).
+pub fn set_max_unsaved_bytes(bytes: usize) {
+    MAX_UNSAVED_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// The error code of the event that reports dropped recording audio.
+pub const RECORDING_DROPPED: &str = "RECORDING_DROPPED";
 
 /// One side's audio of the current turn. The first chunk names the file (its time) and the
 /// mime type; later chunks only add bytes, so caching a chunk is one refcounted `Bytes` push.
@@ -199,6 +225,19 @@ impl Recording {
 struct Side {
     current: Recording,
     held: Vec<Recording>,
+    /// Bytes of audio dropped since the last flush because memory was at the cap.
+    dropped: usize,
+}
+
+impl Side {
+    /// Bytes of audio held in memory (what the spool files hold is not counted).
+    fn in_memory(&self) -> usize {
+        self.held
+            .iter()
+            .map(|r| r.pending)
+            .sum::<usize>()
+            .saturating_add(self.current.pending)
+    }
 }
 
 /// Which side of the conversation a recording holds.
@@ -228,6 +267,8 @@ impl AudioSide {
 pub struct AudioCache {
     inner: Arc<Mutex<[Side; 2]>>,
     spool_dir: Option<Arc<Path>>,
+    /// Most bytes of audio both sides may hold in memory (0: no cap).
+    max_unsaved: usize,
 }
 
 /// Where flushed recordings go and how their events are attributed.
@@ -250,10 +291,22 @@ pub struct RecordingTarget {
 impl AudioCache {
     /// A cache that spools long recordings to files in `spool_dir` (see [`AudioCache`]).
     pub fn new(spool_dir: Option<PathBuf>) -> Self {
+        Self::with_cap(spool_dir, MAX_UNSAVED_BYTES.load(Ordering::Relaxed))
+    }
+
+    /// A cache holding at most `max_unsaved` bytes of audio in memory (0: no cap).
+    pub fn with_cap(spool_dir: Option<PathBuf>, max_unsaved: usize) -> Self {
         AudioCache {
             inner: Arc::default(),
             spool_dir: spool_dir.map(Arc::from),
+            max_unsaved,
         }
+    }
+
+    /// True if `more` bytes would take both sides' memory past the cap.
+    fn over_cap(&self, sides: &[Side; 2], more: usize) -> bool {
+        let held = sides[0].in_memory().saturating_add(sides[1].in_memory());
+        self.max_unsaved != 0 && held.saturating_add(more) > self.max_unsaved
     }
 
     /// Caches an audio blob (non-audio blobs are ignored, as in ADK 2.13).
@@ -262,6 +315,12 @@ impl AudioCache {
             return;
         }
         if let Ok(mut sides) = self.inner.lock() {
+            // Only audio that could not be written piles up (a working spool keeps a recording's
+            // memory at one spill's worth): past the cap it is dropped, and said so at the flush.
+            if self.over_cap(&sides, blob.data.len()) {
+                sides[side as usize].dropped += blob.data.len();
+                return;
+            }
             let recording = &mut sides[side as usize].current;
             if recording.is_empty() {
                 recording.mime_type.clone_from(&blob.mime_type);
@@ -273,6 +332,22 @@ impl AudioCache {
                 if let Some(dir) = &self.spool_dir {
                     recording.start_spill(dir, Via::SpillThread);
                 }
+            }
+        }
+    }
+
+    /// Forgets the input audio cached since the last flush when all of it is silence: the
+    /// microphone's tail after the last turn, which a run's end would otherwise save as a
+    /// recording of its own. Audio already spooled to a file is long, and kept.
+    pub fn drop_silent_input(&self) {
+        if let Ok(mut sides) = self.inner.lock() {
+            let current = &mut sides[AudioSide::Input as usize].current;
+            let silent = matches!(current.spool, Spool::None)
+                && current.mime_type.starts_with("audio/pcm")
+                && current.chunks.iter().all(|chunk| is_silent_pcm16(chunk));
+            if silent && !current.chunks.is_empty() {
+                tracing::debug!(bytes = current.pending, "dropping a silent input recording");
+                *current = Recording::default();
             }
         }
     }
@@ -291,10 +366,24 @@ impl AudioCache {
     }
 
     /// Keeps a recording whose save failed, to retry at the next flush (after those held before).
+    /// Past the memory cap, the oldest held recordings of the side are dropped instead.
     fn hold(&self, side: AudioSide, recording: Recording) {
         if let Ok(mut sides) = self.inner.lock() {
             sides[side as usize].held.push(recording);
+            while self.over_cap(&sides, 0) && !sides[side as usize].held.is_empty() {
+                let oldest = sides[side as usize].held.remove(0);
+                // Its spool file, if any, is removed when the recording is dropped.
+                sides[side as usize].dropped += oldest.pending;
+            }
         }
+    }
+
+    /// Bytes dropped from a side since the last call, which resets them.
+    fn take_dropped(&self, side: AudioSide) -> usize {
+        self.inner
+            .lock()
+            .map(|mut sides| std::mem::take(&mut sides[side as usize].dropped))
+            .unwrap_or(0)
     }
 
     /// Saves the cached audio of the chosen sides and returns the events to yield: a `fileData`
@@ -318,7 +407,7 @@ impl AudioCache {
             .filter(|(_, recording)| !recording.is_empty())
             .map(|(side, recording)| self.save(&**artifacts, target, side, recording));
         let saved = futures::future::join_all(saves).await;
-        saved
+        let mut events: Vec<Event> = saved
             .into_iter()
             .map(|(event, failed)| {
                 if let Some((side, recording)) = failed {
@@ -326,7 +415,27 @@ impl AudioCache {
                 }
                 event
             })
-            .collect()
+            .collect();
+        for (on, side) in sides {
+            let dropped = if on { self.take_dropped(side) } else { 0 };
+            if dropped > 0 {
+                tracing::warn!(
+                    side = side.label(),
+                    dropped,
+                    "recording audio dropped: it could not be saved and reached the memory cap"
+                );
+                events.push(Event::error(
+                    &target.invocation_id,
+                    &target.agent_name,
+                    RECORDING_DROPPED,
+                    format!(
+                        "{dropped} bytes of {} audio were not recorded: recordings could not be saved and reached the memory cap",
+                        side.label()
+                    ),
+                ));
+            }
+        }
+        events
     }
 
     /// Saves one recording: its `fileData` event, or an error event and the recording to hold.
@@ -517,6 +626,39 @@ mod tests {
         assert_same(&saved(&*store, &events[0]).await.data, &frames(0..300));
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn audio_that_cannot_be_saved_is_dropped_past_the_memory_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(TestStore::open(&dir.path().join("store")).await);
+        store.fail.store(usize::MAX, Ordering::SeqCst);
+        // No spool (a file where its folder should be) and a store that fails every save: a
+        // disk that is full. The cap is 100 frames.
+        let blocked = dir.path().join("not-a-dir");
+        std::fs::write(&blocked, b"").unwrap();
+        let cap = 100 * 640;
+        let cache = AudioCache::with_cap(Some(blocked), cap);
+        let in_memory = |cache: &AudioCache| {
+            let sides = cache.inner.lock().unwrap();
+            sides[0].in_memory() + sides[1].in_memory()
+        };
+        for round in 0..3 {
+            for n in round * 300..(round + 1) * 300 {
+                cache.push(AudioSide::Output, &frame(n));
+                assert!(in_memory(&cache) <= cap);
+            }
+            let events = cache.flush(&target(store.clone()), true, true).await;
+            let codes: Vec<_> = events.iter().filter_map(|e| e.error_code.clone()).collect();
+            assert!(codes.iter().any(|c| c == RECORDING_DROPPED), "{codes:?}");
+            assert!(in_memory(&cache) <= cap);
+        }
+        // The disk has room again: what was kept is saved, the first 100 frames.
+        store.fail.store(0, Ordering::SeqCst);
+        let events = cache.flush(&target(store.clone()), true, true).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_same(&saved(&*store, &events[0]).await.data, &frames(0..100));
+        assert_eq!(in_memory(&cache), 0);
+    }
+
     /// A file store whose next saves fail, or whose saves each wait for a second one to start.
     #[derive(Debug)]
     struct TestStore {
@@ -693,6 +835,34 @@ mod tests {
         assert_same(
             &saved(&*store, &events[1]).await.data,
             &frames(1_000..1_300),
+        );
+    }
+
+    #[test]
+    fn only_a_silent_input_tail_is_dropped() {
+        let pcm = |samples: &[i16]| Blob {
+            data: samples.iter().flat_map(|s| s.to_le_bytes()).collect(),
+            mime_type: "audio/pcm;rate=16000".into(),
+            ..Blob::default()
+        };
+        let cache = AudioCache::new(None);
+        cache.push(AudioSide::Input, &pcm(&[0, 12, -300, 328]));
+        cache.push(AudioSide::Output, &pcm(&[0, 0]));
+        cache.drop_silent_input();
+        assert_eq!(pending(&cache, AudioSide::Input), 0, "near-silence dropped");
+        assert_eq!(
+            pending(&cache, AudioSide::Output),
+            4,
+            "the output side is kept"
+        );
+
+        cache.push(AudioSide::Input, &pcm(&[0, 0]));
+        cache.push(AudioSide::Input, &pcm(&[0, -2_000, 0]));
+        cache.drop_silent_input();
+        assert_eq!(
+            pending(&cache, AudioSide::Input),
+            10,
+            "a sound keeps it all"
         );
     }
 }

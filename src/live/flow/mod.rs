@@ -24,7 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-pub use audio_cache::{AudioCache, AudioSide, RecordingTarget};
+pub use audio_cache::{
+    set_max_unsaved_bytes, AudioCache, AudioSide, RecordingTarget, DEFAULT_MAX_UNSAVED_BYTES,
+    RECORDING_DROPPED,
+};
 pub use hooks::{FlowHooks, NoHooks, Screened};
 pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
 
@@ -178,6 +181,9 @@ impl LiveFlow {
             // Which tool task runs which call, so a `toolCallCancellation` can stop it.
             let mut running: HashMap<String, AbortHandle> = HashMap::new();
             let mut handle = connect_config.session_resumption.as_ref().and_then(|r| r.handle.clone());
+            // A handle the run started with (stored with the session) may have expired or come
+            // from a model that no longer knows it: refused, the history is replayed instead.
+            let mut untried_handle = handle.is_some();
             let mut failures = 0u32;
             let mut first_connect = true;
             let mut reason = FlowEndReason::Closed;
@@ -209,8 +215,14 @@ impl LiveFlow {
                         ..config.session_resumption.unwrap_or_default()
                     });
                     config.history.clear(); // the model resumes its own context
-                } else if !first_connect {
-                    tracing::info!(invocation_id, "reconnecting without a resumption handle; replaying history");
+                } else {
+                    // A fresh model session (the one the run started with may have been refused).
+                    if let Some(resumption) = config.session_resumption.as_mut() {
+                        resumption.handle = None;
+                    }
+                    if !first_connect {
+                        tracing::info!(invocation_id, "reconnecting without a resumption handle; replaying history");
+                    }
                 }
                 if !first_connect {
                     run_config.on_reconnect.reconnected();
@@ -227,6 +239,14 @@ impl LiveFlow {
                             inputs = Some(send_inputs);
                             continue;
                         }
+                        if std::mem::take(&mut untried_handle) {
+                            tracing::info!(%error, invocation_id, "the model refused the stored resumption handle; replaying history");
+                            handle = None;
+                            failures = 0;
+                            first_connect = true;
+                            inputs = Some(send_inputs);
+                            continue;
+                        }
                         tracing::warn!(%error, invocation_id, "could not connect to the model");
                         yield FlowItem::emit(Event::error(&invocation_id, &agent_name, error.code(), error.to_string()));
                         inputs = Some(send_inputs);
@@ -234,6 +254,7 @@ impl LiveFlow {
                         break;
                     }
                 };
+                untried_handle = false;
                 // A connection counts as good once the model has said something; one that ends
                 // at once still counts as a failure, so a model that keeps hanging up cannot spin.
                 let mut responded = false;
@@ -450,8 +471,10 @@ impl LiveFlow {
             // Tools still running answer a model that is gone; stop them.
             tools.abort_all();
             hooks.stop_tools().await;
-            // Whatever ended the run, no recording is lost.
+            // Whatever ended the run, no recording is lost (but the microphone's silent tail
+            // after the last turn is no recording).
             if record_audio {
+                cache.drop_silent_input();
                 for event in cache.flush(&target, true, true).await {
                     yield FlowItem::emit(event);
                 }

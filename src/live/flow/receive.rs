@@ -123,6 +123,7 @@ impl ResponseProcessor {
             let mut event = self.agent_event(&model_version);
             event.turn_complete = Some(true);
             event.interrupted = response.interrupted.then_some(true);
+            event.grounding_metadata = response.grounding_metadata;
             steps.push(Step::Emit(event));
         } else if response.interrupted {
             if self.record_audio {
@@ -153,7 +154,9 @@ impl ResponseProcessor {
         model_version: &Option<String>,
         steps: &mut Vec<Step>,
     ) {
-        let role = content.role.clone().unwrap_or_else(|| "model".into());
+        // Partial text and audio keep the upstream's role (Gemini sends none), as in ADK; only
+        // the merged text gets `model`.
+        let role = content.role;
         let mut partial_text = Vec::new();
         let mut other = Vec::new();
         for part in content.parts {
@@ -174,20 +177,17 @@ impl ResponseProcessor {
         }
         // Text arriving with turn_complete / interrupted / a tool call only shows in the full text.
         if !partial_text.is_empty() && !ends_text {
-            let mut event = self.event_for_role(&role, model_version);
+            let mut event = self.event_for_role(role.as_deref(), model_version);
             event.content = Some(Content {
                 parts: partial_text,
-                role: Some(role.clone()),
+                role: role.clone(),
             });
             event.partial = Some(true);
             steps.push(Step::Emit(event));
         }
         if !other.is_empty() {
-            let mut event = self.event_for_role(&role, model_version);
-            event.content = Some(Content {
-                parts: other,
-                role: Some(role),
-            });
+            let mut event = self.event_for_role(role.as_deref(), model_version);
+            event.content = Some(Content { parts: other, role });
             steps.push(Step::Emit(event));
         }
     }
@@ -268,9 +268,9 @@ impl ResponseProcessor {
         event
     }
 
-    fn event_for_role(&self, role: &str, model_version: &Option<String>) -> Event {
+    fn event_for_role(&self, role: Option<&str>, model_version: &Option<String>) -> Event {
         let mut event = self.agent_event(model_version);
-        if role == "user" {
+        if role == Some("user") {
             event.author = "user".into();
         }
         event

@@ -225,9 +225,10 @@ async fn pending_recordings_are_flushed_when_the_run_ends() {
     let (queue, requests) = live_request_queue(8);
     let poll = drain(flow, requests);
     let mut up = upstreams.recv().await.unwrap();
+    // Speech, not silence (a silent tail would not be saved): samples of 0x1010.
     queue
         .send_realtime(Blob::new(
-            Bytes::from(vec![1u8; 640]),
+            Bytes::from(vec![0x10u8; 640]),
             "audio/pcm;rate=16000",
         ))
         .await

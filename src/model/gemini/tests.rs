@@ -46,6 +46,27 @@ fn setup_complete_and_empty_messages() {
 }
 
 #[test]
+fn turn_complete_has_grounding_as_adk_reports_it() {
+    let complete = br#"{"serverContent":{"turnComplete":true}}"#;
+    let on = |model: &str, json: &[u8]| match parse_server_message(json, model).unwrap() {
+        ServerEvent::Response(r) => r.grounding_metadata,
+        other => panic!("{other:?}"),
+    };
+    // ADK gives 3.x live models' turnComplete an empty grounding object, and 2.5's none.
+    assert_eq!(
+        on("gemini-3.1-flash-live-preview", complete),
+        Some(json!({}))
+    );
+    assert_eq!(on(MODEL, complete), None);
+    // What the model sent is kept.
+    let grounded = br#"{"serverContent":{"turnComplete":true,"groundingMetadata":{"webSearchQueries":["q"]}}}"#;
+    assert_eq!(
+        on(MODEL, grounded),
+        Some(json!({"webSearchQueries": ["q"]}))
+    );
+}
+
+#[test]
 fn model_turn_audio_text_and_thoughts() {
     let audio = parse(
         r#"{"serverContent":{"modelTurn":{"parts":[{"inlineData":{"mimeType":"audio/pcm;rate=24000","data":"AQACAAMA"}}]}}}"#,
@@ -56,7 +77,8 @@ fn model_turn_audio_text_and_thoughts() {
         .unwrap();
     assert_eq!(blob.data, Bytes::from_static(&[1, 0, 2, 0, 3, 0]));
     assert_eq!(blob.mime_type, "audio/pcm;rate=24000");
-    assert_eq!(audio.content.unwrap().role.as_deref(), Some("model"));
+    // No role from Gemini, none added: ADK passes `modelTurn` on as it is.
+    assert_eq!(audio.content.unwrap().role, None);
     assert_eq!(audio.model_version.as_deref(), Some(MODEL));
 
     let text = parse(
@@ -194,6 +216,7 @@ fn setup_carries_every_setting_in_camel_case() {
     );
     assert_eq!(s["generationConfig"]["enableAffectiveDialog"], true);
     assert_eq!(s["systemInstruction"]["parts"][0]["text"], "Be brief.");
+    assert_eq!(s["systemInstruction"]["role"], "system", "as ADK sends it");
     assert_eq!(
         s["tools"][0]["functionDeclarations"][0]["name"],
         "get_current_time"

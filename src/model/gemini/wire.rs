@@ -41,7 +41,8 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
     {
         setup.insert(
             "systemInstruction".into(),
-            json!({ "parts": [{ "text": instruction }], "role": "user" }),
+            // ADK sends the instruction with the `system` role.
+            json!({ "parts": [{ "text": instruction }], "role": "system" }),
         );
     }
     if !config.tools.is_empty() {
@@ -114,6 +115,12 @@ pub fn text_as_realtime(model: &str) -> bool {
         .strip_prefix("models/")
         .unwrap_or(model)
         .starts_with("gemini-3")
+}
+
+/// True for the Gemini 3.x live models, where ADK gives every `turnComplete` a grounding object.
+fn is_gemini_3_live(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    name.starts_with("gemini-3.") && name.contains("-live") && !name.contains("live-translate")
 }
 
 /// One client message for an input, as sent; `realtime_text` sends complete text turns as
@@ -207,6 +214,7 @@ struct ServerContent {
     generation_complete: bool,
     input_transcription: Option<Transcription>,
     output_transcription: Option<Transcription>,
+    grounding_metadata: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -261,11 +269,15 @@ pub fn parse_server_message(json: &[u8], model: &str) -> Result<ServerEvent, Mod
             || content.turn_complete
             || content.interrupted
             || content.generation_complete;
-        response.content = turn.map(|mut c| {
-            c.role.get_or_insert_with(|| "model".into());
-            c
-        });
+        // The role stays as Gemini sent it (usually absent), as ADK passes it on.
+        response.content = turn;
         response.turn_complete = content.turn_complete;
+        // ADK reports the turn's grounding on its turnComplete, an empty one for 3.x live models.
+        if content.turn_complete {
+            response.grounding_metadata = content
+                .grounding_metadata
+                .or_else(|| is_gemini_3_live(model).then(|| json!({})));
+        }
         response.interrupted = content.interrupted;
         response.generation_complete = content.generation_complete;
         // An empty `{}` transcription carries nothing; drop it.

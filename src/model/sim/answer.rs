@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::replies::{audio_tokens, spoken_fragments, text_tokens, written_fragments};
 use super::voice::{Synth, Voice, OUTPUT_MIME, OUTPUT_RATE};
-use crate::event::{Blob, Content, ModalityTokenCount, Transcription, UsageMetadata};
+use crate::event::{Blob, Content, ModalityTokenCount, Part, Transcription, UsageMetadata};
 use crate::model::{LlmResponse, Modality};
 
 /// Prompt token counts of a turn, by modality.
@@ -65,8 +65,33 @@ pub struct Answer {
     duration: Duration,
     started: bool,
     candidates: u64,
+    prompt: PromptTokens,
+    modality: &'static str,
     /// When livegate read the client audio this answers; given to the first audio or text.
     pub prompted_by: Option<std::time::Instant>,
+}
+
+/// The usage message of an answer: `prompt` in, `candidates` tokens of `modality` out.
+fn usage(prompt: PromptTokens, candidates: u64, modality: &str) -> UsageMetadata {
+    UsageMetadata {
+        candidates_token_count: Some(candidates),
+        candidates_tokens_details: Some(vec![ModalityTokenCount {
+            modality: modality.into(),
+            token_count: candidates,
+        }]),
+        prompt_token_count: Some(prompt.total()),
+        prompt_tokens_details: Some(
+            [("TEXT", prompt.text), ("AUDIO", prompt.audio)]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(modality, token_count)| ModalityTokenCount {
+                    modality: modality.into(),
+                    token_count,
+                })
+                .collect(),
+        ),
+        total_token_count: Some(prompt.total() + candidates),
+    }
 }
 
 /// The time `samples` output samples take to play.
@@ -129,26 +154,7 @@ impl Answer {
                 (Some(voice), duration, tokens, "AUDIO")
             }
         };
-        let usage = UsageMetadata {
-            candidates_token_count: Some(candidates),
-            candidates_tokens_details: Some(vec![ModalityTokenCount {
-                modality: modality.into(),
-                token_count: candidates,
-            }]),
-            prompt_token_count: Some(prompt.total()),
-            prompt_tokens_details: Some(
-                [("TEXT", prompt.text), ("AUDIO", prompt.audio)]
-                    .into_iter()
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(modality, token_count)| ModalityTokenCount {
-                        modality: modality.into(),
-                        token_count,
-                    })
-                    .collect(),
-            ),
-            total_token_count: Some(prompt.total() + candidates),
-        };
-        steps.push((duration, Step::Usage(usage)));
+        steps.push((duration, Step::Usage(usage(prompt, candidates, modality))));
         steps.push((duration, Step::GenerationComplete));
         steps.push((duration, Step::TurnComplete));
         Answer {
@@ -159,8 +165,27 @@ impl Answer {
             duration,
             started: false,
             candidates,
+            prompt,
+            modality,
             prompted_by: None,
         }
+    }
+
+    /// The usage of an answer stopped now: its prompt, and the share of its tokens already sent
+    /// (Gemini counts what it generated before the interruption).
+    pub fn interrupted_usage(&self) -> UsageMetadata {
+        // What was sent reaches up to the next message's offset.
+        let sent = self
+            .steps
+            .front()
+            .map_or(self.duration, |(offset, _)| *offset);
+        let share = if self.duration.is_zero() {
+            1.0
+        } else {
+            (sent.as_secs_f64() / self.duration.as_secs_f64()).clamp(0.0, 1.0)
+        };
+        let candidates = (self.candidates as f64 * share).ceil() as u64;
+        usage(self.prompt, candidates, self.modality)
     }
 
     /// When the next message is due, if any is left.
@@ -197,7 +222,13 @@ impl Answer {
             ..LlmResponse::default()
         };
         match step {
-            Step::Text(text) => message.content = Some(Content::text("model", text)),
+            // Gemini's `modelTurn` carries no role; ADK passes that on, so neither do we.
+            Step::Text(text) => {
+                message.content = Some(Content {
+                    parts: vec![Part::text(text)],
+                    role: None,
+                });
+            }
             Step::Transcript(text) => {
                 message.output_transcription = Some(Transcription::new(text, false));
             }
@@ -207,7 +238,13 @@ impl Answer {
                     .as_ref()
                     .map(|v| v.render(start, end))
                     .unwrap_or_default();
-                message.content = Some(Content::blob("model", Blob::new(data, OUTPUT_MIME)));
+                message.content = Some(Content {
+                    parts: vec![Part {
+                        inline_data: Some(Blob::new(data, OUTPUT_MIME)),
+                        ..Part::default()
+                    }],
+                    role: None,
+                });
             }
             Step::Usage(usage) => message.usage_metadata = Some(usage),
             Step::GenerationComplete => message.generation_complete = true,

@@ -59,6 +59,12 @@ impl SimConfig {
         }
     }
 
+    /// From the end of the user's speech to the answer's first message: the silence that ends
+    /// an utterance, then the reply delay. (What a load test should not count as the gateway's.)
+    pub fn answer_delay(&self) -> Duration {
+        Duration::from_millis(u64::from(self.vad_silence_ms)) + self.reply_delay()
+    }
+
     /// The reply delay, capped so that adding it to an instant cannot overflow.
     pub(super) fn reply_delay(&self) -> Duration {
         self.reply_delay.min(Duration::from_secs(3600))

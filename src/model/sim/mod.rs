@@ -10,8 +10,9 @@
 //!   flushes one). Each is transcribed as `[speech 2.86 s]` and answered with a **voice echo**: the
 //!   utterance itself resampled to 24 kHz, exactly 1.5× its 16 kHz sample count, with the output
 //!   transcription `You said something for 2.9 seconds.` spread over it.
-//! - **Barge-in**: speech (or a new text turn) while an answer is being sent ⇒ `interrupted`, and no
-//!   more of that answer. With `Pacing::Burst` answers are usually out before anyone can interrupt.
+//! - **Barge-in**: speech (or a new text turn) while an answer is being sent ⇒ `interrupted`, then
+//!   `turnComplete` with the usage of what was generated (as Gemini ends it), and no more of that
+//!   answer. With `Pacing::Burst` answers are usually out before anyone can interrupt.
 //! - **Resumption**: with `session_resumption` set, a `sim-{uuid}-{n}` handle after each turn.
 //!
 //! One tokio task per connection owns all state; answers are rendered chunk by chunk as they are
@@ -31,6 +32,7 @@ use tokio::sync::mpsc;
 
 pub use config::{Pacing, SimConfig};
 pub use replies::{plan_reply, speech_reply, speech_transcript, text_reply, Heard, Reply};
+pub use session::knows_handle;
 pub use voice::{echo_len, OUTPUT_MIME, OUTPUT_RATE};
 
 use super::{
@@ -62,6 +64,19 @@ impl LiveModel for SimModel {
     }
 
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {
+        if let Some(handle) = config
+            .session_resumption
+            .as_ref()
+            .and_then(|r| r.handle.as_deref())
+        {
+            if !session::knows_handle(handle) {
+                // As Gemini refuses a handle it does not know (or no longer keeps).
+                return Err(ModelError::Closed {
+                    code: 1007,
+                    reason: "invalid session resumption handle".into(),
+                });
+            }
+        }
         let (sender, inputs) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
         let (outputs, receiver) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
         tokio::spawn(session::run(self.config, config, inputs, outputs));

@@ -4,7 +4,7 @@
 //! the next message is due, and sends it only when the flow has room (`reserve`). So speech that
 //! arrives while an answer is being paced, or while the flow is slow to read, still barges in.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -121,6 +121,81 @@ struct AwaitingTools {
     prompt: PromptTokens,
 }
 
+/// How long the sim remembers the context a handle resumes (Gemini keeps it two hours).
+const HANDLE_LIFETIME: Duration = Duration::from_secs(2 * 60 * 60);
+/// Most model sessions the sim remembers at once; the oldest are forgotten first.
+const MAX_REMEMBERED_HANDLES: usize = 10_000;
+
+/// What the sim remembers of its sessions, as Gemini does on its servers: per model session
+/// (the `{id}` of its `sim-{id}-{n}` handles) the last handle's number and the context it
+/// resumes. Process-wide, so a handle is good on any later connection to this process, and so
+/// for every gateway node that shares one `mock-gemini`. One entry per model session, not per
+/// handle, so the map grows with sessions rather than turns.
+static REMEMBERED: std::sync::LazyLock<std::sync::Mutex<HashMap<String, Remembered>>> =
+    std::sync::LazyLock::new(Default::default);
+
+#[derive(Debug, Clone, Copy)]
+struct Remembered {
+    count: u64,
+    context: PromptTokens,
+    at: Instant,
+}
+
+fn remembered() -> std::sync::MutexGuard<'static, HashMap<String, Remembered>> {
+    REMEMBERED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `sim-{id}-{n}` → (id, n).
+fn parse_handle(handle: &str) -> Option<(&str, u64)> {
+    let (id, count) = handle.strip_prefix("sim-")?.rsplit_once('-')?;
+    Some((id, count.parse().ok()?))
+}
+
+/// Remembers the context `handle` resumes.
+fn remember(handle: &str, context: PromptTokens) {
+    let Some((id, count)) = parse_handle(handle) else {
+        return;
+    };
+    let mut sessions = remembered();
+    let now = Instant::now();
+    if sessions.len() >= MAX_REMEMBERED_HANDLES && !sessions.contains_key(id) {
+        sessions.retain(|_, r| now.duration_since(r.at) < HANDLE_LIFETIME);
+        if sessions.len() >= MAX_REMEMBERED_HANDLES {
+            // Forget the oldest tenth at once, so a full map is swept rarely.
+            let mut ages: Vec<Instant> = sessions.values().map(|r| r.at).collect();
+            ages.sort_unstable();
+            let cutoff = ages[ages.len() / 10];
+            sessions.retain(|_, r| r.at > cutoff);
+        }
+    }
+    sessions.insert(
+        id.to_owned(),
+        Remembered {
+            count,
+            context,
+            at: now,
+        },
+    );
+}
+
+/// The context a handle resumes, if the sim issued it and still remembers its session (an
+/// older handle of the session resumes its latest context).
+fn recall(handle: &str) -> Option<PromptTokens> {
+    let (id, count) = parse_handle(handle)?;
+    remembered()
+        .get(id)
+        .filter(|r| count <= r.count && r.at.elapsed() < HANDLE_LIFETIME)
+        .map(|r| r.context)
+}
+
+/// True if a connection may resume with this handle: the sim issued it, in this process, and
+/// still remembers its context.
+pub fn knows_handle(handle: &str) -> bool {
+    recall(handle).is_some()
+}
+
 /// Session resumption handles: `sim-{id}-{n}`.
 struct Resumption {
     id: String,
@@ -185,6 +260,12 @@ impl Session {
             .session_resumption
             .as_ref()
             .map(|r| Resumption::new(r.handle.as_deref()));
+        // A resumed session carries on with the context it had, not the one sent now.
+        let resumed = config
+            .session_resumption
+            .as_ref()
+            .and_then(|r| r.handle.as_deref())
+            .and_then(recall);
         Session {
             vad: Vad::new(vad_settings(&sim), DEFAULT_INPUT_RATE),
             rate: DEFAULT_INPUT_RATE,
@@ -196,10 +277,10 @@ impl Session {
             hearing: None,
             activity_start: None,
             pending_text: Vec::new(),
-            context: PromptTokens {
+            context: resumed.unwrap_or(PromptTokens {
                 text: instruction + history,
                 audio: 0,
-            },
+            }),
             immediate: VecDeque::new(),
             answers: VecDeque::new(),
             resumption,
@@ -230,6 +311,9 @@ impl Session {
         if message.as_ref().is_some_and(|m| m.turn_complete) {
             if let Some(resumption) = &mut self.resumption {
                 let update = resumption.next();
+                if let Some(handle) = &update.new_handle {
+                    remember(handle, self.context);
+                }
                 self.immediate.push_back((
                     Instant::now(),
                     LlmResponse {
@@ -362,16 +446,30 @@ impl Session {
         }
     }
 
-    /// Drops every answer not yet given; `interrupted` if one was under way.
+    /// Drops every answer not yet given. One under way ends as Gemini ends it: `interrupted`,
+    /// then `turnComplete` with the usage of what was generated.
     fn stop_answers(&mut self) {
-        let under_way = self.answers.front().is_some_and(Answer::started);
+        let under_way = self
+            .answers
+            .front()
+            .filter(|a| a.started())
+            .map(Answer::interrupted_usage);
         self.answers.clear();
-        if under_way {
+        if let Some(usage) = under_way {
             tracing::debug!("sim answer interrupted");
+            let now = Instant::now();
             self.immediate.push_back((
-                Instant::now(),
+                now,
                 LlmResponse {
                     interrupted: true,
+                    ..sim_message()
+                },
+            ));
+            self.immediate.push_back((
+                now,
+                LlmResponse {
+                    usage_metadata: Some(usage),
+                    turn_complete: true,
                     ..sim_message()
                 },
             ));

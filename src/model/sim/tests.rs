@@ -380,6 +380,21 @@ async fn speaking_over_a_real_time_answer_interrupts_it() {
             break;
         }
     }
+    // Then, as Gemini does, `turnComplete` with the usage of what was generated.
+    let complete = recv(&mut connection).await;
+    assert!(complete.turn_complete, "{complete:?}");
+    let usage = complete
+        .usage_metadata
+        .expect("usage with the turnComplete");
+    let candidates = usage.candidates_token_count.unwrap_or(0);
+    assert!(
+        candidates > 0,
+        "some of the answer was generated: {usage:?}"
+    );
+    assert_eq!(
+        usage.total_token_count,
+        Some(usage.prompt_token_count.unwrap_or(0) + candidates)
+    );
     // After it: nothing of the first answer; the barge-in utterance is heard, then answered.
     let heard = recv(&mut connection).await;
     assert!(
@@ -470,6 +485,55 @@ async fn resumption_handles_follow_each_turn() {
         update.new_handle.unwrap(),
         format!("{}3", handles[0].trim_end_matches('1'))
     );
+}
+
+#[tokio::test]
+async fn a_handle_resumes_the_context_it_was_issued_for_and_unknown_ones_are_refused() {
+    let model = SimModel::new(SimConfig::instant());
+    let mut config = connect_config(Modality::Text);
+    config.session_resumption = Some(SessionResumptionConfig::default());
+    let mut connection = model.connect(config.clone()).await.unwrap();
+    send(
+        &connection,
+        text_turn("a first question with several words in it"),
+    )
+    .await;
+    turn(&mut connection).await;
+    let handle = recv(&mut connection)
+        .await
+        .session_resumption_update
+        .and_then(|u| u.new_handle)
+        .unwrap();
+
+    // A fresh session starts from nothing; the resumed one from what the first turn left.
+    let prompt = |messages: &[LlmResponse]| {
+        messages
+            .iter()
+            .find_map(|m| m.usage_metadata.as_ref()?.prompt_token_count)
+            .unwrap()
+    };
+    let mut fresh = model.connect(config.clone()).await.unwrap();
+    send(&fresh, text_turn("hi")).await;
+    let fresh_prompt = prompt(&turn(&mut fresh).await);
+    config.session_resumption = Some(SessionResumptionConfig {
+        handle: Some(handle),
+        transparent: None,
+    });
+    let mut resumed = model.connect(config.clone()).await.unwrap();
+    send(&resumed, text_turn("hi")).await;
+    assert!(prompt(&turn(&mut resumed).await) > fresh_prompt);
+
+    for unknown in ["sim-never-issued-1", "not-a-sim-handle"] {
+        config.session_resumption = Some(SessionResumptionConfig {
+            handle: Some(unknown.into()),
+            transparent: None,
+        });
+        let refused = model.connect(config.clone()).await;
+        assert!(
+            matches!(refused, Err(ModelError::Closed { code: 1007, .. })),
+            "{unknown}"
+        );
+    }
 }
 
 #[tokio::test]

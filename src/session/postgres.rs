@@ -1,0 +1,628 @@
+//! PostgreSQL session store: one database shared by every gateway node of a deployment.
+//!
+//! Each session row carries the next number of its event sequence. Appending an event takes the
+//! number in the same statement that stores the event, under the session row's lock, so a
+//! session's events read back in commit order whichever node committed them. State deltas are
+//! merged in that statement too (`state || delta`, JSONB), so a `/run` turn and a live run on
+//! the same session never overwrite each other's keys with a stale copy.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Row};
+use tokio::sync::{mpsc, oneshot};
+
+use super::state::{apply_committed, merge_state, prepare_append, split_delta};
+use super::{GetSessionConfig, Session, SessionError, SessionService};
+use crate::event::{now_timestamp, Event};
+
+/// Versioned schema changes, applied in order once each. Never edit a released one: add the next.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE sessions (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, id TEXT NOT NULL,
+        state JSONB NOT NULL, create_time DOUBLE PRECISION NOT NULL,
+        update_time DOUBLE PRECISION NOT NULL,
+        next_seq BIGINT NOT NULL DEFAULT 0,
+        resumption_handle TEXT,
+        PRIMARY KEY (app_name, user_id, id));
+     CREATE INDEX sessions_by_update ON sessions (app_name, user_id, update_time DESC);
+     CREATE TABLE events (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        seq BIGINT NOT NULL, id TEXT NOT NULL, invocation_id TEXT NOT NULL,
+        author TEXT NOT NULL, timestamp DOUBLE PRECISION NOT NULL, event_json TEXT NOT NULL,
+        PRIMARY KEY (app_name, user_id, session_id, seq),
+        UNIQUE (app_name, user_id, session_id, id));
+     CREATE TABLE app_states (app_name TEXT PRIMARY KEY, state JSONB NOT NULL);
+     CREATE TABLE user_states (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, state JSONB NOT NULL,
+        PRIMARY KEY (app_name, user_id));
+     CREATE TABLE session_leases (
+        app_name TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        node TEXT NOT NULL, lease BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (app_name, user_id, session_id));
+     CREATE INDEX session_leases_by_node ON session_leases (node);",
+)];
+
+/// The advisory lock nodes take around migrations, so nodes starting together apply each once.
+const MIGRATION_LOCK: i64 = 0x6c69_7665_6761_7465; // "livegate"
+
+/// Writer tasks per node: each commits its own batches on its own connection; a session always
+/// goes to the same one, which keeps its appends in order.
+const WRITERS: usize = 4;
+
+/// Most appends a writer commits in one transaction.
+const MAX_BATCH: usize = 256;
+
+/// Times a batch is retried after PostgreSQL aborted it to break a deadlock (two nodes' batches
+/// locking the same rows in other orders); nothing of an aborted batch was committed.
+const DEADLOCK_RETRIES: usize = 3;
+
+/// Connections per node: the writers, the lease listener, and reads.
+const MAX_CONNECTIONS: u32 = 24;
+
+/// Stores one event (with its state delta) if its session exists and it is not already there.
+const APPEND: &str = "
+WITH s AS (
+    UPDATE sessions SET next_seq = next_seq + 1, update_time = $7, state = state || $9::jsonb
+    WHERE app_name = $1 AND user_id = $2 AND id = $3
+      AND NOT EXISTS (SELECT 1 FROM events
+          WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND id = $4)
+    RETURNING next_seq),
+e AS (
+    INSERT INTO events
+        (app_name, user_id, session_id, seq, id, invocation_id, author, timestamp, event_json)
+    SELECT $1, $2, $3, next_seq, $4, $5, $6, $7, $8 FROM s
+    ON CONFLICT DO NOTHING RETURNING 1),
+a AS (
+    INSERT INTO app_states (app_name, state) SELECT $1, $10::jsonb FROM s
+    WHERE $10::jsonb <> '{}'::jsonb
+    ON CONFLICT (app_name) DO UPDATE SET state = app_states.state || excluded.state),
+u AS (
+    INSERT INTO user_states (app_name, user_id, state) SELECT $1, $2, $11::jsonb FROM s
+    WHERE $11::jsonb <> '{}'::jsonb
+    ON CONFLICT (app_name, user_id) DO UPDATE SET state = user_states.state || excluded.state)
+SELECT (SELECT count(*) FROM e) AS stored,
+       EXISTS (SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3) AS found";
+
+/// Sessions in PostgreSQL, shared by every node.
+#[derive(Debug, Clone)]
+pub struct PostgresSessionService {
+    pool: PgPool,
+    writers: Vec<mpsc::Sender<Vec<Append>>>,
+}
+
+/// An event waiting for a writer, and where its outcome goes (`true`: stored, `false`: it was
+/// already there).
+#[derive(Debug)]
+struct Append {
+    app_name: String,
+    user_id: String,
+    session_id: String,
+    event: Event,
+    json: String,
+    deltas: [String; 3],
+    done: oneshot::Sender<(Event, Result<bool, SessionError>)>,
+}
+
+fn writer_gone() -> SessionError {
+    SessionError::Database(sqlx::Error::PoolClosed)
+}
+
+fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
+    Ok(serde_json::from_str(text)?)
+}
+
+impl PostgresSessionService {
+    /// Connects (`postgres://` or `postgresql://` URL, libpq's parameters) and brings the schema
+    /// up to date.
+    pub async fn open(url: &str) -> Result<Self, SessionError> {
+        let options: PgConnectOptions = url
+            .parse()
+            .map_err(|e| SessionError::InvalidArgument(format!("invalid PostgreSQL URL: {e}")))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        migrate(&pool).await?;
+        let writers = (0..WRITERS)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel(MAX_BATCH * 4);
+                tokio::spawn(write_appends(pool.clone(), rx));
+                tx
+            })
+            .collect();
+        Ok(PostgresSessionService { pool, writers })
+    }
+
+    /// The connection pool (the gateway's session leases share it).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn writer_for(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> &mpsc::Sender<Vec<Append>> {
+        let mut hasher = DefaultHasher::new();
+        (app_name, user_id, session_id).hash(&mut hasher);
+        &self.writers[(hasher.finish() % self.writers.len() as u64) as usize]
+    }
+}
+
+/// Applies the migrations not yet applied, under a transaction-level advisory lock: a node that
+/// starts while another migrates waits, then finds the work done.
+async fn migrate(pool: &PgPool) -> Result<(), SessionError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS livegate_migrations (
+            version BIGINT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )
+    .execute(&mut *tx)
+    .await?;
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM livegate_migrations")
+        .fetch_all(&mut *tx)
+        .await?;
+    for (version, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tracing::info!(version, "applying session store migration");
+        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO livegate_migrations (version) VALUES ($1)")
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if let Some(newer) = applied
+        .iter()
+        .find(|v| !MIGRATIONS.iter().any(|(m, _)| m == *v))
+    {
+        tracing::warn!(
+            version = newer,
+            "the database has a migration this build does not know"
+        );
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A writer: takes the first waiting append and everything queued behind it (up to
+/// `MAX_BATCH`) and commits them in one transaction. Callers wait for their commit.
+async fn write_appends(pool: PgPool, mut queue: mpsc::Receiver<Vec<Append>>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.recv().await {
+        batch.extend(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(appends) => batch.extend(appends),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&pool, &mut batch).await;
+    }
+}
+
+/// True for the errors PostgreSQL raises to break a deadlock or a serialization conflict.
+fn is_retryable(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "40P01" || code == "40001")
+}
+
+async fn commit_batch(pool: &PgPool, batch: &mut Vec<Append>) {
+    // Sessions in one order on every node (a stable sort keeps each session's own order), so
+    // two batches lock session rows in the same order.
+    batch.sort_by(|a, b| {
+        (&a.app_name, &a.user_id, &a.session_id).cmp(&(&b.app_name, &b.user_id, &b.session_id))
+    });
+    let mut attempt = 0;
+    let result = loop {
+        attempt += 1;
+        match try_commit(pool, batch).await {
+            Err(error) if attempt <= DEADLOCK_RETRIES && is_retryable(&error) => {
+                tracing::debug!(%error, attempt, "session batch aborted; retrying");
+            }
+            other => break other,
+        }
+    };
+    match result {
+        Ok(outcomes) => {
+            for (append, outcome) in batch.drain(..).zip(outcomes) {
+                let _ = append.done.send((append.event, outcome));
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, appends = batch.len(), "committing session writes failed");
+            for append in batch.drain(..) {
+                let failed = SessionError::Database(sqlx::Error::Protocol(format!(
+                    "commit failed: {error}"
+                )));
+                let _ = append.done.send((append.event, Err(failed)));
+            }
+        }
+    }
+}
+
+/// One transaction for the batch: per append `Ok(true)` stored, `Ok(false)` already there,
+/// `NotFound` without its session.
+async fn try_commit(
+    pool: &PgPool,
+    batch: &[Append],
+) -> Result<Vec<Result<bool, SessionError>>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for append in batch {
+        outcomes.push(append_in(&mut tx, append).await?);
+    }
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+async fn append_in(
+    conn: &mut PgConnection,
+    append: &Append,
+) -> Result<Result<bool, SessionError>, sqlx::Error> {
+    let [session_delta, app_delta, user_delta] = &append.deltas;
+    let row = sqlx::query(APPEND)
+        .bind(&append.app_name)
+        .bind(&append.user_id)
+        .bind(&append.session_id)
+        .bind(&append.event.id)
+        .bind(&append.event.invocation_id)
+        .bind(&append.event.author)
+        .bind(append.event.timestamp)
+        .bind(&append.json)
+        .bind(session_delta)
+        .bind(app_delta)
+        .bind(user_delta)
+        .fetch_one(&mut *conn)
+        .await?;
+    let stored: i64 = row.try_get("stored")?;
+    let found: bool = row.try_get("found")?;
+    Ok(match (stored, found) {
+        (0, false) => Err(SessionError::NotFound(append.session_id.clone())),
+        (0, true) => Ok(false),
+        _ => Ok(true),
+    })
+}
+
+/// Reads the stored app and user state (prefixes not yet re-added).
+async fn scoped_state(
+    conn: &mut PgConnection,
+    app_name: &str,
+    user_id: &str,
+) -> Result<(Map<String, Value>, Map<String, Value>), SessionError> {
+    let row = sqlx::query(
+        "SELECT (SELECT state::text FROM app_states WHERE app_name = $1) AS app,
+                (SELECT state::text FROM user_states WHERE app_name = $1 AND user_id = $2) AS usr",
+    )
+    .bind(app_name)
+    .bind(user_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let app: Option<String> = row.try_get("app")?;
+    let user: Option<String> = row.try_get("usr")?;
+    let parse = |text: Option<String>| text.map_or(Ok(Map::new()), |t| parse_map(&t));
+    Ok((parse(app)?, parse(user)?))
+}
+
+#[async_trait]
+impl SessionService for PostgresSessionService {
+    async fn create_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: Option<&str>,
+        state: Map<String, Value>,
+    ) -> Result<Session, SessionError> {
+        let id = super::session_id_or_new(session_id);
+        let now = now_timestamp();
+        let scoped = split_delta(&state);
+        let mut tx = self.pool.begin().await?;
+        let created = sqlx::query(
+            "INSERT INTO sessions (app_name, user_id, id, state, create_time, update_time)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $5) ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(&id)
+        .bind(serde_json::to_string(&scoped.session)?)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if created.is_none() {
+            return Err(SessionError::AlreadyExists(id));
+        }
+        if !scoped.app.is_empty() {
+            sqlx::query(
+                "INSERT INTO app_states (app_name, state) VALUES ($1, $2::jsonb)
+                 ON CONFLICT (app_name) DO UPDATE SET state = app_states.state || excluded.state",
+            )
+            .bind(app_name)
+            .bind(serde_json::to_string(&scoped.app)?)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if !scoped.user.is_empty() {
+            sqlx::query(
+                "INSERT INTO user_states (app_name, user_id, state) VALUES ($1, $2, $3::jsonb)
+                 ON CONFLICT (app_name, user_id)
+                 DO UPDATE SET state = user_states.state || excluded.state",
+            )
+            .bind(app_name)
+            .bind(user_id)
+            .bind(serde_json::to_string(&scoped.user)?)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
+        tx.commit().await?;
+        Ok(Session {
+            app_name: app_name.to_owned(),
+            user_id: user_id.to_owned(),
+            id,
+            state: merge_state(&app, &user, &scoped.session),
+            events: Vec::new(),
+            last_update_time: now,
+        })
+    }
+
+    async fn get_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        config: &GetSessionConfig,
+    ) -> Result<Option<Session>, SessionError> {
+        // One snapshot for state and events.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let row = sqlx::query(
+            "SELECT state::text AS state, update_time FROM sessions
+             WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let session_state = parse_map(row.try_get("state")?)?;
+        let last_update_time: f64 = row.try_get("update_time")?;
+        // The newest N (LIMIT NULL is unbounded), returned oldest first.
+        let limit = config
+            .num_recent_events
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let rows = sqlx::query(
+            "SELECT event_json FROM (
+                 SELECT seq, event_json FROM events
+                 WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND timestamp >= $4
+                 ORDER BY seq DESC LIMIT $5) AS recent
+             ORDER BY seq",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(config.after_timestamp.unwrap_or(f64::NEG_INFINITY))
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let events = rows
+            .iter()
+            .map(|r| Ok(serde_json::from_str::<Event>(r.try_get("event_json")?)?))
+            .collect::<Result<Vec<Event>, SessionError>>()?;
+        let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
+        tx.commit().await?;
+        Ok(Some(Session {
+            app_name: app_name.to_owned(),
+            user_id: user_id.to_owned(),
+            id: session_id.to_owned(),
+            state: merge_state(&app, &user, &session_state),
+            events,
+            last_update_time,
+        }))
+    }
+
+    async fn list_sessions(
+        &self,
+        app_name: &str,
+        user_id: &str,
+    ) -> Result<Vec<Session>, SessionError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let rows = sqlx::query(
+            "SELECT id, state::text AS state, update_time FROM sessions
+             WHERE app_name = $1 AND user_id = $2 ORDER BY update_time DESC, id",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let (app, user) = scoped_state(&mut tx, app_name, user_id).await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Session {
+                    app_name: app_name.to_owned(),
+                    user_id: user_id.to_owned(),
+                    id: row.try_get("id")?,
+                    state: merge_state(&app, &user, &parse_map(row.try_get("state")?)?),
+                    events: Vec::new(),
+                    last_update_time: row.try_get("update_time")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_session(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<(), SessionError> {
+        let mut tx = self.pool.begin().await?;
+        // The session row first: its lock keeps an append from slipping in between.
+        sqlx::query("DELETE FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3")
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM events WHERE app_name = $1 AND user_id = $2 AND session_id = $3")
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn append_event(
+        &self,
+        session: &mut Session,
+        event: Event,
+    ) -> Result<Event, SessionError> {
+        let mut outcomes = self.append_events(session, vec![event]).await;
+        outcomes.pop().unwrap_or(Err(writer_gone()))
+    }
+
+    async fn append_events(
+        &self,
+        session: &mut Session,
+        events: Vec<Event>,
+    ) -> Vec<Result<Event, SessionError>> {
+        enum Slot {
+            Settled(Box<Result<Event, SessionError>>),
+            Queued {
+                full_delta: Map<String, Value>,
+                outcome: oneshot::Receiver<(Event, Result<bool, SessionError>)>,
+            },
+        }
+        let mut slots = Vec::with_capacity(events.len());
+        let mut appends = Vec::with_capacity(events.len());
+        for mut event in events {
+            let Some(full_delta) = prepare_append(&mut event) else {
+                slots.push(Slot::Settled(Box::new(Ok(event))));
+                continue;
+            };
+            let scoped = split_delta(&event.actions.state_delta);
+            let encoded = serde_json::to_string(&event).and_then(|json| {
+                Ok((
+                    json,
+                    [
+                        serde_json::to_string(&scoped.session)?,
+                        serde_json::to_string(&scoped.app)?,
+                        serde_json::to_string(&scoped.user)?,
+                    ],
+                ))
+            });
+            let (json, deltas) = match encoded {
+                Ok(encoded) => encoded,
+                Err(error) => {
+                    slots.push(Slot::Settled(Box::new(Err(error.into()))));
+                    continue;
+                }
+            };
+            let (done, outcome) = oneshot::channel();
+            appends.push(Append {
+                app_name: session.app_name.clone(),
+                user_id: session.user_id.clone(),
+                session_id: session.id.clone(),
+                event,
+                json,
+                deltas,
+                done,
+            });
+            slots.push(Slot::Queued {
+                full_delta,
+                outcome,
+            });
+        }
+        let writer = self.writer_for(&session.app_name, &session.user_id, &session.id);
+        while !appends.is_empty() {
+            let rest = appends.split_off(appends.len().min(MAX_BATCH));
+            let _ = writer.send(appends).await;
+            appends = rest;
+        }
+        let mut outcomes = Vec::with_capacity(slots.len());
+        for slot in slots {
+            outcomes.push(match slot {
+                Slot::Settled(outcome) => *outcome,
+                Slot::Queued {
+                    full_delta,
+                    outcome,
+                } => match outcome.await {
+                    Err(_) => Err(writer_gone()),
+                    Ok((_, Err(error))) => Err(error),
+                    Ok((event, Ok(false))) => Ok(event),
+                    Ok((event, Ok(true))) => {
+                        apply_committed(session, full_delta, &event);
+                        Ok(event)
+                    }
+                },
+            });
+        }
+        outcomes
+    }
+
+    async fn resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        let handle: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT resumption_handle FROM sessions
+             WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(handle.flatten())
+    }
+
+    async fn set_resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        sqlx::query(
+            "UPDATE sessions SET resumption_handle = $4
+             WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(handle)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), SessionError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}

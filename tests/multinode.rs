@@ -1,0 +1,549 @@
+//! Several gateway nodes sharing one PostgreSQL database and one artifact folder: sessions that
+//! move between nodes, takeover across nodes, a node killed mid-turn, and a rolling restart's
+//! drain. Run when `LIVEGATE_TEST_POSTGRES_URL` names a server (`.ci/run` sets it); set but
+//! unreachable, they fail.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use livegate::event::Event;
+use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::{ServeArgs, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
+use livegate::session::{GetSessionConfig, PostgresSessionService, Session, SessionService};
+use serde_json::Value;
+use sqlx::Connection;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::timeout;
+
+/// Lease time to live of the nodes killed in these tests.
+const TEST_LEASE_TTL: Duration = Duration::from_millis(2000);
+
+/// A fresh schema on the test server, so tests that run at once never see each other's rows.
+struct TestDatabase {
+    base: String,
+    schema: String,
+    /// A URL whose connections use the schema.
+    url: String,
+}
+
+impl TestDatabase {
+    /// `None` when no server is configured; set but unreachable fails the test.
+    async fn fresh() -> Option<TestDatabase> {
+        let base = std::env::var("LIVEGATE_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|url| !url.trim().is_empty())?;
+        let mut conn = sqlx::PgConnection::connect(&base)
+            .await
+            .expect("LIVEGATE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable");
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+        Some(TestDatabase { base, schema, url })
+    }
+
+    /// Drops the schema (a failed test leaves it behind, to look at).
+    async fn drop(self) {
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.base).await {
+            let _ = sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", self.schema))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+}
+
+/// Args of an in-process node on the shared database and artifact folder.
+fn node_args(url: &str, artifacts: &Path) -> ServeArgs {
+    let mut args = test_args();
+    args.session_store = Some(url.to_owned());
+    args.artifact_store = Some(format!("file://{}", artifacts.display()));
+    args.lease_ttl_ms = TEST_LEASE_TTL.as_millis() as u64;
+    args
+}
+
+/// The session as the shared database has it.
+async fn stored(url: &str, session: &str) -> Session {
+    let store = PostgresSessionService::open(url).await.unwrap();
+    store
+        .get_session("livegate", "u1", session, &GetSessionConfig::default())
+        .await
+        .unwrap()
+        .expect("session stored")
+}
+
+fn ids(events: &[Event]) -> Vec<String> {
+    events.iter().map(|e| e.id.clone()).collect()
+}
+
+/// True if each invocation's events are contiguous: no two runs ever interleaved their commits.
+fn one_run_at_a_time(events: &[Event]) -> bool {
+    let mut seen: Vec<&str> = Vec::new();
+    for event in events {
+        match seen.last() {
+            Some(last) if *last == event.invocation_id => {}
+            _ if seen.contains(&event.invocation_id.as_str()) => return false,
+            _ => seen.push(&event.invocation_id),
+        }
+    }
+    true
+}
+
+fn said(events: &[Event], text: &str) -> bool {
+    events.iter().any(|e| {
+        e.author == "user"
+            && e.content
+                .as_ref()
+                .is_some_and(|c| c.joined_text().contains(text))
+    })
+}
+
+/// Reads frames until the socket closes; its close code.
+async fn close_code(client: &mut Client) -> Option<u16> {
+    loop {
+        if let Frame::Closed(close) = client.next_frame().await {
+            return close.map(|(code, _)| code);
+        }
+    }
+}
+
+/// Waits for the first audio frame of an answer in progress.
+async fn first_audio(client: &mut Client) {
+    loop {
+        match client.next_frame().await {
+            Frame::Audio(_) => return,
+            Frame::Closed(close) => panic!("closed before any audio: {close:?}"),
+            Frame::Event(_) => {}
+        }
+    }
+}
+
+/// Names of the session's artifacts as a node serves them over REST.
+async fn artifact_names(addr: SocketAddr, session: &str) -> Vec<String> {
+    let response = http_get(addr, &format!("/api/sessions/u1/{session}/artifacts")).await;
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let body: Value = serde_json::from_str(body.trim()).unwrap_or(Value::Null);
+    let list = body
+        .get("artifacts")
+        .or(body.get("names"))
+        .unwrap_or(&body)
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    list.iter()
+        .filter_map(|a| {
+            a.as_str()
+                .map(str::to_owned)
+                .or_else(|| a["name"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+/// A gateway in a child process (so it can be killed or sent SIGTERM).
+struct ChildNode {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+}
+
+impl ChildNode {
+    async fn spawn(url: &str, artifacts: &Path, data: &Path) -> ChildNode {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
+            .arg("serve")
+            .args(["--bind", "127.0.0.1:0", "--session-store", url])
+            .args([
+                "--artifact-store",
+                &format!("file://{}", artifacts.display()),
+            ])
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--sim-pacing", "realtime", "--sim-reply-delay-ms", "0"])
+            .args(["--lease-ttl-ms", &TEST_LEASE_TTL.as_millis().to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the gateway binary starts");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = timeout(WAIT, async {
+            while let Some(line) = lines.next_line().await.expect("stdout readable") {
+                if let Some(addr) = line.strip_prefix("livegate listening on http://") {
+                    return addr.parse::<SocketAddr>().expect("an address");
+                }
+            }
+            panic!("the gateway exited before listening");
+        })
+        .await
+        .expect("the gateway listens in time");
+        // Keep reading, so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        ChildNode { child, addr }
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("still running");
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_begun_on_one_node_continues_on_another() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    let artifacts = tempfile::tempdir().unwrap();
+    let a = start(node_args(&url, artifacts.path())).await;
+    let b = start(node_args(&url, artifacts.path())).await;
+    a.gateway()
+        .runner
+        .sessions
+        .create_session(
+            "livegate",
+            "u1",
+            Some("moving"),
+            serde_json::json!({"mood": "curious"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let mut client = Client::connect(a.addr, "u1", "moving", "modality=TEXT").await;
+    client.send_text("my name is Ada").await;
+    client.events_until_turn_complete().await;
+    client.close().await;
+
+    let mut client = Client::connect(b.addr, "u1", "moving", "modality=TEXT").await;
+    client.send_text("what is my name").await;
+    let answer = client.events_until_turn_complete().await;
+    assert!(!answer.is_empty());
+    client.close().await;
+    timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+
+    let session = stored(&url, "moving").await;
+    assert!(
+        said(&session.events, "my name is Ada"),
+        "node A's turn is there"
+    );
+    assert!(
+        said(&session.events, "what is my name"),
+        "node B's turn too"
+    );
+    assert_eq!(
+        session.state.get("mood"),
+        Some(&serde_json::json!("curious"))
+    );
+    let runs: std::collections::HashSet<&str> = session
+        .events
+        .iter()
+        .map(|e| e.invocation_id.as_str())
+        .collect();
+    assert_eq!(runs.len(), 2, "one run on each node");
+    a.shutdown(WAIT).await;
+    b.shutdown(WAIT).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_another_node_takes_the_session_over() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    let artifacts = tempfile::tempdir().unwrap();
+    let mut slow = node_args(&url, artifacts.path());
+    slow.sim_pacing = SimPacingArg::Realtime;
+    let a = start(slow).await;
+    let b = start(node_args(&url, artifacts.path())).await;
+
+    let mut first = Client::connect(a.addr, "u1", "contested", "").await;
+    first
+        .send_text("tell me a long story about the sea and the ships upon it")
+        .await;
+    first_audio(&mut first).await;
+    assert_eq!(a.gateway().registry.active(), 1);
+
+    let asked = Instant::now();
+    let mut second = Client::connect(b.addr, "u1", "contested", "modality=TEXT").await;
+    second.send_text("hello from the other node").await;
+    assert_eq!(close_code(&mut first).await, Some(CLOSE_TAKEN_OVER));
+    let closed_after = asked.elapsed();
+    let first_event = second.next_event().await;
+    let answered_after = asked.elapsed();
+    let mut answer = vec![first_event];
+    if !is_turn_complete(&answer[0]) {
+        answer.extend(second.events_until_turn_complete().await);
+    }
+    assert!(answer.iter().any(|e| !text_of(e).is_empty()), "{answer:?}");
+    eprintln!(
+        "takeover across nodes: old client closed after {} ms, new client's first event after {} ms",
+        closed_after.as_millis(),
+        answered_after.as_millis()
+    );
+
+    // Node A let go; node B holds the one lease; the runs never interleaved their commits.
+    timeout(WAIT, a.gateway().registry.idle()).await.unwrap();
+    assert_eq!(b.gateway().registry.active(), 1);
+    let store = PostgresSessionService::open(&url).await.unwrap();
+    let leases: Vec<(String,)> = sqlx::query_as(
+        "SELECT node FROM session_leases WHERE user_id = 'u1' AND session_id = 'contested'",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(leases.len(), 1, "one lease: {leases:?}");
+    let session = stored(&url, "contested").await;
+    assert!(one_run_at_a_time(&session.events), "{:?}", session.events);
+    assert!(said(&session.events, "hello from the other node"));
+
+    // A third node takes it from the second in turn.
+    let c = start(node_args(&url, artifacts.path())).await;
+    let mut third = Client::connect(c.addr, "u1", "contested", "modality=TEXT").await;
+    third.send_text("and hello from a third").await;
+    assert_eq!(close_code(&mut second).await, Some(CLOSE_TAKEN_OVER));
+    third.events_until_turn_complete().await;
+    timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+    assert_eq!(c.gateway().registry.active(), 1);
+    let session = stored(&url, "contested").await;
+    assert!(one_run_at_a_time(&session.events), "{:?}", session.events);
+    assert!(said(&session.events, "and hello from a third"));
+    third.close().await;
+    timeout(WAIT, c.gateway().registry.idle()).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM session_leases")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "every lease given back");
+    a.shutdown(WAIT).await;
+    b.shutdown(WAIT).await;
+    c.shutdown(WAIT).await;
+    db.drop().await;
+}
+
+/// A node that finds at renewal that it no longer holds a session (its row expired and was
+/// taken, here: handed to another node by hand) stops the run rather than run it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_lease_stops_the_run() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    let artifacts = tempfile::tempdir().unwrap();
+    let a = start(node_args(&url, artifacts.path())).await;
+    let mut client = Client::connect(a.addr, "u1", "lost", "modality=TEXT").await;
+    client.send_text("hello").await;
+    client.events_until_turn_complete().await;
+    let store = PostgresSessionService::open(&url).await.unwrap();
+    let moved =
+        sqlx::query("UPDATE session_leases SET node = 'elsewhere' WHERE session_id = 'lost'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(moved.rows_affected(), 1);
+    let lost = Instant::now();
+    assert_eq!(close_code(&mut client).await, Some(CLOSE_TAKEN_OVER));
+    assert!(
+        lost.elapsed() < TEST_LEASE_TTL,
+        "noticed at the next renewal"
+    );
+    timeout(WAIT, a.gateway().registry.idle()).await.unwrap();
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM session_leases WHERE node = 'elsewhere'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(rows, 1, "the other node's lease is left alone");
+    a.shutdown(WAIT).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_turn_loses_its_sessions_within_the_lease_ttl() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
+    let b = start(node_args(&url, &artifacts)).await;
+
+    let mut client = Client::connect(a.addr, "u1", "orphan", "").await;
+    client.send_text("remember the number seven").await;
+    client.events_until_turn_complete().await;
+    client
+        .send_text("now tell me a very long story about the number seven")
+        .await;
+    first_audio(&mut client).await;
+    let committed = stored(&url, "orphan").await.events;
+    assert!(said(&committed, "remember the number seven"));
+
+    a.child.start_kill().unwrap();
+    let killed = Instant::now();
+    a.child.wait().await.unwrap();
+    assert_eq!(
+        close_code(&mut client).await,
+        None,
+        "no close frame from a killed node"
+    );
+
+    let mut client = Client::connect(b.addr, "u1", "orphan", "modality=TEXT").await;
+    client.send_text("are you still there").await;
+    client.events_until_turn_complete().await;
+    let resumed_after = killed.elapsed();
+    eprintln!(
+        "kill -9: the session answered on another node after {} ms (lease TTL {} ms)",
+        resumed_after.as_millis(),
+        TEST_LEASE_TTL.as_millis()
+    );
+    // Within the TTL and the renewal period, well short of the 10 s a holder gets to let go.
+    assert!(resumed_after < TEST_LEASE_TTL + Duration::from_secs(5));
+    client.close().await;
+    timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+
+    let session = stored(&url, "orphan").await;
+    assert_eq!(
+        ids(&session.events[..committed.len()]),
+        ids(&committed),
+        "every event node A committed is there, in order"
+    );
+    assert!(said(&session.events, "are you still there"));
+    let names = artifact_names(b.addr, "orphan").await;
+    assert!(
+        names.iter().any(|n| n.contains("_output_audio_")),
+        "node B serves node A's recordings: {names:?}"
+    );
+    b.shutdown(WAIT).await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_with_1012_after_saving_and_the_client_continues_elsewhere() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
+    let b = start(node_args(&url, &artifacts)).await;
+
+    let mut client = Client::connect(a.addr, "u1", "restart", "").await;
+    client.send_text("remember the colour blue").await;
+    client.events_until_turn_complete().await;
+    client
+        .send_text("and now tell me a very long story about the colour blue")
+        .await;
+    first_audio(&mut client).await;
+
+    a.signal("TERM");
+    let signalled = Instant::now();
+    assert_eq!(close_code(&mut client).await, Some(CLOSE_SERVICE_RESTART));
+    let drained_after = signalled.elapsed();
+    eprintln!("SIGTERM: 1012 after {} ms", drained_after.as_millis());
+    // Saved before the close: both answers' recordings, the cut-off one too.
+    let names = artifact_names(b.addr, "restart").await;
+    let recordings = names
+        .iter()
+        .filter(|n| n.contains("_output_audio_"))
+        .count();
+    assert!(recordings >= 2, "{names:?}");
+    let status = timeout(WAIT, a.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "a drained node exits cleanly: {status}");
+
+    let mut client = Client::connect(b.addr, "u1", "restart", "modality=TEXT").await;
+    client.send_text("what colour was it").await;
+    client.events_until_turn_complete().await;
+    client.close().await;
+    timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+    let session = stored(&url, "restart").await;
+    for text in [
+        "remember the colour blue",
+        "very long story",
+        "what colour was it",
+    ] {
+        assert!(said(&session.events, text), "{text:?} is there");
+    }
+    assert!(one_run_at_a_time(&session.events));
+    b.shutdown(WAIT).await;
+    db.drop().await;
+}
+
+/// The next `liveSessionResumptionUpdate`'s handle (it follows a turn's `turnComplete`).
+async fn next_handle(client: &mut Client) -> String {
+    loop {
+        let event = client.next_event().await;
+        if let Some(handle) = event["liveSessionResumptionUpdate"]["newHandle"].as_str() {
+            return handle.to_owned();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moving_to_another_node_resumes_the_models_own_context() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url.clone();
+    // Both nodes talk to one Gemini Live server (here `mock-gemini`), as a deployment does.
+    let upstream = livegate::mockgemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate::mockgemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let artifacts = tempfile::tempdir().unwrap();
+    let gemini = |mut args: ServeArgs| {
+        args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+        args.gemini_base_url = format!("ws://{}", upstream.addr);
+        args
+    };
+    let a = start(gemini(node_args(&url, artifacts.path()))).await;
+    let b = start(gemini(node_args(&url, artifacts.path()))).await;
+
+    let mut client = Client::connect(a.addr, "u1", "travels", "modality=TEXT").await;
+    client.send_text("hello from node a").await;
+    let first = next_handle(&mut client).await;
+    client.close().await;
+
+    let mut client = Client::connect(b.addr, "u1", "travels", "modality=TEXT").await;
+    client.send_text("hello from node b").await;
+    let second = next_handle(&mut client).await;
+    client.close().await;
+    let model_session = |h: &str| h.rsplit_once('-').map(|(id, _)| id.to_owned());
+    assert_eq!(
+        model_session(&second),
+        model_session(&first),
+        "node B resumed node A's model session: {first} then {second}"
+    );
+    timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
+    let store = PostgresSessionService::open(&url).await.unwrap();
+    assert_eq!(
+        store
+            .resumption_handle("livegate", "u1", "travels")
+            .await
+            .unwrap(),
+        Some(second)
+    );
+    a.shutdown(WAIT).await;
+    b.shutdown(WAIT).await;
+    upstream.shutdown().await;
+    db.drop().await;
+}
