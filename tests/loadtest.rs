@@ -12,7 +12,7 @@ use tokio::time::timeout;
 /// or plot.
 fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration) -> LoadtestArgs {
     LoadtestArgs {
-        url: format!("ws://{addr}/ws"),
+        url: vec![format!("ws://{addr}/ws")],
         sessions,
         duration,
         ramp: 50.0,
@@ -421,5 +421,123 @@ async fn a_metrics_url_given_is_the_only_one_read() {
     assert_eq!(report.turns_completed, 2);
     assert!(report.gateway.is_none(), "{:?}", report.gateway);
     assert!(report.server.is_none(), "{:?}", report.server);
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_spread_over_nodes_and_move_on_when_one_shuts_down() {
+    let node_a = start(test_args()).await;
+    let node_b = start(test_args()).await;
+    let args = LoadtestArgs {
+        url: vec![
+            format!("ws://{}/ws", node_a.addr),
+            format!("ws://{}/ws/", node_b.addr),
+        ],
+        turns: 0,
+        ..one_turn_each(node_a.addr, 8, Duration::from_secs(5))
+    };
+    let load = tokio::spawn(async move { run(&args).await });
+    // Round-robin: sessions s0, s2, s4 and s6 on A. Once A drives them all, it shuts down as a
+    // restarting node does, closing them with 1001.
+    let on_a = timeout(WAIT, async {
+        while node_a.gateway().registry.active() < 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(on_a.is_ok(), "A drives half of the sessions");
+    node_a.shutdown(WAIT).await;
+    let report = load.await.unwrap();
+
+    assert_eq!(
+        (report.errors, report.unexpected_closes),
+        (0, 0),
+        "a restart close is neither: {:?}",
+        report.error_samples
+    );
+    assert_eq!(report.reconnects, 4, "A's sessions reconnected");
+    assert_eq!(report.reconnect_ms.count, 4, "each reconnect timed");
+    assert!(
+        report.reconnect_ms.max < 10_000.0,
+        "{:?}",
+        report.reconnect_ms
+    );
+    assert_eq!(report.connects_per_url, vec![4, 8], "A's four moved to B");
+    assert_eq!(report.connect_ms.count, 8);
+    let table = report.table();
+    assert!(table.contains("reconnects after 1012/1001: 4"), "{table}");
+    assert!(
+        table.lines().any(|l| l.starts_with("reconnect ")),
+        "{table}"
+    );
+
+    // The moved sessions went on under the same ids on B: each said something there.
+    let user = format!("load-{}", report.run_id);
+    for moved in ["s0", "s2", "s4", "s6"] {
+        let (input, _) = recorded_audio(&node_b, &user, moved).await;
+        assert!(input > 0, "{moved} continued on B");
+    }
+    node_b.shutdown(WAIT).await;
+}
+
+/// A node that accepts WebSocket sessions and closes each with 1012 (service restart) after
+/// `after`, as a draining node does.
+async fn restarting_node(after: Duration) -> std::net::SocketAddr {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                let close_at = tokio::time::Instant::now() + after;
+                // Takes the audio until it is time to restart.
+                while let Ok(Some(Ok(_))) = tokio::time::timeout_at(close_at, ws.next()).await {}
+                let restart = CloseFrame {
+                    code: CloseCode::Restart,
+                    reason: "restarting".into(),
+                };
+                let _ = ws.send(Message::Close(Some(restart))).await;
+                let _ = timeout(WAIT, async { while let Some(Ok(_)) = ws.next().await {} }).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_closed_with_1012_continue_on_the_next_node() {
+    let restarting = restarting_node(Duration::from_millis(300)).await;
+    let server = start(test_args()).await;
+    let args = LoadtestArgs {
+        url: vec![
+            format!("ws://{restarting}/ws"),
+            format!("ws://{}/ws", server.addr),
+        ],
+        ..one_turn_each(server.addr, 6, Duration::from_secs(4))
+    };
+    let report = run(&args).await;
+    assert_eq!(
+        (report.errors, report.unexpected_closes),
+        (0, 0),
+        "{:?}",
+        report.error_samples
+    );
+    assert_eq!(
+        report.reconnects, 3,
+        "the restarting node's three sessions moved"
+    );
+    assert_eq!(report.connects_per_url, vec![3, 6]);
+    assert_eq!(report.reconnect_ms.count, 3);
+    assert_eq!(
+        report.turns_completed, 6,
+        "each session's turn, said again on the next node when cut short"
+    );
     server.shutdown(WAIT).await;
 }

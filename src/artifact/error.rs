@@ -12,6 +12,9 @@ pub enum ArtifactError {
     /// The storage failed.
     #[error("artifact store I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The object store (bucket) failed or could not be reached.
+    #[error("artifact object store error: {0}")]
+    Store(#[source] Box<object_store::Error>),
 }
 
 impl ArtifactError {
@@ -20,6 +23,7 @@ impl ArtifactError {
         match self {
             ArtifactError::InvalidName(_) | ArtifactError::InvalidArgument(_) => "INVALID_ARGUMENT",
             ArtifactError::Io(_) => "INTERNAL",
+            ArtifactError::Store(_) => "UNAVAILABLE",
         }
     }
 }

@@ -6,6 +6,7 @@
 mod error;
 mod filesystem;
 mod memory;
+mod object;
 mod spool;
 #[cfg(test)]
 mod tests;
@@ -18,6 +19,7 @@ use bytes::Bytes;
 pub use error::ArtifactError;
 pub use filesystem::FileArtifactService;
 pub use memory::InMemoryArtifactService;
+pub use object::{ObjectArtifactService, PART_BYTES};
 pub use spool::SpoolFile;
 
 /// A stored artifact version: its bytes and mime type.
@@ -138,6 +140,23 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
             Err(e) => Err((e, spool)),
         }
     }
+
+    /// Takes over a recording whose save failed and whose owner is going away (its run ended):
+    /// a store that can, keeps the spool's file on local disk and saves it as the next version
+    /// in the background. The default cannot: the spool comes back and its owner drops it.
+    async fn save_later(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        spool: SpoolFile,
+    ) -> Result<(), (ArtifactError, SpoolFile)> {
+        let _ = (scope, filename, mime_type);
+        Err((
+            ArtifactError::InvalidArgument("this store saves nothing later".into()),
+            spool,
+        ))
+    }
 }
 
 /// Checks an artifact filename: 1–255 characters, no path separators, no `..`, no control chars.
@@ -195,9 +214,24 @@ pub fn is_user_scoped(filename: &str) -> bool {
 /// The prefix that makes an artifact user-scoped.
 pub const USER_PREFIX: &str = "user:";
 
-/// Opens the artifact store a URL names: `memory:` or `file://PATH`.
+/// Opens the artifact store a URL names: `memory:`, `file://PATH`, or a bucket
+/// (`s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `az://CONTAINER/PREFIX`), whose spool files go
+/// to the system's temp folder.
+///
+/// `memory:` and `file://` keep their own stores rather than `object_store`'s: theirs write a
+/// recording by moving its spool file into place, with no copy.
 pub async fn open_artifact_service(
     url: &str,
+) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
+    open_artifact_service_in(url, None).await
+}
+
+/// [`open_artifact_service`], with a bucket's spool files (recordings on their way to it) in a
+/// folder of their own inside `spool_root`: a disk the operator chose, where a temp folder may
+/// be memory.
+pub async fn open_artifact_service_in(
+    url: &str,
+    spool_root: Option<&Path>,
 ) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
     if url == "memory:" || url == "memory://" {
         return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
@@ -205,7 +239,17 @@ pub async fn open_artifact_service(
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(std::sync::Arc::new(FileArtifactService::open(path).await?));
     }
+    if ["s3://", "gs://", "az://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+    {
+        let store = ObjectArtifactService::open(url)?;
+        return Ok(std::sync::Arc::new(match spool_root {
+            Some(root) => store.with_spool_root(root),
+            None => store,
+        }));
+    }
     Err(ArtifactError::InvalidArgument(format!(
-        "unsupported artifact store {url:?} (expected memory: or file://PATH)"
+        "unsupported artifact store {url:?} (expected memory:, file://PATH, s3://, gs:// or az://)"
     )))
 }

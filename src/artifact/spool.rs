@@ -136,11 +136,40 @@ pub(crate) struct SpoolHandle {
 }
 
 impl SpoolHandle {
+    /// A handle on a whole file that was a spool once (blocking).
+    pub(crate) fn open(path: &Path) -> std::io::Result<Self> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        Ok(SpoolHandle {
+            file,
+            path: path.to_path_buf(),
+            len,
+            torn: false,
+        })
+    }
+
+    /// Bytes held.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
     /// Reads the bytes held (blocking).
     pub(crate) fn read(&self) -> std::io::Result<Vec<u8>> {
         let len = usize::try_from(self.len).map_err(std::io::Error::other)?;
         let mut data = vec![0; len];
         self.file.read_exact_at(&mut data, 0)?;
+        Ok(data)
+    }
+
+    /// Reads `len` bytes from `offset` (blocking); an object store uploads a spool a part at a
+    /// time with it.
+    pub(crate) fn read_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.len) {
+            return Err(std::io::Error::other("read past the spooled bytes"));
+        }
+        let mut data = vec![0; len];
+        self.file.read_exact_at(&mut data, offset)?;
         Ok(data)
     }
 

@@ -318,8 +318,32 @@ async fn store_urls_open_the_right_backend() {
         .unwrap();
     assert_eq!(files.save(S1, "a", audio(b"a")).await.unwrap(), 0);
     assert!(root.join("app/u1/s1/a/0").is_file());
+    for unsupported in ["ftp://bucket", "s3://", "s3:///prefix", "gs://"] {
+        assert!(
+            matches!(
+                open_artifact_service(unsupported).await,
+                Err(ArtifactError::InvalidArgument(_))
+            ),
+            "{unsupported}"
+        );
+    }
+    // A bucket opens without a request (credentials are only asked for by the first one).
+    let bucket = ObjectArtifactService::open_with(
+        "s3://bucket/some/prefix",
+        [
+            ("aws_access_key_id", "id"),
+            ("aws_secret_access_key", "secret"),
+        ],
+    )
+    .unwrap();
+    let shown = format!("{bucket:?}");
+    assert!(shown.contains("s3://bucket/some/prefix"), "{shown}");
+    assert!(
+        !shown.contains("secret"),
+        "credentials never shown: {shown}"
+    );
     assert!(matches!(
-        open_artifact_service("s3://bucket").await,
+        ObjectArtifactService::open_with("s3://bucket", [("no_such_setting", "x")]),
         Err(ArtifactError::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -405,4 +429,234 @@ async fn a_store_without_files_saves_a_spool_by_reading_it() {
         Some(audio(b"xy|z|"))
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// An object store over `object_store`'s in-memory bucket, spooling in `dir`.
+fn in_memory_bucket(dir: &std::path::Path) -> ObjectArtifactService {
+    ObjectArtifactService::with_store(
+        std::sync::Arc::new(object_store::memory::InMemory::new()),
+        object_store::path::Path::from("deploy/recordings"),
+        dir.join("spool"),
+        "memory-bucket".into(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_store_conforms_over_an_in_memory_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance(&in_memory_bucket(dir.path())).await;
+}
+
+/// Saves spools into `svc` (one at a time) and checks they come back whole: one that fits in a
+/// part, one uploaded in several parts; the spool files are gone once saved.
+async fn spooled_saves_stream_from_disk(svc: &dyn ArtifactService) {
+    let spool_dir = svc.spool_dir().unwrap().to_path_buf();
+    let small = spooled(&spool_dir, &[b"ab", b"cde"]);
+    let version = svc
+        .save_spooled(S1, "rec.pcm", "audio/pcm;rate=16000".into(), small)
+        .await
+        .unwrap();
+    assert_eq!(version, 0);
+    assert_eq!(
+        svc.load(S1, "rec.pcm", None).await.unwrap(),
+        Some(audio(b"ab|cde|"))
+    );
+
+    // Two and a half parts, each byte telling where it is.
+    let big: Vec<u8> = (0..PART_BYTES * 5 / 2).map(|i| (i % 251) as u8).collect();
+    let mut spool = SpoolFile::create(&spool_dir).unwrap();
+    for piece in big.chunks(1 << 20) {
+        spool.append(&[Bytes::copy_from_slice(piece)]).unwrap();
+    }
+    let version = svc
+        .save_spooled(S1, "rec.pcm", "audio/pcm;rate=24000".into(), spool)
+        .await
+        .unwrap();
+    assert_eq!(version, 1);
+    let loaded = svc.load(S1, "rec.pcm", Some(1)).await.unwrap().unwrap();
+    assert_eq!(loaded.mime_type, "audio/pcm;rate=24000");
+    assert!(loaded.data == big, "the parts come back in order, whole");
+    assert_eq!(svc.list_versions(S1, "rec.pcm").await.unwrap(), vec![0, 1]);
+    assert_eq!(
+        std::fs::read_dir(&spool_dir).unwrap().count(),
+        0,
+        "uploaded spools leave the disk"
+    );
+
+    // A bad name gives the spool back, whole, still on disk.
+    let spool = spooled(&spool_dir, &[b"keep"]);
+    let (error, spool) = svc
+        .save_spooled(S1, "../x", "audio/pcm".into(), spool)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ArtifactError::InvalidName(_)));
+    assert_eq!(spool.read().await.unwrap(), b"keep|");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_store_uploads_a_spool_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    spooled_saves_stream_from_disk(&in_memory_bucket(dir.path())).await;
+}
+
+/// The S3 test server (moto) named by `LIVEGATE_TEST_S3_ENDPOINT`, with a fresh bucket in it; `None`
+/// when the variable is unset (a machine without the server skips these tests).
+async fn s3_bucket() -> Option<(String, String)> {
+    let endpoint = std::env::var("LIVEGATE_TEST_S3_ENDPOINT").ok()?;
+    let endpoint = endpoint.trim_end_matches('/').to_owned();
+    let bucket = format!("unit-{}", uuid::Uuid::new_v4().simple());
+    // The test server creates buckets on an unsigned PUT.
+    let created = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("LIVEGATE_TEST_S3_ENDPOINT={endpoint} unreachable: {e}"));
+    assert!(
+        created.status().is_success(),
+        "bucket: {}",
+        created.status()
+    );
+    Some((endpoint, bucket))
+}
+
+fn s3_store(endpoint: &str, bucket: &str) -> ObjectArtifactService {
+    ObjectArtifactService::open_with(
+        &format!("s3://{bucket}/a/prefix"),
+        [
+            ("aws_endpoint", endpoint),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+            ("aws_region", "us-east-1"),
+        ],
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_store_conforms_against_the_test_server() {
+    let Some((endpoint, bucket)) = s3_bucket().await else {
+        eprintln!("LIVEGATE_TEST_S3_ENDPOINT unset: skipped");
+        return;
+    };
+    let svc = s3_store(&endpoint, &bucket);
+    conformance(&svc).await;
+    let (_, fresh) = s3_bucket().await.unwrap();
+    spooled_saves_stream_from_disk(&s3_store(&endpoint, &fresh)).await;
+    // The keys are where the layout says, under the URL's prefix.
+    let listing = reqwest::get(format!(
+        "{endpoint}/{bucket}?list-type=2&prefix=a/prefix/app/u1/s1/empty.txt/"
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        listing.contains("<Key>a/prefix/app/u1/s1/empty.txt/0</Key>")
+            && listing.contains("<Key>a/prefix/app/u1/s1/empty.txt/0.meta.json</Key>"),
+        "{listing}"
+    );
+}
+
+/// An in-memory bucket that counts the objects whose bytes are read.
+#[derive(Debug, Default)]
+struct CountingBucket {
+    inner: object_store::memory::InMemory,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Display for CountingBucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CountingBucket")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for CountingBucket {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn delete(&self, location: &object_store::path::Path) -> object_store::Result<()> {
+        self.inner.delete(location).await
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+    ) -> object_store::Result<()> {
+        self.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+    ) -> object_store::Result<()> {
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
+
+#[tokio::test]
+async fn an_object_store_lists_from_the_bucket_listing_without_reading_an_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = std::sync::Arc::new(CountingBucket::default());
+    let svc = ObjectArtifactService::with_store(
+        bucket.clone(),
+        object_store::path::Path::from("p"),
+        dir.path().join("spool"),
+        "counting-bucket".into(),
+    );
+    for name in ["a.pcm", "b.pcm", "user:c.json"] {
+        svc.save(S1, name, audio(b"recording")).await.unwrap();
+        svc.save(S1, name, audio(b"recording")).await.unwrap();
+    }
+    let reads = || bucket.reads.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(reads(), 0, "saving reads nothing back");
+    assert_eq!(
+        svc.list_names(S1).await.unwrap(),
+        vec!["a.pcm", "b.pcm", "user:c.json"]
+    );
+    assert_eq!(svc.list_versions(S1, "a.pcm").await.unwrap(), vec![0, 1]);
+    assert_eq!(reads(), 0, "listing reads no object");
+    svc.load(S1, "a.pcm", None).await.unwrap().unwrap();
+    assert_eq!(reads(), 2, "a load reads the version and its sidecar");
 }

@@ -79,7 +79,8 @@ pub struct ServeArgs {
     /// nodes) [default: sqlite://{data-dir}/livegate.db].
     #[arg(long, env = "LIVEGATE_SESSION_STORE")]
     pub session_store: Option<String>,
-    /// Artifact store: `memory:` or `file://PATH` [default: file://{data-dir}/artifacts].
+    /// Artifact store: `memory:`, `file://PATH`, or a bucket: `s3://BUCKET/PREFIX`, `gs://…`,
+    /// `az://…` (credentials from the environment) [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
     /// Model: `sim` (embedded, offline), a Gemini live model id (needs `GOOGLE_API_KEY` or

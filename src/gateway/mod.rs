@@ -47,7 +47,7 @@ pub use registry::{LeaseGuard, SessionRegistry, SharedLeases};
 pub use writer::{run_writer, WriterCommand, WriterConfig, WriterExit, SOCKET_WRITE_BUFFER};
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
-use crate::artifact::open_artifact_service;
+use crate::artifact::open_artifact_service_in;
 use crate::model::{model_for_name, Modality, ModelOptions};
 use crate::runner::Runner;
 use crate::session::{
@@ -174,7 +174,9 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
             let store = open_session_service(&store_url).await?;
             (store, SessionRegistry::local())
         };
-    let artifacts = open_artifact_service(&args.artifact_store_url()).await?;
+    // A bucket's recordings wait on the data disk on their way to it.
+    let spool_root = args.data_dir.join("spool");
+    let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
     let options = ModelOptions {
         sim: args.sim_config(),
         gemini: args.gemini_options(),

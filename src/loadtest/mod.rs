@@ -43,9 +43,11 @@ const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
 /// Options of `livegate loadtest`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadtestArgs {
-    /// The gateway's WebSocket base URL (sessions connect to `{url}/{user}/{session}`).
+    /// The gateway's WebSocket base URL (sessions connect to `{url}/{user}/{session}`). Repeat it
+    /// for several nodes: sessions are spread over them round-robin, and a session closed for a
+    /// restart (1012, 1001) reconnects to the next node that answers.
     #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
-    pub url: String,
+    pub url: Vec<String>,
     /// Concurrent sessions.
     #[arg(long, default_value_t = 10)]
     pub sessions: usize,
@@ -235,18 +237,29 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
             "--sessions and --ramp must be positive".into(),
         ));
     }
-    let base_url = args.url.trim_end_matches('/').to_owned();
-    if !base_url.starts_with("ws://") && !base_url.starts_with("wss://") {
+    let base_urls: Vec<String> = args
+        .url
+        .iter()
+        .map(|url| url.trim_end_matches('/').to_owned())
+        .collect();
+    if base_urls.is_empty() {
+        return Err(LoadtestError::Invalid("--url is required".into()));
+    }
+    if let Some(bad) = base_urls
+        .iter()
+        .find(|url| !url.starts_with("ws://") && !url.starts_with("wss://"))
+    {
         return Err(LoadtestError::Invalid(format!(
-            "--url must be ws:// or wss://, not {base_url:?}"
+            "--url must be ws:// or wss://, not {bad:?}"
         )));
     }
     raise_open_file_limit();
     let http = reqwest::Client::new();
-    let metrics_url = args
-        .metrics_url
-        .clone()
-        .or_else(|| scrape::metrics_url(&base_url));
+    // Beside the only node: with several, the gateway's counts are one node's only if asked for.
+    let metrics_url = args.metrics_url.clone().or_else(|| match &base_urls[..] {
+        [only] => scrape::metrics_url(only),
+        _ => None,
+    });
     let metrics_before = match &metrics_url {
         Some(url) => scrape::scrape(&http, url).await,
         None => None,
@@ -264,7 +277,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     let now = jiff::Timestamp::now();
     let started_at = now.round(jiff::Unit::Second).unwrap_or(now).to_string();
     let plan = Arc::new(Plan {
-        base_url,
+        base_urls,
         query: args.query.trim_start_matches('?').to_owned(),
         clips: clips(args)?,
         deadline: start + args.duration,
@@ -281,7 +294,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     let live = Arc::new(Live::default());
     let sampler = procfs::Sampler::start(
         args.server_pid,
-        plan.base_url
+        plan.base_urls[0]
             .parse::<tokio_tungstenite::tungstenite::http::Uri>()
             .ok()
             .map(|uri| session::port_of(&uri)),
@@ -408,8 +421,18 @@ fn summarize(
     let gateway = all(|o| &o.gateway_ms);
     let connects: Vec<f64> = outcomes.iter().filter_map(|o| o.connect_ms).collect();
     let errors: u64 = outcomes.iter().map(|o| o.errors.len() as u64).sum();
+    let mut connects_per_node = vec![0u64; args.url.len()];
+    for outcome in outcomes {
+        for (total, count) in connects_per_node.iter_mut().zip(&outcome.connects_per_node) {
+            *total += count;
+        }
+    }
     Report {
-        url: args.url.clone(),
+        url: args.url.join(" "),
+        urls: args.url.clone(),
+        connects_per_url: connects_per_node,
+        reconnects: sum(|o| o.reconnects),
+        reconnect_ms: Percentiles::of(&all(|o| &o.reconnect_ms)),
         run_id: String::new(),
         started_at: String::new(),
         generator: format!("livegate {}", crate::BUILD),

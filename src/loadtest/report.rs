@@ -154,8 +154,16 @@ impl ServerStats {
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Report {
-    /// The gateway WebSocket URL.
+    /// The gateway WebSocket URL (the nodes', space-separated, with several).
     pub url: String,
+    /// Every node's WebSocket URL, in `--url` order.
+    pub urls: Vec<String>,
+    /// WebSocket connections opened to each node (in `urls` order), reconnects included.
+    pub connects_per_url: Vec<u64>,
+    /// Connections opened again after a node closed one for a restart (1012 or 1001).
+    pub reconnects: u64,
+    /// From such a close to the session's new connection being open (backoff included).
+    pub reconnect_ms: Percentiles,
     /// This run's id: its sessions are user `load-{run_id}`, sessions `s0`, `s1`, ….
     pub run_id: String,
     /// When the run started (RFC 3339, UTC).
@@ -293,6 +301,9 @@ impl Report {
             "ms", "n", "p50", "p95", "p99", "max"
         ));
         out.push_str(&row("connect", &self.connect_ms));
+        if self.reconnects > 0 {
+            out.push_str(&row("reconnect", &self.reconnect_ms));
+        }
         out.push_str(&row("first audio", &self.latency_ms));
         out.push_str(&row("gateway-added", &self.gateway_latency_ms));
         // Only answers in text have these; an audio run's table stays as it was.
@@ -313,6 +324,19 @@ impl Report {
             "\nturns {}  interrupted {}  errors {}  unexpected closes {}\n",
             self.turns_completed, self.interrupted, self.errors, self.unexpected_closes
         ));
+        if self.urls.len() > 1 || self.reconnects > 0 {
+            let per_node: Vec<String> = self
+                .urls
+                .iter()
+                .zip(&self.connects_per_url)
+                .map(|(url, n)| format!("{url} {n}"))
+                .collect();
+            out.push_str(&format!(
+                "reconnects after 1012/1001: {}  connections per node: {}\n",
+                self.reconnects,
+                per_node.join(", ")
+            ));
+        }
         if self.timeouts_with_unread > 0 {
             out.push_str(&format!(
                 "  {} of the errors: turns that timed out with the gateway's bytes still unread (the generator fell behind reading)\n",

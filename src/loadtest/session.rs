@@ -33,14 +33,23 @@ const OUTPUT_RATE: f64 = 24_000.0;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 /// Longest wait for a WebSocket to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a session closed by a restarting node (1012, 1001) keeps trying the nodes before it
+/// counts as failed.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(30);
+/// The first wait before a reconnect; it doubles each try, up to `RECONNECT_BACKOFF_MAX`.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(50);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Close codes after which a session reconnects: service restart, going away.
+const RESTART_CODES: [u16; 2] = [1012, 1001];
 
 type Socket = WebSocketStream<MaybeTlsStream<StampedTcp>>;
 
 /// What every session shares.
 #[derive(Debug)]
 pub struct Plan {
-    /// `ws://host:port/ws` (the user and session ids are appended).
-    pub base_url: String,
+    /// The nodes' `ws://host:port/ws` (the user and session ids are appended); session `i`
+    /// starts on node `i % len`, and moves on to the next one when closed for a restart.
+    pub base_urls: Vec<String>,
     /// Query string for each connection (may be empty).
     pub query: String,
     /// Utterances (PCM16 16 kHz mono), cycled, each with the byte offset where its speech ends.
@@ -131,6 +140,12 @@ pub struct Outcome {
     /// Turns that timed out with bytes from the gateway still unread.
     pub timeouts_with_unread: u64,
     pub unexpected_close: bool,
+    /// Connections opened again after a node closed with 1012 or 1001.
+    pub reconnects: u64,
+    /// From each such close to the new connection being open.
+    pub reconnect_ms: Vec<f64>,
+    /// Connections opened to each node (by `Plan::base_urls` index).
+    pub connects_per_node: Vec<u64>,
 }
 
 /// The turn in progress, shared by the writer and the reader.
@@ -208,12 +223,17 @@ impl Turn {
     }
 }
 
+/// What the writer and reader of one connection share.
 #[derive(Default)]
 struct Shared {
     turn: Mutex<Turn>,
     turn_done: Notify,
     /// The writer is closing: a close from now on is expected.
     closing: std::sync::atomic::AtomicBool,
+    /// The node closed the connection for a restart (1012, 1001): the session moves on.
+    restarting: std::sync::atomic::AtomicBool,
+    /// Wakes the writer when `restarting` is set.
+    restart: Notify,
 }
 
 impl Shared {
@@ -222,12 +242,17 @@ impl Shared {
     }
 }
 
-/// Runs session `index` of the plan to its end.
+/// Runs session `index` of the plan to its end, on node `index % nodes`; when a node closes it
+/// for a restart (1012, 1001), the session reconnects, with backoff, to whichever node answers
+/// first (the next one tried first) and goes on with the same session id.
 pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
-    let mut outcome = Outcome::default();
-    let url = format!(
-        "{}/load-{}/s{index}{}",
-        plan.base_url,
+    let nodes = plan.base_urls.len().max(1);
+    let mut outcome = Outcome {
+        connects_per_node: vec![0; nodes],
+        ..Outcome::default()
+    };
+    let path = format!(
+        "/load-{}/s{index}{}",
         plan.run_id,
         if plan.query.is_empty() {
             String::new()
@@ -235,27 +260,127 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
             format!("?{}", plan.query)
         }
     );
-    let started = Instant::now();
-    let config = WebSocketConfig::default()
-        .read_buffer_size(16 * 1024)
-        .write_buffer_size(0);
-    let arrivals = Arrivals::new();
-    let connecting = connect(&url, config, arrivals.clone());
-    let (socket, probe) = match timeout(CONNECT_TIMEOUT, connecting).await {
-        Ok(Ok(connected)) => connected,
-        Ok(Err(error)) => {
-            outcome.errors.push(format!("connect failed: {error}"));
-            live.errors.fetch_add(1, Ordering::Relaxed);
-            return outcome;
+    let mut node = index % nodes;
+    // Turns answered so far, across connections.
+    let mut turn: u32 = 0;
+    // When the last connection was closed for a restart.
+    let mut closed_for_restart: Option<Instant> = None;
+    loop {
+        let started = Instant::now();
+        let arrivals = Arrivals::new();
+        let connected = match closed_for_restart {
+            None => match timeout(
+                CONNECT_TIMEOUT,
+                connect(&url(&plan, node, &path), arrivals.clone()),
+            )
+            .await
+            {
+                Ok(Ok(connected)) => Ok(connected),
+                Ok(Err(error)) => Err(format!("connect failed: {error}")),
+                Err(_) => Err("connect timed out".into()),
+            },
+            Some(_) => reconnect(index, &plan, &path, &mut node, &arrivals).await,
+        };
+        let (socket, probe) = match connected {
+            Ok(connected) => connected,
+            Err(error) => {
+                outcome.errors.push(error);
+                live.errors.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        };
+        outcome.connects_per_node[node] += 1;
+        match closed_for_restart {
+            None => outcome.connect_ms = Some(started.elapsed().as_secs_f64() * 1000.0),
+            Some(closed) => {
+                outcome.reconnects += 1;
+                outcome
+                    .reconnect_ms
+                    .push(closed.elapsed().as_secs_f64() * 1000.0);
+            }
         }
-        Err(_) => {
-            outcome.errors.push("connect timed out".into());
-            live.errors.fetch_add(1, Ordering::Relaxed);
-            return outcome;
+        live.connected.fetch_add(1, Ordering::Relaxed);
+        let restarted = run_connection(
+            index,
+            &plan,
+            &live,
+            socket,
+            &probe,
+            arrivals,
+            &mut turn,
+            &mut outcome,
+        )
+        .await;
+        live.connected.fetch_sub(1, Ordering::Relaxed);
+        match restarted {
+            Some(closed) if Instant::now() < plan.deadline && !plan.stop.is_fired() => {
+                closed_for_restart = Some(closed);
+            }
+            _ => break,
         }
-    };
-    outcome.connect_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
-    live.connected.fetch_add(1, Ordering::Relaxed);
+    }
+    outcome
+}
+
+/// Session path `path` on node `node`.
+fn url(plan: &Plan, node: usize, path: &str) -> String {
+    format!("{}{path}", plan.base_urls[node % plan.base_urls.len()])
+}
+
+/// Connects again after a restart close: tries the nodes in turn from the one after `node`,
+/// waiting a growing backoff (spread per session, so the sessions of a restarting node do not
+/// all arrive at once) before each try, for up to `RECONNECT_WINDOW`. `node` ends on the node
+/// that answered.
+async fn reconnect(
+    index: usize,
+    plan: &Plan,
+    path: &str,
+    node: &mut usize,
+    arrivals: &Arc<Arrivals>,
+) -> Result<(Socket, OwnedFd), String> {
+    let give_up = Instant::now() + RECONNECT_WINDOW;
+    let mut backoff = RECONNECT_BACKOFF;
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        *node = (*node + 1) % plan.base_urls.len().max(1);
+        let spread = 0.5 + (index as f64 * GOLDEN_FRACTION + f64::from(tries) * 0.37).fract();
+        tokio::select! {
+            () = tokio::time::sleep(backoff.mul_f64(spread)) => {}
+            () = plan.stop.fired() => return Err("stopped while reconnecting".into()),
+        }
+        let error = match timeout(
+            CONNECT_TIMEOUT,
+            connect(&url(plan, *node, path), arrivals.clone()),
+        )
+        .await
+        {
+            Ok(Ok(connected)) => return Ok(connected),
+            Ok(Err(error)) => error,
+            Err(_) => "connect timed out".into(),
+        };
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "reconnect failed after a restart close ({tries} tries): {error}"
+            ));
+        }
+        backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+    }
+}
+
+/// Drives one connection of a session: speaks (or idles) until the deadline, a failure, or a
+/// restart close, whose arrival it returns. What the connection measured goes into `outcome`.
+#[allow(clippy::too_many_arguments)]
+async fn run_connection(
+    index: usize,
+    plan: &Plan,
+    live: &Arc<Live>,
+    socket: Socket,
+    probe: &OwnedFd,
+    arrivals: Arc<Arrivals>,
+    turn: &mut u32,
+    outcome: &mut Outcome,
+) -> Option<Instant> {
     let (mut sink, stream) = socket.split();
     let shared = Arc::new(Shared::default());
     let reader = tokio::spawn(read(stream, shared.clone(), live.clone(), arrivals));
@@ -264,54 +389,60 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         tokio::select! {
             () = sleep_until(plan.deadline) => {}
             () = plan.stop.fired() => {}
+            () = shared.restart.notified() => {}
         }
-    } else if let Err(stop) = speak(index, &plan, &shared, &live, &mut sink, &mut outcome).await {
+    } else if let Err(stop) = speak(index, plan, &shared, live, &mut sink, outcome, turn).await {
         let error = match stop {
-            Stop::Failed(error) => error,
+            // A failed send after a restart close is that close, not an error.
+            _ if shared.restarting.load(Ordering::Relaxed) => None,
+            Stop::Restart => None,
+            Stop::Failed(error) => Some(error),
             Stop::Timeout(stage) => {
                 // Was the answer there, unread by a generator too far behind?
-                let unread = unread_bytes(&probe).unwrap_or(0);
+                let unread = unread_bytes(probe).unwrap_or(0);
                 if unread > 0 {
                     outcome.timeouts_with_unread += 1;
                 }
-                timeout_error(stage, unread)
+                Some(timeout_error(stage, unread))
             }
         };
-        outcome.errors.push(error);
-        live.errors.fetch_add(1, Ordering::Relaxed);
+        if let Some(error) = error {
+            outcome.errors.push(error);
+            live.errors.fetch_add(1, Ordering::Relaxed);
+        }
     }
     shared.closing.store(true, Ordering::Relaxed);
     let _ = timeout(Duration::from_secs(5), sink.close()).await;
+    let mut restarted = None;
     match timeout(Duration::from_secs(10), reader).await {
         Ok(Ok(read)) => {
-            outcome.frames_received = read.frames;
-            outcome.bytes_received = read.bytes;
-            outcome.audio_bytes_received = read.audio_bytes;
-            outcome.turns = read.turns;
-            outcome.interrupted = read.interrupted;
-            outcome.unexpected_close = read.unexpected_close;
+            outcome.frames_received += read.frames;
+            outcome.bytes_received += read.bytes;
+            outcome.audio_bytes_received += read.audio_bytes;
+            outcome.turns += read.turns;
+            outcome.interrupted += read.interrupted;
+            outcome.unexpected_close |= read.unexpected_close;
             outcome.errors.extend(read.errors);
+            restarted = read.restart_close;
         }
         _ => outcome.errors.push("the reader did not finish".into()),
     }
-    let turn = std::mem::take(&mut *shared.turn());
-    outcome.latencies_ms = turn.latencies_ms;
-    outcome.gateway_ms = turn.gateway_ms;
-    outcome.text_latencies_ms = turn.text_latencies_ms;
-    outcome.text_gateway_ms = turn.text_gateway_ms;
-    outcome.gaps_ms = turn.gaps_ms;
-    outcome.turn_ends_ms = turn.turn_ends_ms;
-    live.connected.fetch_sub(1, Ordering::Relaxed);
-    outcome
+    let measured = std::mem::take(&mut *shared.turn());
+    outcome.latencies_ms.extend(measured.latencies_ms);
+    outcome.gateway_ms.extend(measured.gateway_ms);
+    outcome.text_latencies_ms.extend(measured.text_latencies_ms);
+    outcome.text_gateway_ms.extend(measured.text_gateway_ms);
+    outcome.gaps_ms.extend(measured.gaps_ms);
+    outcome.turn_ends_ms.extend(measured.turn_ends_ms);
+    restarted
 }
 
 /// Opens the WebSocket over a TCP stream whose reads are stamped with their arrival; also returns
 /// a second descriptor of the socket, to ask how much the reader has left unread.
-async fn connect(
-    url: &str,
-    config: WebSocketConfig,
-    arrivals: Arc<Arrivals>,
-) -> Result<(Socket, OwnedFd), String> {
+async fn connect(url: &str, arrivals: Arc<Arrivals>) -> Result<(Socket, OwnedFd), String> {
+    let config = WebSocketConfig::default()
+        .read_buffer_size(16 * 1024)
+        .write_buffer_size(0);
     let request = url.into_client_request().map_err(|e| e.to_string())?;
     let uri = request.uri();
     let host = uri.host().ok_or("the URL has no host")?;
@@ -360,6 +491,8 @@ enum Stop {
     Timeout(&'static str),
     /// Sending failed.
     Failed(String),
+    /// The node closed the connection for a restart.
+    Restart,
 }
 
 /// A turn's timeout error. With bytes from the gateway still unread, the generator fell behind
@@ -381,16 +514,18 @@ async fn speak(
     live: &Live,
     sink: &mut futures::stream::SplitSink<Socket, Message>,
     outcome: &mut Outcome,
+    turn: &mut u32,
 ) -> Result<(), Stop> {
     let silence = Bytes::from(vec![0u8; FRAME_BYTES]);
     let start = plan.clock_start(index, Instant::now());
     let mut n: u32 = 0;
-    let mut turn: u32 = 0;
+    let restart = shared.restart.notified();
+    tokio::pin!(restart);
     while Instant::now() < plan.deadline
         && !plan.stop.is_fired()
-        && (plan.turns == 0 || turn < plan.turns)
+        && (plan.turns == 0 || *turn < plan.turns)
     {
-        let (clip, speech_end) = &plan.clips[(index + turn as usize) % plan.clips.len()];
+        let (clip, speech_end) = &plan.clips[(index + *turn as usize) % plan.clips.len()];
         {
             // A fresh turn that keeps what the session measured so far: a mark added to `Turn`
             // later starts each turn unset without being listed here.
@@ -410,6 +545,9 @@ async fn speak(
         // This turn's marks, kept here so the shared turn is locked only when one is set.
         let mut marks = Marks::default();
         for chunk in (0..clip.len()).step_by(FRAME_BYTES) {
+            if shared.restarting.load(Ordering::Relaxed) {
+                return Err(Stop::Restart);
+            }
             let frame = clip.slice(chunk..(chunk + FRAME_BYTES).min(clip.len()));
             let sent = send_frame(start, &mut n, frame, sink, outcome, live)
                 .await
@@ -429,6 +567,8 @@ async fn speak(
                 // An answer already complete is never counted as timed out.
                 biased;
                 () = &mut done => break,
+                // The turn under way is dropped; the session says it again on the next node.
+                () = &mut restart => return Err(Stop::Restart),
                 () = sleep_until(next) => {
                     if Instant::now() > give_up {
                         return Err(Stop::Timeout(shared.turn().stage()));
@@ -440,7 +580,7 @@ async fn speak(
                 }
             }
         }
-        turn += 1;
+        *turn += 1;
     }
     Ok(())
 }
@@ -504,6 +644,8 @@ struct Read {
     interrupted: u64,
     unexpected_close: bool,
     errors: Vec<String>,
+    /// When the node closed the connection for a restart (1012, 1001).
+    restart_close: Option<Instant>,
 }
 
 /// The reader: counts what arrives and times answers.
@@ -541,8 +683,13 @@ async fn read(
                 read.bytes += text.len() as u64;
                 event(text.as_str(), &shared, &live, &mut read, &arrivals);
             }
-            Message::Close(_) => {
-                if !shared.closing.load(Ordering::Relaxed) {
+            Message::Close(frame) => {
+                let code = frame.map(|f| u16::from(f.code));
+                if code.is_some_and(|c| RESTART_CODES.contains(&c)) {
+                    read.restart_close = Some(Instant::now());
+                    shared.restarting.store(true, Ordering::Relaxed);
+                    shared.restart.notify_one();
+                } else if !shared.closing.load(Ordering::Relaxed) {
                     read.unexpected_close = true;
                 }
                 break;
@@ -675,7 +822,7 @@ mod tests {
 
     fn plan(in_phase: bool) -> Plan {
         Plan {
-            base_url: String::new(),
+            base_urls: vec![String::new()],
             query: String::new(),
             clips: Vec::new(),
             deadline: Instant::now(),

@@ -166,6 +166,55 @@ impl Recording {
         }
     }
 
+    /// The artifact name of this recording on `side`, from its first chunk's time and type.
+    fn filename(&self, side: AudioSide) -> String {
+        let ext = self
+            .mime_type
+            .split(';')
+            .next()
+            .and_then(|t| t.split('/').nth(1))
+            .unwrap_or("pcm")
+            .trim();
+        format!(
+            "adk_live_audio_storage_{}_audio_{}.{ext}",
+            side.label(),
+            (self.started * 1000.0) as u64
+        )
+    }
+
+    /// All of the recording in one spool file in `dir` (chunks still in memory appended), for a
+    /// store to keep; `None` when there is no folder or a write failed.
+    async fn into_spool(mut self, dir: Option<&Arc<Path>>) -> Option<SpoolFile> {
+        self.await_spill().await;
+        let spool = match std::mem::take(&mut self.spool) {
+            Spool::Ready(spool) => Some(spool),
+            Spool::None => None,
+            Spool::Writing(_) | Spool::Stuck(_) => return None,
+        };
+        if spool.is_some() && self.chunks.is_empty() {
+            return spool;
+        }
+        let dir = dir?.to_path_buf();
+        let chunks = std::mem::take(&mut self.chunks);
+        let appended = tokio::task::spawn_blocking(move || {
+            let mut spool = match spool {
+                Some(spool) => spool,
+                None => SpoolFile::create(&dir)?,
+            };
+            spool.append(&chunks)?;
+            Ok::<_, std::io::Error>(spool)
+        })
+        .await;
+        match appended {
+            Ok(Ok(spool)) => Some(spool),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "could not write a recording to disk for a later save");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Waits for a write under way, if any, and takes back its spool.
     async fn await_spill(&mut self) {
         if let Spool::Writing(done) = &mut self.spool {
@@ -438,6 +487,42 @@ impl AudioCache {
         events
     }
 
+    /// Hands the recordings whose saves failed (and any not flushed) to the store when the run
+    /// ends: a store that can keeps them on local disk and saves them once it can again (an
+    /// object store whose bucket is out of reach); with any other they end with the run.
+    pub async fn save_held_later(&self, target: &RecordingTarget) {
+        let Some(artifacts) = &target.artifacts else {
+            return;
+        };
+        let left: Vec<(AudioSide, Recording)> = [AudioSide::Input, AudioSide::Output]
+            .into_iter()
+            .flat_map(|side| self.take(side).into_iter().map(move |r| (side, r)))
+            .filter(|(_, recording)| !recording.is_empty())
+            .collect();
+        let scope = ArtifactScope {
+            app_name: &target.app_name,
+            user_id: &target.user_id,
+            session_id: &target.session_id,
+        };
+        for (side, recording) in left {
+            let filename = recording.filename(side);
+            let mime_type = recording.mime_type.clone();
+            let Some(spool) = recording.into_spool(self.spool_dir.as_ref()).await else {
+                tracing::error!(filename, "a recording whose save failed ends with its run");
+                continue;
+            };
+            match artifacts
+                .save_later(scope, &filename, mime_type, spool)
+                .await
+            {
+                Ok(()) => {}
+                Err((error, _)) => {
+                    tracing::error!(%error, filename, "a recording whose save failed ends with its run");
+                }
+            }
+        }
+    }
+
     /// Saves one recording: its `fileData` event, or an error event and the recording to hold.
     async fn save(
         &self,
@@ -449,18 +534,7 @@ impl AudioCache {
         recording.finish_spool(self.spool_dir.as_ref()).await;
         let mime_type = recording.mime_type.clone();
         let timestamp = recording.started;
-        let ext = mime_type
-            .split(';')
-            .next()
-            .and_then(|t| t.split('/').nth(1))
-            .unwrap_or("pcm")
-            .trim()
-            .to_owned();
-        let filename = format!(
-            "adk_live_audio_storage_{}_audio_{}.{ext}",
-            side.label(),
-            (timestamp * 1000.0) as u64
-        );
+        let filename = recording.filename(side);
         let scope = ArtifactScope {
             app_name: &target.app_name,
             user_id: &target.user_id,

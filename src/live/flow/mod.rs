@@ -478,6 +478,8 @@ impl LiveFlow {
                 for event in cache.flush(&target, true, true).await {
                     yield FlowItem::emit(event);
                 }
+                // What could not be saved now is saved later, where the store can.
+                cache.save_held_later(&target).await;
             }
             let _ = end_tx.send(FlowEnd { reason, requests: inputs.map(|i| i.requests) });
         }

@@ -1,0 +1,366 @@
+//! Recordings in an S3 bucket (moto's S3 server, named by `LIVEGATE_TEST_S3_ENDPOINT`): a live
+//! run's recordings land in the bucket and download over REST from another node, and an upload
+//! that fails keeps the recording on local disk and saves it later. Skipped when the variable is
+//! unset; `.ci/run` sets it.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use livegate::gateway::ServeArgs;
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+/// The S3 test server's endpoint with a fresh bucket in it, or `None` (the test is skipped).
+async fn bucket() -> Option<(String, String)> {
+    let Ok(endpoint) = std::env::var("LIVEGATE_TEST_S3_ENDPOINT") else {
+        eprintln!("LIVEGATE_TEST_S3_ENDPOINT unset: skipped");
+        return None;
+    };
+    let endpoint = endpoint.trim_end_matches('/').to_owned();
+    let bucket = format!("it-{}", uuid::Uuid::new_v4().simple());
+    // The test server creates a bucket on an unsigned PUT.
+    let created = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("LIVEGATE_TEST_S3_ENDPOINT={endpoint} unreachable: {e}"));
+    assert!(
+        created.status().is_success(),
+        "bucket: {}",
+        created.status()
+    );
+    Some((endpoint, bucket))
+}
+
+/// The environment is the process's: gateways read their S3 settings from it when they start,
+/// one test at a time.
+static ENVIRONMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts a gateway whose recordings go to `store` on the S3 server at `endpoint`, spooled in
+/// `data_dir`.
+async fn start_on_s3(
+    mut args: ServeArgs,
+    endpoint: &str,
+    store: &str,
+    data_dir: &std::path::Path,
+) -> livegate::gateway::Server {
+    args.artifact_store = Some(store.to_owned());
+    args.data_dir = data_dir.to_path_buf();
+    let _env = ENVIRONMENT.lock().await;
+    // The standard variables, as a deployment sets them (the server takes any credentials).
+    std::env::set_var("AWS_ENDPOINT_URL", endpoint);
+    std::env::set_var("AWS_ALLOW_HTTP", "true");
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
+    // The store reads the variables while the gateway starts, before the lock is released.
+    start(args).await
+}
+
+/// The keys under `prefix` in the bucket, from the server's own listing.
+async fn keys(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
+    let listing = reqwest::get(format!(
+        "{endpoint}/{bucket}?list-type=2&max-keys=1000&prefix={prefix}"
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    listing
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|k| k.split_once("</Key>").map(|(k, _)| k.to_owned()))
+        .collect()
+}
+
+/// `(name, version)` of every recording the events reference.
+fn recordings(events: &[Value]) -> Vec<(String, u64)> {
+    events
+        .iter()
+        .filter_map(|e| e["content"]["parts"][0]["fileData"]["fileUri"].as_str())
+        .map(|uri| {
+            let reference = uri
+                .strip_prefix("artifact://livegate/u1/s1/_adk_live/")
+                .expect("ADK's live recording URI");
+            let (name, version) = reference.split_once('#').expect("a version");
+            (name.to_owned(), version.parse().expect("numeric version"))
+        })
+        .collect()
+}
+
+/// Bytes of every version of the session's input and output recordings, listed and downloaded
+/// over the gateway's REST API.
+async fn recorded_over_rest(addr: SocketAddr) -> (usize, usize) {
+    let listed: Value = reqwest::get(format!("http://{addr}/api/sessions/u1/s1/artifacts"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut recorded = (0, 0);
+    for artifact in listed["artifacts"].as_array().expect("a list") {
+        let name = artifact["name"].as_str().unwrap();
+        for version in artifact["versions"].as_array().unwrap() {
+            let bytes = download(addr, name, version.as_u64().unwrap()).await.len();
+            if name.contains("_input_audio_") {
+                recorded.0 += bytes;
+            } else if name.contains("_output_audio_") {
+                recorded.1 += bytes;
+            }
+        }
+    }
+    recorded
+}
+
+/// A recording's bytes, downloaded over the gateway's REST API.
+async fn download(addr: SocketAddr, name: &str, version: u64) -> Vec<u8> {
+    let response = reqwest::get(format!(
+        "http://{addr}/api/sessions/u1/s1/artifacts/{name}?version={version}&format=raw"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200, "{name}#{version}");
+    response.bytes().await.unwrap().to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_runs_recordings_land_in_the_bucket_and_another_node_serves_them() {
+    let Some((endpoint, bucket)) = bucket().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = test_args();
+    // The sessions outlive node A for node B's REST API to find them.
+    args.session_store = Some(format!("sqlite://{}", dir.path().join("s.db").display()));
+    let store = format!("s3://{bucket}/recordings");
+    let node_a = start_on_s3(args.clone(), &endpoint, &store, dir.path()).await;
+
+    let mut client = Client::connect(node_a.addr, "u1", "s1", "").await;
+    // Longer than one spill: the input recording goes through a spool file.
+    let mut pcm = fixture_pcm("count.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.events_until_turn_complete().await;
+    let received = client.audio_bytes;
+    let saved = recordings(&client.events);
+    client.close().await;
+    tokio::time::timeout(WAIT, node_a.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let input: Vec<_> = saved
+        .iter()
+        .filter(|(n, _)| n.contains("_input_"))
+        .collect();
+    let output: Vec<_> = saved
+        .iter()
+        .filter(|(n, _)| n.contains("_output_"))
+        .collect();
+    assert!(!input.is_empty() && !output.is_empty(), "{saved:?}");
+
+    // In the bucket, under the prefix, in the file store's layout.
+    let stored = keys(&endpoint, &bucket, "recordings/livegate/u1/s1/").await;
+    for (name, version) in &saved {
+        let key = format!("recordings/livegate/u1/s1/{name}/{version}");
+        assert!(stored.contains(&key), "{key} in {stored:?}");
+    }
+    let spool = node_a.gateway().runner.artifacts.spool_dir().unwrap();
+    assert!(
+        spool.starts_with(dir.path().join("spool")),
+        "on the data disk"
+    );
+    let left = std::fs::read_dir(spool).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "no spool file left behind");
+    node_a.shutdown(WAIT).await;
+
+    // Node B, sharing the database and the bucket, serves them byte for byte.
+    let node_b = start_on_s3(args, &endpoint, &store, dir.path()).await;
+    for (name, version) in &saved {
+        assert!(!download(node_b.addr, name, *version).await.is_empty());
+    }
+    let (input_bytes, output_bytes) = recorded_over_rest(node_b.addr).await;
+    assert_eq!(input_bytes, pcm.len(), "every byte sent was recorded");
+    assert_eq!(output_bytes, received, "every byte received was recorded");
+    node_b.shutdown(WAIT).await;
+}
+
+/// A TCP relay to the S3 server that can be cut: while down it drops every connection, open or
+/// new, as a server that stopped or a network that failed would.
+struct Relay {
+    addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    connections: Arc<Mutex<JoinSet<()>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(to: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let connections = Arc::new(Mutex::new(JoinSet::new()));
+        let accept = tokio::spawn({
+            let up = up.clone();
+            let connections = connections.clone();
+            async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if !up.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let mut guard = connections.lock().unwrap();
+                    guard.spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(to).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                }
+            }
+        });
+        Relay {
+            addr,
+            up,
+            connections,
+            accept,
+        }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+        if !up {
+            self.connections.lock().unwrap().abort_all();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.connections.lock().unwrap().abort_all();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upload_keeps_the_recording_on_disk_and_saves_it_later() {
+    let Some((endpoint, bucket)) = bucket().await else {
+        return;
+    };
+    let target: SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
+    let relay = Relay::start(target).await;
+    let store = format!("s3://{bucket}/outage");
+    let data = tempfile::tempdir().unwrap();
+    let relay_url = format!("http://{}", relay.addr);
+    let server = start_on_s3(test_args(), &relay_url, &store, data.path()).await;
+    let spool = server
+        .gateway()
+        .runner
+        .artifacts
+        .spool_dir()
+        .unwrap()
+        .to_path_buf();
+
+    // The bucket is out of reach for the whole first turn.
+    relay.set_up(false);
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut first = fixture_pcm("count.wav");
+    first.extend(silence(1000));
+    client.stream_pcm(&first).await;
+    let events = client.events_until_turn_complete().await;
+    let errors: Vec<_> = events
+        .iter()
+        .filter(|e| e["errorCode"] == "UNAVAILABLE")
+        .collect();
+    assert!(!errors.is_empty(), "the client is told: {events:?}");
+    assert!(recordings(&events).is_empty(), "nothing saved: {events:?}");
+    let held = std::fs::read_dir(&spool).unwrap().count();
+    assert!(held >= 1, "the spooled recording waits on local disk");
+    assert!(keys(&endpoint, &bucket, "outage/").await.is_empty());
+
+    // Back: the next turn's flush saves the held recordings first, then its own.
+    relay.set_up(true);
+    let mut second = fixture_pcm("hello.wav");
+    second.extend(silence(1000));
+    client.stream_pcm(&second).await;
+    client.events_until_turn_complete().await;
+    let saved = recordings(&client.events);
+    client.close().await;
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let (input, _) = recorded_over_rest(server.addr).await;
+    assert_eq!(
+        input,
+        first.len() + second.len(),
+        "both turns' input recorded whole: {saved:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&spool).unwrap().count(),
+        0,
+        "spool files gone"
+    );
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
+    let Some((endpoint, bucket)) = bucket().await else {
+        return;
+    };
+    let target: SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
+    let relay = Relay::start(target).await;
+    let store = format!("s3://{bucket}/later");
+    let data = tempfile::tempdir().unwrap();
+    let relay_url = format!("http://{}", relay.addr);
+    let server = start_on_s3(test_args(), &relay_url, &store, data.path()).await;
+    let outbox = server
+        .gateway()
+        .runner
+        .artifacts
+        .spool_dir()
+        .unwrap()
+        .join("outbox");
+
+    // The bucket is out of reach for the whole session: its run ends with nothing saved.
+    relay.set_up(false);
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let events = client.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| e["errorCode"] == "UNAVAILABLE"));
+    let received = client.audio_bytes;
+    client.close().await;
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let waiting = std::fs::read_dir(&outbox).map_or(0, |d| d.count());
+    assert_eq!(waiting, 2, "both sides wait on local disk");
+    assert!(keys(&endpoint, &bucket, "later/").await.is_empty());
+
+    // Back: the gateway saves them by itself.
+    relay.set_up(true);
+    let emptied = tokio::time::timeout(WAIT, async {
+        while std::fs::read_dir(&outbox).map_or(0, |d| d.count()) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        emptied.is_ok(),
+        "the outbox empties once the bucket is back"
+    );
+    let (input, output) = recorded_over_rest(server.addr).await;
+    assert_eq!(input, pcm.len(), "the input recording, whole");
+    assert_eq!(output, received, "the output recording, whole");
+    server.shutdown(WAIT).await;
+}
