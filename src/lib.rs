@@ -4,7 +4,7 @@
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
 //! [`mockgemini`] serves the `sim` model over the Gemini Live wire protocol; it sits beside the
-//! gateway and uses only [`event`] and [`model`]. [`loadtest`] is the load generator; it knows the
+//! gateway and uses only [`event`] and [`model`]; [`mockopenai`] does the same over OpenAI Realtime. [`loadtest`] is the load generator; it knows the
 //! gateway only by its WebSocket protocol.
 //! Lower layers never import upper ones.
 
@@ -18,6 +18,7 @@ pub mod gateway;
 pub mod live;
 pub mod loadtest;
 pub mod mockgemini;
+pub mod mockopenai;
 pub mod model;
 pub mod runner;
 pub mod session;

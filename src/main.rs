@@ -1,5 +1,5 @@
-//! The `livegate` command: `serve` (the default) runs the gateway; `mock-gemini` runs an offline
-//! Gemini Live server backed by the `sim` model.
+//! The `livegate` command: `serve` (the default) runs the gateway; `mock-gemini` and `mock-openai`
+//! run offline Gemini Live and OpenAI Realtime servers backed by the `sim` model.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use livegate::gateway::config::{sim_config, LogFormat, SimPacingArg};
 use livegate::gateway::{self, ServeArgs};
 use livegate::mockgemini::{self, MockGeminiConfig, TlsFiles};
+use livegate::mockopenai::{self, MockOpenAiConfig};
 use tracing_subscriber::EnvFilter;
 
 /// A bidirectional live-streaming gateway: browser voice and chat to live models, ADK-compatible.
@@ -27,6 +28,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Run an offline Gemini Live (BidiGenerateContent) server backed by the `sim` model.
     MockGemini(MockGeminiArgs),
+    /// Run an offline OpenAI Realtime server backed by the `sim` model.
+    MockOpenai(MockOpenAiArgs),
     /// Load-test a gateway: many sessions streaming real speech, with latency, errors, CPU and memory.
     ///
     /// The gateway stores the load's sessions and their recordings like any others: a gateway
@@ -122,6 +125,38 @@ impl MockGeminiArgs {
     }
 }
 
+/// Options of `livegate mock-openai`.
+#[derive(Debug, Args)]
+struct MockOpenAiArgs {
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 9400)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// API key connections must present (`Authorization: Bearer`, `api-key`); any if unset.
+    #[arg(long, env = "MOCK_OPENAI_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Send a `server_error` and close with 1011 after this many server events (fault injection).
+    #[arg(long)]
+    fail_after: Option<u64>,
+    /// Drop the connection, without a close frame, in the middle of the first answer.
+    #[arg(long)]
+    close_mid_answer: bool,
+    /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
+    #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
+    sim_pacing: SimPacingArg,
+    /// Delay before each answer starts, in milliseconds.
+    #[arg(long)]
+    sim_reply_delay_ms: Option<u64>,
+    /// Length of each answer audio chunk, in milliseconds (default 40).
+    #[arg(long)]
+    sim_chunk_ms: Option<u32>,
+    /// Log output.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
 // Many small, short-lived allocations on the audio paths (frames, events, JSON) from several
 // threads: mimalloc serves them from per-thread pages, where glibc's malloc contends on its arenas
 // (docs/PERFORMANCE.md, "Decisions").
@@ -134,6 +169,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::from_arg_matches(&matches)?;
     let (mut args, arg_matches) = match cli.command {
         Some(Command::MockGemini(args)) => return mock_gemini(args).await,
+        Some(Command::MockOpenai(args)) => return mock_openai(args).await,
         Some(Command::Loadtest(args)) => return loadtest(args).await,
         Some(Command::Token(args)) => return token(&args),
         Some(Command::Serve(args)) => (
@@ -179,6 +215,25 @@ async fn mock_gemini(args: MockGeminiArgs) -> anyhow::Result<()> {
         .await
         .map_err(|error| anyhow::anyhow!("mock-gemini could not start on {bind}: {error}"))?;
     println!("mock-gemini listening on {scheme}://{}", server.addr);
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn mock_openai(args: MockOpenAiArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let config = MockOpenAiConfig {
+        sim: sim_config(args.sim_pacing, args.sim_reply_delay_ms, args.sim_chunk_ms),
+        api_key: args.api_key.clone(),
+        fail_after: args.fail_after,
+        close_mid_answer: args.close_mid_answer,
+    };
+    let bind = SocketAddr::new(args.bind, args.port);
+    let server = mockopenai::start(bind, config)
+        .await
+        .map_err(|error| anyhow::anyhow!("mock-openai could not start on {bind}: {error}"))?;
+    println!("mock-openai listening on ws://{}", server.addr);
     shutdown_signal().await;
     tracing::info!("shutting down");
     server.shutdown().await;

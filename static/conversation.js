@@ -11,6 +11,7 @@
 //   .msg.system(.error)           connection notices and errors
 //   .tool(.pending|.error)        a function call and its response
 //   .caption                      a turn's latency and token usage
+//   .caption .model               which model answered (the events' modelVersion)
 // A bubble's text lives in its span.text, so its textContent is exactly the message; icons, the
 // typing dots and the "interrupted" tag are text-free SVG, CSS or aria-hidden decorations.
 
@@ -84,7 +85,7 @@ export class Conversation {
   }
 
   newTurn() {
-    return { text: null, transcript: null, bubbles: [], firstEl: null, firstAt: null, audioAt: null, anchor: null, usage: null };
+    return { text: null, transcript: null, bubbles: [], firstEl: null, firstAt: null, audioAt: null, anchor: null, usage: null, model: null };
   }
 
   // ---- DOM helpers ---------------------------------------------------------------------------
@@ -392,6 +393,7 @@ export class Conversation {
         from: turn.anchor ? turn.anchor.from : null,
         first: turn.audioAt !== null ? "audio" : "text",
         usage: turn.usage,
+        model: turn.model,
         interrupted,
         anchor: turn.bubbles[turn.bubbles.length - 1] || null,
         caption: null,
@@ -425,14 +427,19 @@ export class Conversation {
     if (u) {
       bits.push(`tokens ${u.promptTokenCount ?? "?"} in · ${u.candidatesTokenCount ?? "?"} out · ${u.totalTokenCount ?? "?"} total`);
     }
-    if (!bits.length) return;
+    if (!bits.length && !info.model) return;
     if (!info.caption) {
       const caption = (info.caption = document.createElement("div"));
       caption.className = "caption";
       if (this.history) caption.classList.add("history");
-      caption.append(icon("clock"), document.createElement("span"));
+      const model = document.createElement("span");
+      model.className = "model";
+      caption.append(icon("clock"), model, document.createElement("span"));
       this.mutate(() => (info.anchor && info.anchor.isConnected ? info.anchor.after(caption) : this.el.append(caption)));
     }
+    const model = info.caption.querySelector(":scope > .model");
+    model.textContent = info.model || "";
+    model.hidden = !info.model;
     info.caption.lastElementChild.textContent = bits.join(" · ");
   }
 
@@ -446,6 +453,9 @@ export class Conversation {
     if (ev.errorCode || ev.errorMessage) {
       this.system(`${ev.errorCode || "ERROR"}: ${ev.errorMessage || "(no message)"}`, "error");
     }
+
+    // Which model answered: the sim, Gemini or OpenAI, as the agent is configured.
+    if (!fromUser && typeof ev.modelVersion === "string" && ev.modelVersion) this.turn.model = ev.modelVersion;
 
     const text = joinedText(parts);
     const hasText = parts.some((p) => typeof p.text === "string" && p.thought !== true);

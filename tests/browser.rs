@@ -392,6 +392,8 @@ async fn a_text_turn_streams_into_one_final_answer() {
             caption.contains("ms from sending to first text") && caption.contains("tokens"),
             "{caption}"
         );
+        let model = eval(&page, "document.querySelector('#messages .caption .model').textContent").await;
+        assert_eq!(model, json!("sim"), "the caption names the model that answered");
 
         // The event console: an entry expands to its JSON, and kinds can be filtered out.
         click(&page, "#log .k-turnComplete .entry-head").await;

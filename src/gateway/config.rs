@@ -32,6 +32,16 @@ pub enum SimPacingArg {
     Burst,
 }
 
+/// OpenAI Realtime's automatic turn detection, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OpenAiVadArg {
+    /// Silence-based (`server_vad`).
+    #[default]
+    Server,
+    /// Model-based end of turn (`semantic_vad`).
+    Semantic,
+}
+
 /// The `sim` model's settings from the `--sim-*` options (shared by `serve` and `mock-gemini`).
 pub fn sim_config(
     pacing: SimPacingArg,
@@ -75,8 +85,9 @@ pub struct ServeArgs {
     /// `az://…` (credentials from the environment) [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
-    /// Model: `sim` (embedded, offline), or a Gemini live model id (needs `GOOGLE_API_KEY` or
-    /// `GEMINI_API_KEY`, or Vertex settings).
+    /// Model: `sim` (embedded, offline), a Gemini live model id (needs `GOOGLE_API_KEY` or
+    /// `GEMINI_API_KEY`, or Vertex settings), or an OpenAI realtime model id such as
+    /// `gpt-realtime`, or `openai:<id>` (needs `OPENAI_API_KEY`).
     #[arg(long, env = "LIVEGATE_MODEL", default_value = "sim")]
     pub model: String,
     /// Gemini Live base URL, e.g. `ws://127.0.0.1:9300` for `livegate mock-gemini`.
@@ -163,7 +174,7 @@ pub struct ServeArgs {
     /// Most bytes of text a live run replays to the model as history (the newest kept).
     #[arg(long, env = "LIVEGATE_HISTORY_MAX_BYTES", default_value_t = crate::runner::DEFAULT_HISTORY_BYTES)]
     pub history_max_bytes: usize,
-    /// `/readyz` also checks that the model can be reached (Gemini: a TCP connect to its host).
+    /// `/readyz` also checks that the model can be reached (Gemini, OpenAI: a TCP connect to its host).
     #[arg(long, env = "LIVEGATE_READY_CHECKS_MODEL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub ready_checks_model: bool,
     /// Serve `https://` and `wss://` with this PEM certificate chain (needs `--tls-key`); the
@@ -246,6 +257,17 @@ pub struct ServeArgs {
     /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
     #[command(flatten)]
     pub live: super::live_settings::LiveArgs,
+    /// OpenAI Realtime base URL (`/realtime?model=` is added), e.g. `ws://127.0.0.1:9400` for
+    /// `livegate mock-openai`, or `https://RESOURCE.openai.azure.com/openai/v1` for Azure OpenAI
+    /// (key from `OPENAI_API_KEY`; Azure: `AZURE_OPENAI_API_KEY` first).
+    #[arg(long, env = "LIVEGATE_OPENAI_BASE_URL", default_value = crate::model::openai::DEFAULT_BASE_URL)]
+    pub openai_base_url: String,
+    /// Send the OpenAI key as Azure's `api-key` header even if the host is not `*.openai.azure.com`.
+    #[arg(long, env = "LIVEGATE_OPENAI_AZURE", default_value_t = false, action = ArgAction::Set)]
+    pub openai_azure: bool,
+    /// OpenAI Realtime turn detection when the agent leaves automatic detection on.
+    #[arg(long, env = "LIVEGATE_OPENAI_VAD", value_enum, default_value_t = OpenAiVadArg::Server)]
+    pub openai_vad: OpenAiVadArg,
 }
 
 impl ServeArgs {
@@ -307,6 +329,9 @@ impl ServeArgs {
             allowed_origins: None,
             metrics_bind: None,
             secrets: AuthSecrets::default(),
+            openai_base_url: crate::model::openai::DEFAULT_BASE_URL.into(),
+            openai_azure: false,
+            openai_vad: OpenAiVadArg::Server,
             live: super::live_settings::LiveArgs {
                 client_settings: Default::default(),
                 ..Default::default()
@@ -361,6 +386,30 @@ impl ServeArgs {
             connect_timeout: self.gemini_connect_timeout,
             silence_timeout: self.gemini_silence_timeout,
         }
+    }
+
+    /// How to reach OpenAI Realtime: these options plus the key from the environment, read here
+    /// (never stored in the args, which get logged).
+    pub fn openai_options(&self) -> crate::model::openai::OpenAiOptions {
+        use crate::model::gemini::Secret;
+        use crate::model::openai::{OpenAiOptions, Vad};
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut options = OpenAiOptions {
+            base_url: self.openai_base_url.clone(),
+            azure: self.openai_azure,
+            vad: match self.openai_vad {
+                OpenAiVadArg::Server => Vad::Server,
+                OpenAiVadArg::Semantic => Vad::Semantic,
+            },
+            playout_lead: std::time::Duration::from_millis(self.audio_lead_ms),
+            ..OpenAiOptions::default()
+        };
+        let azure_key = options
+            .is_azure()
+            .then(|| env("AZURE_OPENAI_API_KEY"))
+            .flatten();
+        options.api_key = azure_key.or_else(|| env("OPENAI_API_KEY")).map(Secret::new);
+        options
     }
 
     /// The session store URL, with the data-dir default filled in.
@@ -458,6 +507,9 @@ struct FileConfig {
     metrics_bind: Option<SocketAddr>,
     live: Option<crate::live::settings::LiveSettings>,
     client_settings: Option<String>,
+    openai_base_url: Option<String>,
+    openai_azure: Option<bool>,
+    openai_vad: Option<String>,
 }
 
 impl ServeArgs {
@@ -612,6 +664,9 @@ impl ServeArgs {
                     .map_err(|e| invalid(format!("client_settings: {e}")))?;
             }
         }
+        fill!(openai_base_url);
+        fill!(openai_azure);
+        fill!(openai_vad, |v: &str| OpenAiVadArg::from_str(v, true));
         Ok(())
     }
 }
@@ -814,5 +869,35 @@ mod tests {
         std::fs::write(&path, "client-settings = \"voice,colour\"\n").unwrap();
         let error = parse(&["livegate", "--config", config]).unwrap_err();
         assert!(error.to_string().contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn openai_settings_come_from_flags_and_the_file() {
+        use crate::model::openai::Vad;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "openai-base-url = \"https://contoso.openai.azure.com/openai/v1\"\nopenai_vad = \"semantic\"\n",
+        )
+        .unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        let options = args.openai_options();
+        assert_eq!(options.vad, Vad::Semantic);
+        assert!(options.is_azure(), "recognised by its host");
+        assert_eq!(options.playout_lead, std::time::Duration::from_millis(500));
+        let args = parse(&[
+            "livegate",
+            "--openai-base-url",
+            "ws://127.0.0.1:9400",
+            "--openai-azure",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.openai_options().url("gpt-realtime"),
+            "ws://127.0.0.1:9400/v1/realtime?model=gpt-realtime"
+        );
+        assert!(args.openai_options().is_azure(), "forced by the flag");
     }
 }

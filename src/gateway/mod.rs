@@ -201,6 +201,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let options = ModelOptions {
         sim: args.sim_config(),
         gemini: args.gemini_options(),
+        openai: args.openai_options(),
     };
     let agent_config = match &args.agent {
         Some(path) => AgentConfig::load(path)?,
@@ -248,10 +249,17 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         },
         metrics.limits.clone(),
     ));
+    // The host to check is the one the gateway's model lives on.
+    let model_url = if crate::model::openai::is_openai_model(&args.model) {
+        let id = args.model.strip_prefix(crate::model::openai::PREFIX);
+        options.openai.url(id.unwrap_or(&args.model))
+    } else {
+        options.gemini.url()
+    };
     let readiness = ready::Readiness::new(ready::ModelCheck::new(
         args.ready_checks_model,
         &args.model,
-        &options.gemini.url(),
+        &model_url,
     ));
     let gateway = Arc::new(Gateway {
         runner,

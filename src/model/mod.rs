@@ -7,6 +7,7 @@
 mod config;
 mod error;
 pub mod gemini;
+pub mod openai;
 mod response;
 pub mod sim;
 pub mod tls;
@@ -59,9 +60,12 @@ pub struct ModelOptions {
     pub sim: sim::SimConfig,
     /// How to reach Gemini.
     pub gemini: gemini::GeminiOptions,
+    /// How to reach OpenAI Realtime.
+    pub openai: openai::OpenAiOptions,
 }
 
-/// Resolves a model name (`sim`, or a Gemini live model id) to a backend.
+/// Resolves a model name (`sim`, a Gemini live model id, or an OpenAI realtime model id or
+/// `openai:<id>`) to a backend.
 pub fn model_for_name(
     name: &str,
     options: &ModelOptions,
@@ -72,6 +76,10 @@ pub fn model_for_name(
             id,
             options.gemini.clone(),
         ))),
+        id if openai::is_openai_model(id) => Ok(Arc::new(openai::OpenAiModel::new(
+            id,
+            options.openai.clone(),
+        )?)),
         other => Err(ModelError::UnknownModel(other.to_owned())),
     }
 }

@@ -30,6 +30,10 @@ pub struct LlmResponse {
     pub go_away: Option<GoAway>,
     /// The model name, for `modelVersion`.
     pub model_version: Option<String>,
+    /// An error the model reported without ending the session (ADK-style code).
+    pub error_code: Option<String>,
+    /// What the error was.
+    pub error_message: Option<String>,
     /// Grounding metadata for the turn ending here, as ADK reports it on `turnComplete` (an
     /// empty object from Gemini 3.x live models when they sent none).
     pub grounding_metadata: Option<serde_json::Value>,

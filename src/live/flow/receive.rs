@@ -57,6 +57,14 @@ impl ResponseProcessor {
         let ends_text =
             response.turn_complete || response.interrupted || !response.tool_calls.is_empty();
 
+        // An error the model reported in-band; the session goes on.
+        if let Some(code) = response.error_code {
+            let message = response.error_message.unwrap_or_default();
+            let mut event = Event::error(&self.invocation_id, &self.agent_name, &code, message);
+            event.model_version.clone_from(&model_version);
+            steps.push(Step::Emit(event));
+        }
+
         // Usage comes before the content of the same message.
         if let Some(usage) = response.usage_metadata {
             let mut event = self.agent_event(&model_version);

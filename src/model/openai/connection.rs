@@ -1,0 +1,298 @@
+//! One OpenAI Realtime session: the WebSocket, the `session.created` / `session.update` /
+//! `session.updated` handshake, and two tasks: the writer (client events and keep-alive pings
+//! out; the only owner of the sink) and the reader (server events in, as `LlmResponse`s).
+
+use std::time::Duration;
+
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::{timeout, Instant};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::wire::{Action, Decoder, Encoder, LastAudio};
+use crate::model::{
+    LiveConnection, LiveInput, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY,
+};
+use crate::signal::{receiver_gone, Signal};
+
+type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// How long the TCP/TLS/WebSocket handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the server may take to create and then update the session.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// Keep-alive ping interval (tungstenite sends none itself).
+const PING_INTERVAL: Duration = Duration::from_secs(20);
+/// How long a closing session waits for the server's close frame.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Largest server event accepted (audio deltas are far smaller; leave room).
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes taken from the socket per read (see the Gemini backend: tungstenite keeps this much
+/// zero-filled and resident per session).
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+/// Client events the reader may queue for the writer (truncates after barge-ins).
+const UPSTREAM_CAPACITY: usize = 16;
+
+/// Where and how to connect; `headers` carry credentials and are never logged.
+pub(super) struct Endpoint {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// What the session starts with.
+pub(super) struct Setup {
+    pub session_update: Value,
+    pub history: Vec<Value>,
+    pub manual: bool,
+    pub decoder: Decoder,
+    pub last_audio: LastAudio,
+}
+
+/// Opens a session: connects, waits for `session.created`, sends `session.update` and waits for
+/// `session.updated`, seeds the history, then hands the socket to the reader and writer tasks.
+pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnection, ModelError> {
+    let mut request = endpoint
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| ModelError::Connect(format!("invalid OpenAI URL: {e}")))?;
+    for (name, value) in &endpoint.headers {
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| ModelError::Connect(format!("invalid value for header {name}")))?;
+        request.headers_mut().insert(*name, value);
+    }
+    let ws_config = tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES))
+        .read_buffer_size(READ_BUFFER_BYTES);
+    let tls = crate::model::tls::client_config().map_err(ModelError::Connect)?;
+    let connecting = tokio_tungstenite::connect_async_tls_with_config(
+        request,
+        Some(ws_config),
+        true,
+        Some(tokio_tungstenite::Connector::Rustls(tls)),
+    );
+    let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
+        .await
+        .map_err(|_| ModelError::Connect("timed out connecting to OpenAI".into()))?
+        .map_err(handshake_error)?;
+
+    let Setup {
+        session_update,
+        history,
+        manual,
+        mut decoder,
+        last_audio,
+    } = setup;
+    let handshake = async {
+        wait_for_session(&mut socket, &mut decoder).await?;
+        send_json(&mut socket, &session_update).await?;
+        wait_for_session(&mut socket, &mut decoder).await
+    };
+    timeout(SETUP_TIMEOUT, handshake)
+        .await
+        .map_err(|_| ModelError::Connect("OpenAI did not set up the session in time".into()))??;
+    for event in &history {
+        send_json(&mut socket, event).await?;
+    }
+
+    let (sink, stream) = socket.split();
+    let (input_tx, input_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+    let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+    let (upstream_tx, upstream_rx) = mpsc::channel(UPSTREAM_CAPACITY);
+    let done = Signal::new();
+    tokio::spawn(write_loop(
+        sink,
+        input_rx,
+        upstream_rx,
+        Encoder::new(manual, last_audio),
+        done.clone(),
+    ));
+    tokio::spawn(read_loop(stream, output_tx, upstream_tx, decoder, done));
+    Ok(LiveConnection {
+        sender: input_tx,
+        receiver: output_rx,
+    })
+}
+
+/// A failed upgrade: an HTTP status (401, 403, 404, 429) or a network error.
+fn handshake_error(error: tungstenite::Error) -> ModelError {
+    match error {
+        tungstenite::Error::Http(response) => ModelError::Connect(format!(
+            "OpenAI refused the connection: HTTP {}",
+            response.status()
+        )),
+        other => ModelError::Connect(format!("could not reach OpenAI: {other}")),
+    }
+}
+
+async fn send_json(socket: &mut Socket, value: &Value) -> Result<(), ModelError> {
+    socket
+        .send(Message::Text(value.to_string().into()))
+        .await
+        .map_err(|e| ModelError::Connect(format!("sending to OpenAI failed: {e}")))
+}
+
+/// Reads until `session.created` or `session.updated`; an `error` event fails the setup.
+async fn wait_for_session(socket: &mut Socket, decoder: &mut Decoder) -> Result<(), ModelError> {
+    while let Some(message) = socket.next().await {
+        let message = message.map_err(|e| ModelError::Connect(format!("OpenAI dropped: {e}")))?;
+        let payload = match &message {
+            Message::Text(text) => text.as_bytes(),
+            Message::Binary(data) => data,
+            Message::Close(frame) => return Err(closed(frame.as_ref())),
+            _ => continue,
+        };
+        for action in decoder.decode(payload, Instant::now())? {
+            match action {
+                Action::Session => return Ok(()),
+                Action::Respond(response) if response.error_code.is_some() => {
+                    return Err(ModelError::Connect(format!(
+                        "OpenAI refused the session: {}",
+                        response.error_message.unwrap_or_default()
+                    )));
+                }
+                other => tracing::debug!(?other, "OpenAI event before the session was set up"),
+            }
+        }
+    }
+    Err(ModelError::Closed {
+        code: 1006,
+        reason: "OpenAI closed the connection during setup".into(),
+    })
+}
+
+/// A close frame as an error (a missing frame reads as 1006).
+fn closed(frame: Option<&CloseFrame>) -> ModelError {
+    match frame {
+        Some(frame) => ModelError::Closed {
+            code: u16::from(frame.code),
+            reason: frame.reason.to_string(),
+        },
+        None => ModelError::Closed {
+            code: 1006,
+            reason: "closed without a close frame".into(),
+        },
+    }
+}
+
+/// Sends client events and pings until the flow drops its sender (then closes politely) or the
+/// reader ends.
+async fn write_loop(
+    mut sink: SplitSink<Socket, Message>,
+    mut inputs: mpsc::Receiver<LiveInput>,
+    mut upstream: mpsc::Receiver<Value>,
+    mut encoder: Encoder,
+    done: Signal,
+) {
+    let mut ping = tokio::time::interval(PING_INTERVAL);
+    ping.tick().await;
+    'outer: loop {
+        let messages = tokio::select! {
+            _ = done.fired() => break,
+            input = inputs.recv() => match input {
+                Some(input) => encoder.encode(input).into_iter().map(|t| Message::Text(t.into())).collect(),
+                None => {
+                    let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
+                    let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
+                    // The reader sees the server's close and ends; don't wait on it forever.
+                    let _ = timeout(CLOSE_TIMEOUT, done.fired()).await;
+                    break;
+                }
+            },
+            Some(event) = upstream.recv() => vec![Message::Text(event.to_string().into())],
+            _ = ping.tick() => vec![Message::Ping(Vec::new().into())],
+        };
+        for message in messages {
+            if let Err(error) = sink.send(message).await {
+                tracing::debug!(%error, "sending to OpenAI failed");
+                break 'outer;
+            }
+        }
+    }
+    done.fire();
+}
+
+/// Turns server events into responses until the socket closes or the flow goes away.
+async fn read_loop(
+    mut stream: SplitStream<Socket>,
+    output: mpsc::Sender<ModelMessage>,
+    upstream: mpsc::Sender<Value>,
+    mut decoder: Decoder,
+    done: Signal,
+) {
+    let ended = done.fired();
+    let flow_gone = receiver_gone(&output);
+    tokio::pin!(ended, flow_gone);
+    'outer: loop {
+        let message = tokio::select! {
+            () = &mut ended => break,
+            () = &mut flow_gone => break,
+            message = stream.next() => message,
+        };
+        let actions = match message {
+            Some(Ok(Message::Text(text))) => decoder.decode(text.as_bytes(), Instant::now()),
+            Some(Ok(Message::Binary(data))) => decoder.decode(&data, Instant::now()),
+            Some(Ok(Message::Close(frame))) => {
+                let error = closed(frame.as_ref());
+                tracing::info!(%error, "OpenAI closed the session");
+                if !matches!(error, ModelError::Closed { code: 1000, .. }) {
+                    let _ = output.send(Err(error)).await;
+                }
+                break;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "OpenAI connection failed");
+                let _ = output
+                    .send(Err(ModelError::Closed {
+                        code: 1006,
+                        reason: error.to_string(),
+                    }))
+                    .await;
+                break;
+            }
+            None => {
+                let _ = output
+                    .send(Err(ModelError::Closed {
+                        code: 1006,
+                        reason: "OpenAI dropped the connection".into(),
+                    }))
+                    .await;
+                break;
+            }
+        };
+        let actions = match actions {
+            Ok(actions) => actions,
+            Err(error) => {
+                tracing::warn!(%error, "bad event from OpenAI");
+                let _ = output.send(Err(error)).await;
+                break;
+            }
+        };
+        for action in actions {
+            match action {
+                Action::Session => {}
+                Action::Send(event) => {
+                    if upstream.try_send(event).is_err() {
+                        tracing::warn!("OpenAI writer busy; a truncate was dropped");
+                    }
+                }
+                Action::Respond(response) => {
+                    if output.send(Ok(response)).await.is_err() {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+    }
+    done.fire();
+}
