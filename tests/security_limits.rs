@@ -283,7 +283,8 @@ async fn new_connections_are_rate_limited_per_forwarded_address_behind_trusted_p
 
 /// Sends a request on a kept-alive connection and reads the answer's status, within `within`.
 async fn status_on(socket: &mut TcpStream, path: &str, within: Duration) -> Option<u16> {
-    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    // A loopback Host: without auth, the gateway answers only loopback names (DNS rebinding).
+    let head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     socket.write_all(head.as_bytes()).await.ok()?;
     let mut buf = [0u8; 1024];
     let n = timeout(within, socket.read(&mut buf)).await.ok()?.ok()?;
