@@ -26,6 +26,23 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// A WebSocket close frame from the model as an error (a missing frame reads as 1006, as the
+    /// SDKs do).
+    pub(crate) fn closed(
+        frame: Option<&tokio_tungstenite::tungstenite::protocol::CloseFrame>,
+    ) -> Self {
+        match frame {
+            Some(frame) => ModelError::Closed {
+                code: u16::from(frame.code),
+                reason: frame.reason.to_string(),
+            },
+            None => ModelError::Closed {
+                code: 1006,
+                reason: "closed without a close frame".into(),
+            },
+        }
+    }
+
     /// ADK-style error code, usable as a metric label and as an event's `errorCode`.
     pub fn code(&self) -> &'static str {
         match self {

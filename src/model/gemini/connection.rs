@@ -147,7 +147,7 @@ async fn wait_for_setup(socket: &mut Socket, model: &str) -> Result<(), ModelErr
         let payload = match &message {
             Message::Text(text) => text.as_bytes(),
             Message::Binary(data) => data,
-            Message::Close(frame) => return Err(closed(frame.as_ref())),
+            Message::Close(frame) => return Err(ModelError::closed(frame.as_ref())),
             _ => continue,
         };
         match parse_server_message(payload, model)? {
@@ -159,20 +159,6 @@ async fn wait_for_setup(socket: &mut Socket, model: &str) -> Result<(), ModelErr
         code: 1006,
         reason: "Gemini closed the connection during setup".into(),
     })
-}
-
-/// A close frame as an error (a missing frame reads as 1006, as the SDKs do).
-fn closed(frame: Option<&CloseFrame>) -> ModelError {
-    match frame {
-        Some(frame) => ModelError::Closed {
-            code: u16::from(frame.code),
-            reason: frame.reason.to_string(),
-        },
-        None => ModelError::Closed {
-            code: 1006,
-            reason: "closed without a close frame".into(),
-        },
-    }
 }
 
 /// Sends inputs and pings until the flow drops its sender (then closes politely) or the reader
@@ -256,7 +242,7 @@ impl Reader {
             Some(Ok(Message::Text(text))) => parse_server_message(text.as_bytes(), &self.model),
             Some(Ok(Message::Binary(data))) => parse_server_message(&data, &self.model),
             Some(Ok(Message::Close(frame))) => {
-                let error = closed(frame.as_ref());
+                let error = ModelError::closed(frame.as_ref());
                 tracing::info!(%error, "Gemini closed the session");
                 // A normal close just ends the stream (the flow reconnects if it has a handle).
                 if !matches!(error, ModelError::Closed { code: 1000, .. }) {

@@ -148,7 +148,7 @@ async fn wait_for_session(socket: &mut Socket, decoder: &mut Decoder) -> Result<
         let payload = match &message {
             Message::Text(text) => text.as_bytes(),
             Message::Binary(data) => data,
-            Message::Close(frame) => return Err(closed(frame.as_ref())),
+            Message::Close(frame) => return Err(ModelError::closed(frame.as_ref())),
             _ => continue,
         };
         for action in decoder.decode(payload, Instant::now())? {
@@ -168,20 +168,6 @@ async fn wait_for_session(socket: &mut Socket, decoder: &mut Decoder) -> Result<
         code: 1006,
         reason: "OpenAI closed the connection during setup".into(),
     })
-}
-
-/// A close frame as an error (a missing frame reads as 1006).
-fn closed(frame: Option<&CloseFrame>) -> ModelError {
-    match frame {
-        Some(frame) => ModelError::Closed {
-            code: u16::from(frame.code),
-            reason: frame.reason.to_string(),
-        },
-        None => ModelError::Closed {
-            code: 1006,
-            reason: "closed without a close frame".into(),
-        },
-    }
 }
 
 /// Sends client events and pings until the flow drops its sender (then closes politely) or the
@@ -242,7 +228,7 @@ async fn read_loop(
             Some(Ok(Message::Text(text))) => decoder.decode(text.as_bytes(), Instant::now()),
             Some(Ok(Message::Binary(data))) => decoder.decode(&data, Instant::now()),
             Some(Ok(Message::Close(frame))) => {
-                let error = closed(frame.as_ref());
+                let error = ModelError::closed(frame.as_ref());
                 tracing::info!(%error, "OpenAI closed the session");
                 if !matches!(error, ModelError::Closed { code: 1000, .. }) {
                     let _ = output.send(Err(error)).await;
