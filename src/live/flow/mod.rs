@@ -172,7 +172,7 @@ impl LiveFlow {
     ) -> impl Stream<Item = FlowItem> + Send + 'static {
         async_stream::stream! {
             let LiveFlow { model, connect_config, run_config, target, hooks, prompt, single_turn, handoff_delay } = self;
-            let record_audio = run_config.save_live_blob;
+            let save_live_blob = run_config.save_live_blob;
             let invocation_id = target.invocation_id.clone();
             let agent_name = target.agent_name.clone();
             let cache = AudioCache::new(
@@ -267,13 +267,13 @@ impl LiveFlow {
                 let stop = Signal::new();
                 let send_task = tokio::spawn(send_loop(send_inputs, sender, SendContext {
                     invocation_id: invocation_id.clone(),
-                    record_audio,
+                    save_live_blob,
                     cache: cache.clone(),
                     persist: persist_tx.clone(),
                     stop: stop.clone(),
                     hooks: hooks.clone(),
                 }));
-                let mut processor = ResponseProcessor::new(&invocation_id, &agent_name, record_audio);
+                let mut processor = ResponseProcessor::new(&invocation_id, &agent_name, save_live_blob);
                 // The model's spoken answer so far, for after-model screening.
                 let mut spoken = String::new();
                 // Tool results went up and the model has not answered them yet: the turn that
@@ -362,7 +362,7 @@ impl LiveFlow {
                     let answering = response.content.is_some() || response.output_transcription.is_some();
                     let answered = awaiting_answer
                         && (response.content.is_some() || response.output_transcription.is_some());
-                    if record_audio {
+                    if save_live_blob {
                         for blob in response.content.iter().flat_map(|c| &c.parts).filter_map(|p| p.inline_data.as_ref()) {
                             cache.push(AudioSide::Output, blob);
                         }
@@ -516,7 +516,7 @@ impl LiveFlow {
             hooks.stop_tools().await;
             // Whatever ended the run, no recording is lost (but the microphone's silent tail
             // after the last turn is no recording).
-            if record_audio {
+            if save_live_blob {
                 cache.drop_silent_input();
                 for event in cache.flush(&target, true, true).await {
                     yield FlowItem::emit(event);

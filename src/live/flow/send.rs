@@ -33,7 +33,7 @@ pub(crate) struct SendInputs {
 #[derive(Debug, Clone)]
 pub(crate) struct SendContext {
     pub invocation_id: String,
-    pub record_audio: bool,
+    pub save_live_blob: bool,
     pub cache: AudioCache,
     pub persist: mpsc::Sender<PersistRequest>,
     pub stop: Signal,
@@ -43,7 +43,7 @@ pub(crate) struct SendContext {
 impl SendContext {
     /// The model input for a client's media chunk, recorded first when the run records audio.
     fn media(&self, blob: Blob) -> LiveInput {
-        if self.record_audio {
+        if self.save_live_blob {
             self.cache.push(AudioSide::Input, &blob);
         }
         LiveInput::Realtime(blob)
@@ -353,7 +353,7 @@ mod tests {
         let stop = Signal::new();
         let ctx = SendContext {
             invocation_id: "e-1".into(),
-            record_audio: false,
+            save_live_blob: false,
             cache: AudioCache::new(None),
             persist,
             stop: stop.clone(),
