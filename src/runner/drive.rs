@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Map;
+use tokio::sync::oneshot;
 
 use super::history::{bound_history, history_contents};
 use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
@@ -70,81 +71,35 @@ impl Drive {
         requests: LiveRequestReceiver,
     ) -> impl Stream<Item = Event> + Send + 'static {
         async_stream::stream! {
-            let inv = self.invocation.invocation_id.clone();
-            let mut requests = Some(requests);
+            let mut run = DriveRun::new(self, session, requests);
             let mut next = Some(start);
-            // Turn-based runs carry usage on the content event it belongs to.
-            let mut usage: Option<UsageMetadata> = None;
-            let mut session = RunSession { session, events_complete: true };
-            let mut resume = self.resume.clone();
             while let Some(agent) = next.take() {
-                let llm = match &agent {
-                    Agent::Sequential(sequence) => {
-                        let ctx = Context::new(self.invocation.clone(), &sequence.name, None);
-                        if let Some(content) = sequence.callbacks.run_before_agent(&ctx).await {
-                            for event in self.commit(&mut session, callback_event(&ctx, Some(content))).await {
-                                yield event;
-                            }
-                            break;
-                        }
-                        next = sequence.sub_agents.first().cloned();
+                let llm = match run.enter(&agent).await {
+                    Entered::Step(first) => {
+                        next = first;
                         continue;
                     }
-                    Agent::Llm(llm) => llm.clone(),
-                };
-                let ctx = Context::new(self.invocation.clone(), &llm.name, None);
-                match llm.callbacks.run_before_agent(&ctx).await {
-                    Some(content) => {
-                        // The callback answered for the agent: the agent is skipped and the run ends.
-                        for event in self.commit(&mut session, callback_event(&ctx, Some(content))).await {
+                    Entered::Answered(events) => {
+                        for event in events {
                             yield event;
                         }
                         break;
                     }
-                    None if ctx.has_changes() => {
-                        for event in self.commit(&mut session, callback_event(&ctx, None)).await {
+                    Entered::Run(llm, events) => {
+                        for event in events {
                             yield event;
                         }
+                        llm
                     }
-                    None => {}
+                };
+                let Some(requests) = run.requests.take() else { break };
+                if let Some(error) = run.load_events(&llm).await {
+                    yield error;
                 }
-                let Some(agent_requests) = requests.take() else { break };
-                if !session.events_complete {
-                    if let Err(error) = self.reload_events(&mut session).await {
-                        tracing::error!(%error, invocation_id = inv, "loading the session's events failed");
-                        let message = format!("could not load the conversation so far: {error}");
-                        yield Event::error(&inv, &llm.name, error.code(), message);
-                    }
-                }
-                let mut flow = self.flow_for(&llm, &session.session);
-                if let (Some(handle), Some(resumption)) = (resume.take(), flow.connect_config.session_resumption.as_mut()) {
-                    resumption.handle = Some(handle);
-                }
-                // The flow has its history; the events need not stay in memory (see RunSession).
-                session.drop_events();
-                let (items, end) = flow.run(agent_requests);
+                let (items, end) = run.flow(&llm).run(requests);
                 futures::pin_mut!(items);
-                while let Some(first) = items.next().await {
-                    // What the flow has ready behind an event to store is committed with it: a
-                    // turn's end brings six at once. Audio is yielded as it comes, and the flow is
-                    // not run past an event that changes state or who runs next until it is
-                    // committed.
-                    let mut ready = vec![first];
-                    let mut flow_done = false;
-                    while ready.len() < MAX_COMMITTED_TOGETHER
-                        && ready.last().is_some_and(|item| may_gather_past(&item.event))
-                    {
-                        match items.next().now_or_never() {
-                            Some(Some(item)) => ready.push(item),
-                            Some(None) => {
-                                flow_done = true;
-                                break;
-                            }
-                            None => break,
-                        }
-                    }
-                    let ready = ready.into_iter().filter_map(|item| self.shape(item, &mut usage)).collect();
-                    for (event, emit) in self.commit_all(&mut session, ready).await {
+                while let Some((ready, flow_done)) = run.commit_ready(&mut items).await {
+                    for (event, emit) in ready {
                         if emit {
                             yield event;
                         }
@@ -153,37 +108,18 @@ impl Drive {
                         break;
                     }
                 }
-                let FlowEnd { reason, requests: returned } = match end.await {
-                    Ok(end) => end,
-                    Err(_) => FlowEnd { reason: FlowEndReason::Failed, requests: None },
-                };
-                requests = returned;
-                tracing::debug!(invocation_id = inv, agent = llm.name, ?reason, "agent's flow ended");
-
-                if reason != FlowEndReason::Failed {
-                    let ctx = Context::new(self.invocation.clone(), &llm.name, None);
-                    let content = llm.callbacks.run_after_agent(&ctx).await;
-                    if content.is_some() || ctx.has_changes() {
-                        for event in self.commit(&mut session, callback_event(&ctx, content)).await {
-                            yield event;
-                        }
-                    }
+                let (reason, events) = run.flow_ended(&llm, end).await;
+                for event in events {
+                    yield event;
                 }
-                if self.invocation.is_ended() {
+                if run.drive.invocation.is_ended() {
                     break;
                 }
-                next = self.next_after(&llm, &reason);
-                if let (Some(agent), FlowEndReason::Transfer(_)) = (&next, &reason) {
-                    tracing::info!(invocation_id = inv, from = llm.name, to = agent.name(), "transfer");
+                let (following, events) = run.hand_over(&llm, &reason).await;
+                for event in events {
+                    yield event;
                 }
-                if next.is_none() {
-                    if let FlowEndReason::Transfer(target) = &reason {
-                        let message = format!("agent {:?} cannot transfer to {target:?}", llm.name);
-                        for event in self.commit(&mut session, Event::error(&inv, &llm.name, "INVALID_ARGUMENT", message)).await {
-                            yield event;
-                        }
-                    }
-                }
+                next = following;
             }
         }
     }
@@ -368,6 +304,200 @@ impl Drive {
             out.insert(at + 1, (error, true));
         }
         out
+    }
+}
+
+/// What starting an agent led to.
+enum Entered {
+    /// A sequence: its first step runs (nobody: the run ends).
+    Step(Option<Agent>),
+    /// A before-agent callback answered for the agent: the run ends with these events.
+    Answered(Vec<Event>),
+    /// The model-backed agent runs its flow, after these events (its callbacks' changes).
+    Run(Arc<LlmAgent>, Vec<Event>),
+}
+
+/// One run's progress through the agent tree, with the named steps [`Drive::run`] takes.
+struct DriveRun {
+    drive: Drive,
+    session: RunSession,
+    /// The client's requests, between flows.
+    requests: Option<LiveRequestReceiver>,
+    /// Turn-based runs carry usage on the content event it belongs to.
+    usage: Option<UsageMetadata>,
+    /// The model's stored resumption handle, for the run's first flow.
+    resume: Option<String>,
+}
+
+impl DriveRun {
+    fn new(mut drive: Drive, session: Session, requests: LiveRequestReceiver) -> Self {
+        DriveRun {
+            resume: drive.resume.take(),
+            drive,
+            session: RunSession {
+                session,
+                events_complete: true,
+            },
+            requests: Some(requests),
+            usage: None,
+        }
+    }
+
+    fn invocation_id(&self) -> &str {
+        &self.drive.invocation.invocation_id
+    }
+
+    /// Starts an agent: its before-agent callbacks, and what runs next.
+    async fn enter(&mut self, agent: &Agent) -> Entered {
+        let llm = match agent {
+            Agent::Sequential(sequence) => {
+                let ctx = Context::new(self.drive.invocation.clone(), &sequence.name, None);
+                if let Some(content) = sequence.callbacks.run_before_agent(&ctx).await {
+                    let event = callback_event(&ctx, Some(content));
+                    return Entered::Answered(self.drive.commit(&mut self.session, event).await);
+                }
+                return Entered::Step(sequence.sub_agents.first().cloned());
+            }
+            Agent::Llm(llm) => llm.clone(),
+        };
+        let ctx = Context::new(self.drive.invocation.clone(), &llm.name, None);
+        match llm.callbacks.run_before_agent(&ctx).await {
+            Some(content) => {
+                // The callback answered for the agent: the agent is skipped and the run ends.
+                let event = callback_event(&ctx, Some(content));
+                Entered::Answered(self.drive.commit(&mut self.session, event).await)
+            }
+            None if ctx.has_changes() => {
+                let event = callback_event(&ctx, None);
+                let events = self.drive.commit(&mut self.session, event).await;
+                Entered::Run(llm, events)
+            }
+            None => Entered::Run(llm, Vec::new()),
+        }
+    }
+
+    /// Reloads the session's events for the next flow's history when the run dropped them; the
+    /// error event to yield if that failed.
+    async fn load_events(&mut self, llm: &LlmAgent) -> Option<Event> {
+        if self.session.events_complete {
+            return None;
+        }
+        let error = self.drive.reload_events(&mut self.session).await.err()?;
+        let inv = self.invocation_id();
+        tracing::error!(%error, invocation_id = inv, "loading the session's events failed");
+        let message = format!("could not load the conversation so far: {error}");
+        Some(Event::error(inv, &llm.name, error.code(), message))
+    }
+
+    /// The agent's flow, resuming the model's context on the run's first flow.
+    fn flow(&mut self, llm: &Arc<LlmAgent>) -> LiveFlow {
+        let mut flow = self.drive.flow_for(llm, &self.session.session);
+        if let (Some(handle), Some(resumption)) = (
+            self.resume.take(),
+            flow.connect_config.session_resumption.as_mut(),
+        ) {
+            resumption.handle = Some(handle);
+        }
+        // The flow has its history; the events need not stay in memory (see RunSession).
+        self.session.drop_events();
+        flow
+    }
+
+    /// Takes the flow's next event and what it has ready behind it, commits them, and returns
+    /// each with whether to yield it, and whether the flow is done; None once it is.
+    async fn commit_ready<S>(&mut self, items: &mut S) -> Option<(Vec<(Event, bool)>, bool)>
+    where
+        S: Stream<Item = FlowItem> + Unpin,
+    {
+        let first = items.next().await?;
+        // What the flow has ready behind an event to store is committed with it: a turn's end
+        // brings six at once. Audio is yielded as it comes, and the flow is not run past an
+        // event that changes state or who runs next until it is committed.
+        let mut ready = vec![first];
+        let mut flow_done = false;
+        while ready.len() < MAX_COMMITTED_TOGETHER
+            && ready
+                .last()
+                .is_some_and(|item| may_gather_past(&item.event))
+        {
+            match items.next().now_or_never() {
+                Some(Some(item)) => ready.push(item),
+                Some(None) => {
+                    flow_done = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        let ready = ready
+            .into_iter()
+            .filter_map(|item| self.drive.shape(item, &mut self.usage))
+            .collect();
+        Some((
+            self.drive.commit_all(&mut self.session, ready).await,
+            flow_done,
+        ))
+    }
+
+    /// The flow ended: the requests come back, and the agent's after-agent callbacks run unless
+    /// it failed. Returns why it ended, and the callbacks' events.
+    async fn flow_ended(
+        &mut self,
+        llm: &LlmAgent,
+        end: oneshot::Receiver<FlowEnd>,
+    ) -> (FlowEndReason, Vec<Event>) {
+        let FlowEnd {
+            reason,
+            requests: returned,
+        } = end.await.unwrap_or(FlowEnd {
+            reason: FlowEndReason::Failed,
+            requests: None,
+        });
+        self.requests = returned;
+        tracing::debug!(
+            invocation_id = self.invocation_id(),
+            agent = llm.name,
+            ?reason,
+            "agent's flow ended"
+        );
+        if reason == FlowEndReason::Failed {
+            return (reason, Vec::new());
+        }
+        let ctx = Context::new(self.drive.invocation.clone(), &llm.name, None);
+        let content = llm.callbacks.run_after_agent(&ctx).await;
+        if content.is_none() && !ctx.has_changes() {
+            return (reason, Vec::new());
+        }
+        let event = callback_event(&ctx, content);
+        (reason, self.drive.commit(&mut self.session, event).await)
+    }
+
+    /// Who runs after `llm`'s flow ended for `reason`, and the error event of a transfer to an
+    /// agent it may not transfer to.
+    async fn hand_over(
+        &mut self,
+        llm: &LlmAgent,
+        reason: &FlowEndReason,
+    ) -> (Option<Agent>, Vec<Event>) {
+        let inv = self.invocation_id();
+        let next = self.drive.next_after(llm, reason);
+        match (&next, reason) {
+            (Some(agent), FlowEndReason::Transfer(_)) => {
+                tracing::info!(
+                    invocation_id = inv,
+                    from = llm.name,
+                    to = agent.name(),
+                    "transfer"
+                );
+            }
+            (None, FlowEndReason::Transfer(target)) => {
+                let message = format!("agent {:?} cannot transfer to {target:?}", llm.name);
+                let error = Event::error(inv, &llm.name, "INVALID_ARGUMENT", message);
+                return (next, self.drive.commit(&mut self.session, error).await);
+            }
+            _ => {}
+        }
+        (next, Vec::new())
     }
 }
 

@@ -29,7 +29,7 @@ pub enum Step {
 pub struct ResponseProcessor {
     invocation_id: String,
     agent_name: String,
-    record_audio: bool,
+    save_live_blob: bool,
     pending_text: String,
     pending_thought: bool,
     input_transcript: String,
@@ -38,11 +38,11 @@ pub struct ResponseProcessor {
 
 impl ResponseProcessor {
     /// A processor for one connection of one agent's run.
-    pub fn new(invocation_id: &str, agent_name: &str, record_audio: bool) -> Self {
+    pub fn new(invocation_id: &str, agent_name: &str, save_live_blob: bool) -> Self {
         ResponseProcessor {
             invocation_id: invocation_id.to_owned(),
             agent_name: agent_name.to_owned(),
-            record_audio,
+            save_live_blob,
             pending_text: String::new(),
             pending_thought: false,
             input_transcript: String::new(),
@@ -113,7 +113,7 @@ impl ResponseProcessor {
 
         if response.turn_complete {
             self.flush_text(Some(response.interrupted), &mut steps);
-            if self.record_audio {
+            if self.save_live_blob {
                 // ADK: a turn_complete that also says interrupted takes the interrupted branch.
                 steps.push(Step::Flush {
                     input: !response.interrupted,
@@ -126,7 +126,7 @@ impl ResponseProcessor {
             event.grounding_metadata = response.grounding_metadata;
             steps.push(Step::Emit(event));
         } else if response.interrupted {
-            if self.record_audio {
+            if self.save_live_blob {
                 steps.push(Step::Flush {
                     input: false,
                     output: true,

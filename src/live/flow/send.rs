@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
 use super::FlowItem;
-use crate::event::{Blob, Event, FunctionResponse};
+use crate::event::{Blob, Content, Event};
 use crate::live::{LiveRequest, LiveRequestReceiver, Shortcut};
 use crate::model::LiveInput;
 
@@ -33,7 +33,7 @@ pub(crate) struct SendInputs {
 #[derive(Debug, Clone)]
 pub(crate) struct SendContext {
     pub invocation_id: String,
-    pub record_audio: bool,
+    pub save_live_blob: bool,
     pub cache: AudioCache,
     pub persist: mpsc::Sender<PersistRequest>,
     pub stop: Signal,
@@ -43,7 +43,7 @@ pub(crate) struct SendContext {
 impl SendContext {
     /// The model input for a client's media chunk, recorded first when the run records audio.
     fn media(&self, blob: Blob) -> LiveInput {
-        if self.record_audio {
+        if self.save_live_blob {
             self.cache.push(AudioSide::Input, &blob);
         }
         LiveInput::Realtime(blob)
@@ -165,95 +165,104 @@ pub(crate) async fn send_loop_bounded(
         };
         // Until this request is through, media takes the queue behind it, not the shortcut.
         let _in_hand = inputs.requests.in_hand();
-        ctx.hooks.fan_out(&request);
-        let is_function_response = request
-            .content
-            .as_ref()
-            .is_some_and(|c| c.parts.iter().any(|p| p.function_response.is_some()));
-        let creates_content_event = request.content.is_some()
-            && !request.close
-            && !request.partial
-            && !is_function_response;
-        if let Some(delta) = &request.state_delta {
-            if !creates_content_event {
-                let mut event = Event::new(&ctx.invocation_id, "user");
-                event.actions.state_delta = delta.clone();
-                if !persist(&ctx, event, false).await {
-                    return inputs;
-                }
-            }
-        }
-        if request.close {
+        if !send_request(&ctx, &model, request).await {
             return inputs;
         }
+    }
+}
 
-        let realtime = if request.activity_start {
-            Some(LiveInput::ActivityStart)
-        } else if request.activity_end {
-            Some(LiveInput::ActivityEnd)
-        } else if request.audio_stream_end {
-            Some(LiveInput::AudioStreamEnd)
-        } else {
-            request.blob.map(|blob| ctx.media(blob))
-        };
-        if let Some(input) = realtime {
-            if !forward(&ctx, &model, input).await {
-                return inputs;
-            }
-        }
-
-        // Content is handled in addition to the realtime branch, as ADK does.
-        if let Some(mut content) = request.content {
-            if is_function_response && content.parts.iter().all(|p| p.function_response.is_some()) {
-                let responses: Vec<FunctionResponse> = content
-                    .parts
-                    .into_iter()
-                    .filter_map(|p| p.function_response)
-                    .collect();
-                if !forward(&ctx, &model, LiveInput::ToolResponse(responses)).await {
-                    return inputs;
-                }
-                continue;
-            }
-            if content.role.as_deref().is_none_or(str::is_empty) {
-                content.role = Some("user".into());
-            }
-            if creates_content_event {
-                let mut event = Event::new(&ctx.invocation_id, "user");
-                event.content = Some(content.clone());
-                event.actions.state_delta = request
-                    .state_delta
-                    .unwrap_or_else(Map::<String, Value>::new);
-                if !persist(&ctx, event, false).await {
-                    return inputs;
-                }
-            }
-            if ctx.hooks.screens_user() {
-                match ctx.hooks.screen_user(&content).await {
-                    Screened::Block(blocked) => {
-                        // A callback answered instead: the model never sees this content.
-                        if !persist(&ctx, blocked, true).await {
-                            return inputs;
-                        }
-                        continue;
-                    }
-                    Screened::Proceed(Some(changes)) => {
-                        if !persist(&ctx, changes, true).await {
-                            return inputs;
-                        }
-                    }
-                    Screened::Proceed(None) => {}
-                }
-            }
-            let input = LiveInput::Content {
-                content,
-                turn_complete: !request.partial,
-            };
-            if !forward(&ctx, &model, input).await {
-                return inputs;
+/// Sends one client request on: its state changes committed, its realtime input and its
+/// content forwarded. False once the loop ends (the request closes the queue, `stop` fired, or
+/// the model is gone).
+async fn send_request(ctx: &SendContext, model: &Inbox, request: LiveRequest) -> bool {
+    ctx.hooks.fan_out(&request);
+    let is_function_response = request
+        .content
+        .as_ref()
+        .is_some_and(|c| c.parts.iter().any(|p| p.function_response.is_some()));
+    let creates_content_event =
+        request.content.is_some() && !request.close && !request.partial && !is_function_response;
+    if let Some(delta) = &request.state_delta {
+        if !creates_content_event {
+            let mut event = Event::new(&ctx.invocation_id, "user");
+            event.actions.state_delta = delta.clone();
+            if !persist(ctx, event, false).await {
+                return false;
             }
         }
     }
+    if request.close {
+        return false;
+    }
+
+    let realtime = if request.activity_start {
+        Some(LiveInput::ActivityStart)
+    } else if request.activity_end {
+        Some(LiveInput::ActivityEnd)
+    } else if request.audio_stream_end {
+        Some(LiveInput::AudioStreamEnd)
+    } else {
+        request.blob.map(|blob| ctx.media(blob))
+    };
+    if let Some(input) = realtime {
+        if !forward(ctx, model, input).await {
+            return false;
+        }
+    }
+
+    // Content is handled in addition to the realtime branch, as ADK does.
+    let Some(content) = request.content else {
+        return true;
+    };
+    if is_function_response && content.parts.iter().all(|p| p.function_response.is_some()) {
+        let responses = content
+            .parts
+            .into_iter()
+            .filter_map(|p| p.function_response)
+            .collect();
+        return forward(ctx, model, LiveInput::ToolResponse(responses)).await;
+    }
+    let event_delta = creates_content_event.then(|| request.state_delta.unwrap_or_default());
+    send_content(ctx, model, content, event_delta, !request.partial).await
+}
+
+/// Sends user content on: committed as the user's event (with `event_delta`, when it makes one),
+/// screened by the before-model callbacks, then forwarded. False once the loop ends.
+async fn send_content(
+    ctx: &SendContext,
+    model: &Inbox,
+    mut content: Content,
+    event_delta: Option<Map<String, Value>>,
+    turn_complete: bool,
+) -> bool {
+    if content.role.as_deref().is_none_or(str::is_empty) {
+        content.role = Some("user".into());
+    }
+    if let Some(delta) = event_delta {
+        let mut event = Event::new(&ctx.invocation_id, "user");
+        event.content = Some(content.clone());
+        event.actions.state_delta = delta;
+        if !persist(ctx, event, false).await {
+            return false;
+        }
+    }
+    if ctx.hooks.screens_user() {
+        match ctx.hooks.screen_user(&content).await {
+            // A callback answered instead: the model never sees this content.
+            Screened::Block(blocked) => return persist(ctx, blocked, true).await,
+            Screened::Proceed(Some(changes)) => {
+                if !persist(ctx, changes, true).await {
+                    return false;
+                }
+            }
+            Screened::Proceed(None) => {}
+        }
+    }
+    let input = LiveInput::Content {
+        content,
+        turn_complete,
+    };
+    forward(ctx, model, input).await
 }
 
 /// What the send loop does with a media-only request, done by the task that sends it.
@@ -353,7 +362,7 @@ mod tests {
         let stop = Signal::new();
         let ctx = SendContext {
             invocation_id: "e-1".into(),
-            record_audio: false,
+            save_live_blob: false,
             cache: AudioCache::new(None),
             persist,
             stop: stop.clone(),

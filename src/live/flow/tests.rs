@@ -13,7 +13,10 @@ use super::*;
 use crate::artifact::{ArtifactScope, ArtifactService, InMemoryArtifactService};
 use crate::event::{Blob, Content, SessionResumptionUpdate};
 use crate::live::{live_request_queue, OnReconnect};
-use crate::model::{GoAway, LiveInput};
+use crate::model::{
+    GoAway, LiveConnection, LiveInput, LlmResponse, ModelError, ModelMessage,
+    SessionResumptionConfig,
+};
 
 const WAIT: Duration = Duration::from_secs(5);
 

@@ -1,0 +1,798 @@
+//! The state of one running flow and its named steps. Each call to [`FlowRun::advance`] does one
+//! step and leaves the events to yield in `out`; what must wait until they are taken (and so
+//! committed by the runner) waits in `then` until the next call.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::audio_cache::{AudioCache, AudioSide, RecordingTarget};
+use super::hooks::{FlowHooks, Screened};
+use super::receive::{ResponseProcessor, Step};
+use super::reconnect::{self, Attempts, ConnectionEnd, Next};
+use super::screen::{screen, Blocked};
+use super::send::{send_loop, PersistRequest, SendContext, SendInputs};
+use super::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, GO_AWAY_ANSWER_GRACE, TASK_COMPLETED};
+use crate::event::{Content, Event, FunctionResponse};
+use crate::live::{LiveRequestReceiver, RunConfig};
+use crate::model::{
+    LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelMessage,
+    SessionResumptionConfig,
+};
+use crate::signal::Signal;
+
+/// Where a flow is.
+enum Phase {
+    /// Screen the turn-based prompt and queue it for the model.
+    Prompt(Content),
+    /// Open a model connection.
+    Connect,
+    /// Connected: handle what the model, the tools and the send loop bring, one thing a step.
+    Listen,
+    /// The connection ended: end the answer it left under way, one processor step at a time,
+    /// then stop the send loop.
+    EndAnswer(ConnectionEnd),
+    /// Commit what the stopped send loop left, one event at a time.
+    Drain(ConnectionEnd),
+    /// Reconnect, restart or end.
+    Decide(ConnectionEnd),
+    /// Stop the tools and flush the recordings.
+    Finish,
+    /// Leave what could not be saved to be saved later.
+    SaveHeld,
+    /// Over.
+    Done,
+}
+
+/// What waits until the events in `out` are taken.
+enum Then {
+    /// The send loop waits for its event's commit.
+    Ack(tokio::sync::oneshot::Sender<()>),
+    /// Run the calls of the function-call event just yielded (boxed: calls are rare, and the
+    /// other cases would carry its size).
+    CallTools {
+        call_event: Box<Event>,
+        ids: Vec<String>,
+    },
+    /// The tools' response event was yielded: now the model may have the responses.
+    ToolsAnswered {
+        responses: Vec<FunctionResponse>,
+        handoff: Option<FlowEndReason>,
+    },
+}
+
+/// What a model message said, for after its events.
+#[derive(Debug, Clone, Copy)]
+struct Said {
+    go_away: bool,
+    turn_over: bool,
+    answer_ends: bool,
+    answering: bool,
+}
+
+/// What woke a listening flow.
+// A transient select result; boxing would cost an allocation per event.
+#[allow(clippy::large_enum_variant)]
+enum Wake {
+    Persist(PersistRequest),
+    Model(Option<ModelMessage>),
+    ToolsDone(Option<Event>),
+    HandoffDue,
+    GoAwayDue,
+}
+
+/// One model connection and what the flow tracks on it.
+struct Connection {
+    receiver: mpsc::Receiver<ModelMessage>,
+    send_task: JoinHandle<SendInputs>,
+    stop: Signal,
+    processor: ResponseProcessor,
+    /// The processor's steps still to do for the message in hand, and what that message said.
+    steps: std::vec::IntoIter<Step>,
+    said: Option<Said>,
+    /// The model's spoken answer so far, for after-model screening.
+    spoken: String,
+    /// The model has said something on this connection.
+    responded: bool,
+    /// Tool results went up and the model has not answered them yet: the turn that ends now
+    /// (Gemini 2.5 ends the tool-call turn before the results) is not the answer.
+    awaiting_answer: bool,
+    /// The model is in the middle of an answer: if the connection ends now, the flow ends the
+    /// answer for it, so the client is not left waiting for its turn's end.
+    mid_answer: bool,
+    /// After a `goAway` during an answer: when the flow stops waiting for its end.
+    go_away_by: Option<Instant>,
+}
+
+/// One running flow.
+pub(super) struct FlowRun {
+    model: Arc<dyn LiveModel>,
+    connect_config: LiveConnectConfig,
+    run_config: RunConfig,
+    target: RecordingTarget,
+    hooks: Arc<dyn FlowHooks>,
+    single_turn: bool,
+    handoff_delay: Duration,
+    cache: AudioCache,
+    persist_tx: mpsc::Sender<PersistRequest>,
+    persist_rx: mpsc::Receiver<PersistRequest>,
+    /// Tool responses and streaming-tool results go to the model through the send loop.
+    internal_tx: mpsc::Sender<LiveInput>,
+    inputs: Option<SendInputs>,
+    tools: JoinSet<Option<Event>>,
+    /// Which tool task runs which call, so a `toolCallCancellation` can stop it.
+    running: HashMap<String, AbortHandle>,
+    handle: Option<String>,
+    /// A handle the run started with (stored with the session) may have expired or come from a
+    /// model that no longer knows it: refused, the history is replayed instead.
+    untried_handle: bool,
+    failures: u32,
+    first_connect: bool,
+    /// A hand-off waits for the model's turn to end, at most until the deadline.
+    handoff: Option<(FlowEndReason, Instant)>,
+    reason: FlowEndReason,
+    conn: Option<Connection>,
+    phase: Phase,
+    /// The events to yield now.
+    pub out: VecDeque<FlowItem>,
+    then: Option<Then>,
+}
+
+impl FlowRun {
+    pub(super) fn new(flow: LiveFlow, requests: LiveRequestReceiver) -> Self {
+        let cache = AudioCache::new(
+            flow.target
+                .artifacts
+                .as_ref()
+                .and_then(|a| a.spool_dir())
+                .map(Into::into),
+        );
+        let (persist_tx, persist_rx) = mpsc::channel(16);
+        let (internal_tx, internal_rx) = mpsc::channel(64);
+        let handle = flow
+            .connect_config
+            .session_resumption
+            .as_ref()
+            .and_then(|r| r.handle.clone());
+        FlowRun {
+            untried_handle: handle.is_some(),
+            handle,
+            phase: match flow.prompt {
+                Some(prompt) => Phase::Prompt(prompt),
+                None => Phase::Connect,
+            },
+            model: flow.model,
+            connect_config: flow.connect_config,
+            run_config: flow.run_config,
+            target: flow.target,
+            hooks: flow.hooks,
+            single_turn: flow.single_turn,
+            handoff_delay: flow.handoff_delay,
+            cache,
+            persist_tx,
+            persist_rx,
+            internal_tx,
+            inputs: Some(SendInputs {
+                requests,
+                internal: internal_rx,
+            }),
+            tools: JoinSet::new(),
+            running: HashMap::new(),
+            failures: 0,
+            first_connect: true,
+            handoff: None,
+            reason: FlowEndReason::Closed,
+            conn: None,
+            out: VecDeque::new(),
+            then: None,
+        }
+    }
+
+    /// Does what waited for the last events to be taken, then steps until there are events to
+    /// yield (true) or the flow is over (false).
+    pub(super) async fn advance(&mut self) -> bool {
+        if let Some(then) = self.then.take() {
+            if let Some(end) = self.after_yield(then).await {
+                self.phase = self.hang_up(end);
+            }
+        }
+        while self.out.is_empty() {
+            self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Prompt(prompt) => self.send_prompt(prompt).await,
+                Phase::Connect => self.connect().await,
+                Phase::Listen => match self.listen().await {
+                    Some(end) => self.hang_up(end),
+                    None => Phase::Listen,
+                },
+                Phase::EndAnswer(end) => self.end_answer(end).await,
+                Phase::Drain(end) => self.drain(end),
+                Phase::Decide(end) => self.decide(end).await,
+                Phase::Finish => self.finish().await,
+                Phase::SaveHeld => {
+                    self.cache.save_held_later(&self.target).await;
+                    Phase::Done
+                }
+                Phase::Done => return false,
+            };
+        }
+        true
+    }
+
+    /// How the flow ended, with the requests for whoever runs next.
+    pub(super) fn end(self) -> FlowEnd {
+        FlowEnd {
+            reason: self.reason,
+            requests: self.inputs.map(|i| i.requests),
+        }
+    }
+
+    fn invocation_id(&self) -> &str {
+        &self.target.invocation_id
+    }
+
+    fn emit(&mut self, event: Event) {
+        self.out.push_back(FlowItem::emit(event));
+    }
+
+    fn error(&mut self, code: &str, message: String) {
+        let event = Event::error(
+            &self.target.invocation_id,
+            &self.target.agent_name,
+            code,
+            message,
+        );
+        self.emit(event);
+    }
+
+    /// A turn-based run's prompt: screened by the before-model callbacks, then queued for the
+    /// model (the send loop forwards it once connected).
+    async fn send_prompt(&mut self, prompt: Content) -> Phase {
+        if self.hooks.screens_user() {
+            match self.hooks.screen_user(&prompt).await {
+                Screened::Block(blocked) => {
+                    self.emit(blocked);
+                    self.reason = FlowEndReason::TurnDone;
+                    return Phase::Finish;
+                }
+                Screened::Proceed(Some(changes)) => self.emit(changes),
+                Screened::Proceed(None) => {}
+            }
+        }
+        let prompt = LiveInput::Content {
+            content: prompt,
+            turn_complete: true,
+        };
+        let _ = self.internal_tx.try_send(prompt);
+        Phase::Connect
+    }
+
+    /// The connect config for now: resuming with the latest handle, or a fresh model session
+    /// with the history.
+    fn connect_config(&mut self) -> LiveConnectConfig {
+        let mut config = self.connect_config.clone();
+        if let Some(h) = &self.handle {
+            config.session_resumption = Some(SessionResumptionConfig {
+                handle: Some(h.clone()),
+                ..config.session_resumption.unwrap_or_default()
+            });
+            config.history.clear(); // the model resumes its own context
+        } else {
+            // A fresh model session (the one the run started with may have been refused).
+            if let Some(resumption) = config.session_resumption.as_mut() {
+                resumption.handle = None;
+            }
+            if !self.first_connect {
+                tracing::info!(
+                    invocation_id = self.invocation_id(),
+                    "reconnecting without a resumption handle; replaying history"
+                );
+            }
+        }
+        if !self.first_connect {
+            self.run_config.on_reconnect.reconnected();
+        }
+        self.first_connect = false;
+        config
+    }
+
+    /// Opens a model connection and starts its send loop.
+    async fn connect(&mut self) -> Phase {
+        if self.inputs.is_none() {
+            // Lost with a failed send loop: nothing more can reach a model.
+            return Phase::Finish;
+        }
+        let config = self.connect_config();
+        let LiveConnection { sender, receiver } = match self.model.connect(config).await {
+            Ok(connection) => connection,
+            Err(error) => return Phase::Decide(ConnectionEnd::Refused(error)),
+        };
+        let Some(inputs) = self.inputs.take() else {
+            return Phase::Finish;
+        };
+        self.untried_handle = false;
+        let save_live_blob = self.run_config.save_live_blob;
+        let stop = Signal::new();
+        let send_task = tokio::spawn(send_loop(
+            inputs,
+            sender,
+            SendContext {
+                invocation_id: self.target.invocation_id.clone(),
+                save_live_blob,
+                cache: self.cache.clone(),
+                persist: self.persist_tx.clone(),
+                stop: stop.clone(),
+                hooks: self.hooks.clone(),
+            },
+        ));
+        let processor = ResponseProcessor::new(
+            &self.target.invocation_id,
+            &self.target.agent_name,
+            save_live_blob,
+        );
+        self.conn = Some(Connection {
+            receiver,
+            send_task,
+            stop,
+            processor,
+            steps: Vec::new().into_iter(),
+            said: None,
+            spoken: String::new(),
+            responded: false,
+            awaiting_answer: false,
+            mid_answer: false,
+            go_away_by: None,
+        });
+        Phase::Listen
+    }
+
+    /// One thing on a connection: the next processor step of the message in hand, what follows
+    /// the message, or the next thing that happens. Some when the connection ends.
+    async fn listen(&mut self) -> Option<ConnectionEnd> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Some(ConnectionEnd::Closed { responded: false });
+        };
+        if let Some(step) = conn.steps.next() {
+            return self.on_step(step).await;
+        }
+        if let Some(said) = conn.said.take() {
+            if let Some(end) = self.on_message_done(said) {
+                return Some(end);
+            }
+        }
+        let wake = self.wake().await;
+        self.on_wake(wake)
+    }
+
+    /// Waits for the next thing that happens on the connection.
+    async fn wake(&mut self) -> Wake {
+        let Some(conn) = self.conn.as_mut() else {
+            return Wake::Model(None);
+        };
+        let handoff_at = self.handoff.as_ref().map(|(_, at)| *at);
+        loop {
+            return tokio::select! {
+                Some(request) = self.persist_rx.recv() => Wake::Persist(request),
+                Some(done) = self.tools.join_next(), if !self.tools.is_empty() => match done {
+                    Ok(event) => Wake::ToolsDone(event),
+                    Err(error) if error.is_cancelled() => continue,
+                    Err(error) => {
+                        tracing::error!(%error, invocation_id = self.target.invocation_id, "a tool task failed");
+                        continue;
+                    }
+                },
+                () = sleep_until(handoff_at) => Wake::HandoffDue,
+                () = sleep_until(conn.go_away_by) => Wake::GoAwayDue,
+                response = conn.receiver.recv() => Wake::Model(response),
+            };
+        }
+    }
+
+    /// Handles what woke the flow. Some when it ends the connection.
+    fn on_wake(&mut self, wake: Wake) -> Option<ConnectionEnd> {
+        let going_away = self.conn.as_ref().is_some_and(|c| c.go_away_by.is_some());
+        let responded = self.conn.as_ref().is_some_and(|c| c.responded);
+        match wake {
+            Wake::Persist(request) => {
+                let (item, ack) = *request;
+                self.out.push_back(item);
+                self.then = Some(Then::Ack(ack));
+                None
+            }
+            Wake::ToolsDone(None) => None,
+            Wake::ToolsDone(Some(event)) => {
+                self.on_tools_done(event);
+                None
+            }
+            Wake::HandoffDue => self.handoff.take().map(|(r, _)| ConnectionEnd::Done(r)),
+            Wake::GoAwayDue => Some(ConnectionEnd::GoAway),
+            Wake::Model(None) if going_away => Some(ConnectionEnd::GoAway),
+            Wake::Model(None) => Some(ConnectionEnd::Closed { responded }),
+            Wake::Model(Some(Err(error))) => Some(ConnectionEnd::Dropped(error)),
+            Wake::Model(Some(Ok(response))) => {
+                self.on_model_message(*response);
+                None
+            }
+        }
+    }
+
+    /// Takes a model message: its handle, cancellations and audio now, its events step by step.
+    fn on_model_message(&mut self, response: LlmResponse) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if !conn.responded {
+            conn.responded = true;
+            self.failures = 0;
+        }
+        if let Some(new_handle) = response
+            .session_resumption_update
+            .as_ref()
+            .and_then(|u| u.new_handle.clone())
+        {
+            self.handle = Some(new_handle);
+        }
+        for id in &response.tool_call_cancellations {
+            if let Some(task) = self.running.remove(id) {
+                tracing::info!(
+                    invocation_id = self.target.invocation_id,
+                    call_id = id,
+                    "the model cancelled a tool call"
+                );
+                task.abort();
+            }
+        }
+        let answering = response.content.is_some() || response.output_transcription.is_some();
+        conn.said = Some(Said {
+            go_away: response.go_away.is_some(),
+            turn_over: response.turn_complete,
+            answer_ends: response.turn_complete || response.interrupted,
+            answering,
+        });
+        if self.run_config.save_live_blob {
+            let blobs = response.content.iter().flat_map(|c| &c.parts);
+            for blob in blobs.filter_map(|p| p.inline_data.as_ref()) {
+                self.cache.push(AudioSide::Output, blob);
+            }
+        }
+        conn.steps = conn.processor.process(response).into_iter();
+    }
+
+    /// One processor step of a model message: a flush of the recordings, or an event screened
+    /// by the callbacks. Some when a callback blocked the answer.
+    async fn on_step(&mut self, step: Step) -> Option<ConnectionEnd> {
+        let mut event = match step {
+            Step::Emit(event) => event,
+            Step::Flush { input, output } => {
+                let flushed = self.cache.flush(&self.target, input, output).await;
+                self.out.extend(flushed.into_iter().map(FlowItem::emit));
+                return None;
+            }
+        };
+        let conn = self.conn.as_mut()?;
+        match screen(&*self.hooks, &event, &mut conn.spoken).await {
+            None => {}
+            Some(Blocked::Changes(changes)) => {
+                self.emit(event);
+                event = changes;
+            }
+            Some(Blocked::Follows(blocked)) => {
+                self.emit(event);
+                self.emit(blocked);
+                return Some(ConnectionEnd::Blocked);
+            }
+            Some(Blocked::Replaces(blocked)) => {
+                self.emit(blocked);
+                return Some(ConnectionEnd::Blocked);
+            }
+        }
+        let calls = event.function_calls();
+        if !calls.is_empty() {
+            let long_running = self.hooks.long_running_ids(&calls);
+            let ids = calls.iter().filter_map(|c| c.id.clone()).collect();
+            event.long_running_tool_ids = Some(long_running);
+            self.then = Some(Then::CallTools {
+                call_event: Box::new(event.clone()),
+                ids,
+            });
+        }
+        self.emit(event);
+        None
+    }
+
+    /// After a model message's events: whether its `goAway`, its turn's end or a hand-off ends
+    /// the connection.
+    fn on_message_done(&mut self, said: Said) -> Option<ConnectionEnd> {
+        let conn = self.conn.as_mut()?;
+        let answered = conn.awaiting_answer && said.answering;
+        if said.answer_ends {
+            conn.mid_answer = false;
+        } else if said.answering {
+            conn.mid_answer = true;
+        }
+        // An answer under way gets a moment to finish on the old connection.
+        if said.go_away && conn.mid_answer {
+            conn.go_away_by
+                .get_or_insert(Instant::now() + GO_AWAY_ANSWER_GRACE);
+        } else if said.go_away || (conn.go_away_by.is_some() && !conn.mid_answer) {
+            return Some(ConnectionEnd::GoAway);
+        }
+        if answered {
+            conn.awaiting_answer = false;
+        }
+        if said.turn_over && !conn.awaiting_answer && self.tools.is_empty() {
+            if let Some((next_reason, _)) = self.handoff.take() {
+                return Some(ConnectionEnd::Done(next_reason));
+            }
+            if self.single_turn {
+                return Some(ConnectionEnd::Done(FlowEndReason::TurnDone));
+            }
+        }
+        None
+    }
+
+    /// A tool task finished with its response event: yielded, then sent up (see `after_yield`).
+    fn on_tools_done(&mut self, event: Event) {
+        for response in event.function_responses() {
+            self.running
+                .remove(response.id.as_deref().unwrap_or_default());
+        }
+        let responses = event.function_responses().into_iter().cloned().collect();
+        self.then = Some(Then::ToolsAnswered {
+            responses,
+            handoff: handoff_of(&event),
+        });
+        self.emit(event);
+    }
+
+    /// What waited for the yielded events to be taken. Some when that ends the connection.
+    async fn after_yield(&mut self, then: Then) -> Option<ConnectionEnd> {
+        match then {
+            Then::Ack(ack) => {
+                let _ = ack.send(());
+                None
+            }
+            Then::CallTools { call_event, ids } => {
+                self.call_tools(*call_event, ids);
+                None
+            }
+            Then::ToolsAnswered { responses, handoff } => {
+                // Committed: now the model may go on.
+                let sent = self.internal_tx.send(LiveInput::ToolResponse(responses));
+                if sent.await.is_err() {
+                    tracing::debug!(
+                        invocation_id = self.invocation_id(),
+                        "tool response after the send loop ended"
+                    );
+                }
+                if let Some(conn) = self.conn.as_mut() {
+                    conn.awaiting_answer = true;
+                }
+                if self.hooks.invocation_ended() {
+                    return Some(ConnectionEnd::Done(FlowEndReason::InvocationEnded));
+                }
+                if let Some(reason) = handoff {
+                    self.hand_off(reason).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// Runs the calls off the receive loop: audio keeps flowing while tools run.
+    fn call_tools(&mut self, call_event: Event, ids: Vec<String>) {
+        let hooks = self.hooks.clone();
+        let to_model = self.internal_tx.clone();
+        let task = self
+            .tools
+            .spawn(async move { hooks.call_tools(call_event, to_model).await });
+        for id in ids {
+            self.running.insert(id, task.clone());
+        }
+    }
+
+    /// Starts a hand-off: the streaming tools stop, and the flow ends once the model's turn does
+    /// (at the latest after the hand-off delay).
+    async fn hand_off(&mut self, reason: FlowEndReason) {
+        tracing::info!(
+            invocation_id = self.invocation_id(),
+            agent = self.target.agent_name,
+            ?reason,
+            "agent hands off"
+        );
+        self.hooks.stop_tools().await;
+        self.handoff = Some((reason, Instant::now() + self.handoff_delay));
+    }
+
+    /// The connection ended: an answer it left under way is ended here (interrupted, then the
+    /// turn's end), before the send loop stops.
+    fn hang_up(&mut self, end: ConnectionEnd) -> Phase {
+        let Some(conn) = self.conn.as_mut() else {
+            return Phase::Decide(end);
+        };
+        conn.said = None;
+        let ended = matches!(
+            end,
+            ConnectionEnd::GoAway | ConnectionEnd::Dropped(_) | ConnectionEnd::Closed { .. }
+        );
+        let mut steps = Vec::new();
+        if conn.mid_answer && ended {
+            tracing::info!(
+                invocation_id = self.target.invocation_id,
+                "the model connection ended during an answer; ending it"
+            );
+            let ends = [
+                LlmResponse {
+                    interrupted: true,
+                    ..LlmResponse::default()
+                },
+                LlmResponse {
+                    turn_complete: true,
+                    ..LlmResponse::default()
+                },
+            ];
+            for response in ends {
+                steps.extend(conn.processor.process(response));
+            }
+        }
+        conn.steps = steps.into_iter();
+        Phase::EndAnswer(end)
+    }
+
+    /// One step of ending the answer; once none is left, stops the send loop.
+    async fn end_answer(&mut self, end: ConnectionEnd) -> Phase {
+        let Some(conn) = self.conn.as_mut() else {
+            return Phase::Drain(end);
+        };
+        match conn.steps.next() {
+            Some(Step::Emit(event)) => self.emit(event),
+            Some(Step::Flush { input, output }) => {
+                let flushed = self.cache.flush(&self.target, input, output).await;
+                self.out.extend(flushed.into_iter().map(FlowItem::emit));
+            }
+            None => {
+                self.close_connection().await;
+                return Phase::Drain(end);
+            }
+        }
+        Phase::EndAnswer(end)
+    }
+
+    /// Stops the send loop and takes the inputs back for the next connection.
+    async fn close_connection(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        conn.stop.fire();
+        drop(conn.receiver);
+        match conn.send_task.await {
+            Ok(inputs) => self.inputs = Some(inputs),
+            Err(error) => tracing::error!(
+                %error,
+                invocation_id = self.invocation_id(),
+                "send loop failed"
+            ),
+        }
+    }
+
+    /// Commits what the send loop left behind, one event a step.
+    fn drain(&mut self, end: ConnectionEnd) -> Phase {
+        match self.persist_rx.try_recv() {
+            Ok(request) => {
+                let (item, ack) = *request;
+                self.out.push_back(item);
+                self.then = Some(Then::Ack(ack));
+                Phase::Drain(end)
+            }
+            Err(_) => Phase::Decide(end),
+        }
+    }
+
+    /// Reconnects, restarts or ends, as [`reconnect::next`] rules.
+    async fn decide(&mut self, end: ConnectionEnd) -> Phase {
+        let now = Attempts {
+            handle: self.handle.is_some(),
+            untried_handle: self.untried_handle,
+            failures: self.failures,
+            client_closed: self.inputs.as_ref().is_none_or(|i| i.requests.is_closed()),
+        };
+        let next = reconnect::next(&end, now);
+        log_decision(self.invocation_id(), &end, &next, now);
+        match next {
+            Next::Reconnect { failures, delay } => {
+                self.failures = failures;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            Next::Restart => self.handle = None,
+            Next::Replay => {
+                self.handle = None;
+                self.untried_handle = false;
+                self.failures = 0;
+                self.first_connect = true;
+            }
+            Next::End(reason, error) => {
+                if let Some(error) = error {
+                    self.error(error.code, error.message);
+                }
+                self.reason = reason;
+                return Phase::Finish;
+            }
+        }
+        Phase::Connect
+    }
+
+    /// Stops the tools and flushes every recording, whatever ended the flow.
+    async fn finish(&mut self) -> Phase {
+        // Tools still running answer a model that is gone; stop them.
+        self.tools.abort_all();
+        self.hooks.stop_tools().await;
+        if !self.run_config.save_live_blob {
+            return Phase::Done;
+        }
+        // No recording is lost (but the microphone's silent tail after the last turn is no
+        // recording).
+        self.cache.drop_silent_input();
+        let flushed = self.cache.flush(&self.target, true, true).await;
+        self.out.extend(flushed.into_iter().map(FlowItem::emit));
+        // What could not be saved now is saved later, where the store can.
+        Phase::SaveHeld
+    }
+}
+
+/// Logs why the flow reconnects or ends.
+fn log_decision(invocation_id: &str, end: &ConnectionEnd, next: &Next, now: Attempts) {
+    match (end, next) {
+        (ConnectionEnd::Refused(error), Next::Reconnect { failures, .. }) => {
+            tracing::warn!(%error, failures, invocation_id, "reconnect failed; retrying");
+        }
+        (ConnectionEnd::Refused(error), Next::Replay) => tracing::info!(
+            %error,
+            invocation_id,
+            "the model refused the stored resumption handle; replaying history"
+        ),
+        (ConnectionEnd::Refused(error), Next::End(..)) => {
+            tracing::warn!(%error, invocation_id, "could not connect to the model");
+        }
+        (ConnectionEnd::Blocked, Next::Restart) => tracing::info!(
+            invocation_id,
+            "a callback blocked the answer; starting a fresh model session"
+        ),
+        (ConnectionEnd::GoAway, Next::Reconnect { .. }) => tracing::info!(
+            invocation_id,
+            resumable = now.handle,
+            "model sent goAway; reconnecting"
+        ),
+        (ConnectionEnd::Dropped(error), Next::Reconnect { .. }) => {
+            tracing::warn!(%error, invocation_id, "model connection dropped; resuming");
+        }
+        (ConnectionEnd::Dropped(error), Next::End(..)) => {
+            tracing::warn!(%error, invocation_id, "model connection failed");
+        }
+        _ => {}
+    }
+}
+
+/// What a yielded function-response event means for the flow.
+fn handoff_of(event: &Event) -> Option<FlowEndReason> {
+    if let Some(target) = &event.actions.transfer_to_agent {
+        return Some(FlowEndReason::Transfer(target.clone()));
+    }
+    event
+        .function_responses()
+        .iter()
+        .any(|r| r.name == TASK_COMPLETED)
+        .then_some(FlowEndReason::TaskCompleted)
+}
+
+/// Sleeps until the deadline, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
