@@ -4,6 +4,8 @@
 //! activity detection per 20 ms frame, the Gemini client's per-message work (microphone chunk out,
 //! answer audio in); and the session store's commit of the events a turn leaves.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use livegate::event::{Blob, Content, Event, Transcription};

@@ -1,5 +1,7 @@
 //! Sessions over the WebSocket: persistence across restarts, takeover, bad input.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! drain. Run when `LIVEGATE_TEST_POSTGRES_URL` names a server (`.ci/run` sets it); set but
 //! unreachable, they fail.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;
