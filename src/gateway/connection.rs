@@ -29,10 +29,6 @@ use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, Run
 use crate::model::Modality;
 use crate::signal::Signal;
 
-/// Close code sent to a connection whose session was taken over by a newer one.
-pub const CLOSE_TAKEN_OVER: u16 = close::TAKEN_OVER;
-/// Close code of a draining gateway (SIGTERM): reconnect, to another node, and carry on.
-pub const CLOSE_SERVICE_RESTART: u16 = close::SERVICE_RESTART;
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.

@@ -3,7 +3,7 @@
 
 mod assets;
 pub mod auth;
-mod close;
+pub mod close;
 mod codec;
 pub mod config;
 mod connection;
@@ -43,7 +43,7 @@ pub use codec::{
     OutFrame,
 };
 pub use config::ServeArgs;
-pub use connection::{ConnectOptions, SessionLimits, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
+pub use connection::{ConnectOptions, SessionLimits};
 pub use ids::PathId;
 pub use pg_leases::PgLeases;
 pub use registry::{LeaseGuard, SessionRegistry, SharedLeases};
