@@ -9,7 +9,7 @@ use clap::{ArgAction, ArgMatches, Args, ValueEnum};
 use serde::Deserialize;
 
 use super::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
-use super::codec::AudioFrames;
+use super::codec::AudioEncoding;
 use crate::model::Modality;
 
 /// Log output format.
@@ -110,7 +110,7 @@ pub struct ServeArgs {
     pub modality: Modality,
     /// Default downstream audio encoding (a client may override it with `?audio=`).
     #[arg(long, env = "LIVEGATE_AUDIO_FRAMES", default_value = "binary", value_parser = parse_audio_frames)]
-    pub audio_frames: AudioFrames,
+    pub audio_frames: AudioEncoding,
     /// Record input and output audio to artifacts.
     #[arg(long, env = "LIVEGATE_SAVE_AUDIO", default_value_t = true, action = ArgAction::Set)]
     pub save_audio: bool,
@@ -286,7 +286,7 @@ impl ServeArgs {
             vertex_location: "us-central1".into(),
             agent: None,
             modality: Modality::Audio,
-            audio_frames: AudioFrames::Binary,
+            audio_frames: AudioEncoding::Binary,
             save_audio: true,
             log_format: LogFormat::Text,
             audio_lead_ms: 500,
@@ -675,7 +675,7 @@ fn parse_modality(s: &str) -> Result<Modality, String> {
     s.parse()
 }
 
-fn parse_audio_frames(s: &str) -> Result<AudioFrames, String> {
+fn parse_audio_frames(s: &str) -> Result<AudioEncoding, String> {
     s.parse()
 }
 

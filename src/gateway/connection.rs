@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use super::close;
-use super::codec::{encode_event, AudioFrames, FrameBlocks, FrameError};
+use super::codec::{encode_event, AudioEncoding, FrameError, InputAudioBlocks};
 use super::ids::PathId;
 use super::live_settings::{self, ClientLayer};
 use super::metrics::{Meter, RunMeter};
@@ -38,7 +38,7 @@ const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectOptions {
     /// How model audio reaches the client.
-    pub audio: AudioFrames,
+    pub audio: AudioEncoding,
     /// Response modality.
     pub modality: Modality,
     /// Live settings given as query parameters.
@@ -214,14 +214,14 @@ impl Connection {
         let invocation_id = run.invocation_id;
         tracing::Span::current().record("invocation_id", invocation_id.as_str());
         tracing::info!(modality = ?self.options.modality, audio = ?self.options.audio, "live run started");
-        let frames = RunFrames {
+        let events = RunEvents {
             events: run.events,
             meter: Some(self.meter.run()),
             mode: self.options.audio,
             done: self.run_done.clone(),
             failed: self.run_failed.clone(),
         };
-        let writer = self.spawn_writer(sink, frames, abort);
+        let writer = self.spawn_writer(sink, events, abort);
         let agent = gateway.runner.agent.name().to_owned();
         for error in setting_errors {
             tracing::info!(%error, "client live setting refused");
@@ -267,7 +267,7 @@ impl Connection {
                 reason: "could not start the live run".into(),
             })
             .await;
-        let writer = self.spawn_writer(sink, RunFrames::none(), abort);
+        let writer = self.spawn_writer(sink, RunEvents::none(), abort);
         drop(self);
         let _ = writer.await;
     }
@@ -305,7 +305,7 @@ impl Connection {
         // The idle timer is not reset per frame (a timer-wheel update 50 times a second):
         // when it fires, it is moved on to the last frame's time plus the timeout.
         let mut last_frame = tokio::time::Instant::now();
-        let mut frames = FrameBlocks::default();
+        let mut audio_blocks = InputAudioBlocks::default();
         let mut bad_frames = LogLimit::default();
         loop {
             let message = tokio::select! {
@@ -329,7 +329,7 @@ impl Connection {
             let decoded: Result<LiveRequest, FrameError> = match message {
                 Some(Ok(Message::Binary(data))) => {
                     self.meter.received(true, data.len());
-                    limits.decode_binary(&data, &mut frames)
+                    limits.decode_binary(&data, &mut audio_blocks)
                 }
                 Some(Ok(Message::Text(text))) => {
                     self.meter.received(false, text.len());
@@ -435,7 +435,7 @@ impl Connection {
     fn spawn_writer<S>(
         &mut self,
         sink: S,
-        run: RunFrames,
+        run: RunEvents,
         abort: oneshot::Receiver<Abort>,
     ) -> JoinHandle<(WriterExit, WriterStats)>
     where
@@ -533,7 +533,7 @@ fn spawn_writer<S>(
     gateway: &Gateway,
     sink: S,
     control: mpsc::Receiver<WriterCommand>,
-    mut run: RunFrames,
+    mut run: RunEvents,
     abort: oneshot::Receiver<Abort>,
     meter: Meter,
     writer_done: &Signal,
@@ -568,23 +568,23 @@ where
 }
 
 /// The run's events as writer frames, each counted; fires `done` when the run ends.
-struct RunFrames {
+struct RunEvents {
     events: BoxStream<'static, Event>,
     /// Counts the run while it lasts; `None` once it has ended (or for no run at all).
     meter: Option<RunMeter>,
-    mode: AudioFrames,
+    mode: AudioEncoding,
     done: Signal,
     /// Set while the run's last event (recordings aside) is an error.
     failed: Arc<AtomicBool>,
 }
 
-impl RunFrames {
+impl RunEvents {
     /// No run: a connection whose run could not start.
     fn none() -> Self {
-        RunFrames {
+        RunEvents {
             events: futures::stream::empty().boxed(),
             meter: None,
-            mode: AudioFrames::default(),
+            mode: AudioEncoding::default(),
             done: Signal::new(),
             failed: Arc::default(),
         }
@@ -607,7 +607,7 @@ impl RunFrames {
     }
 }
 
-impl Stream for RunFrames {
+impl Stream for RunEvents {
     type Item = WriterCommand;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WriterCommand>> {
@@ -644,9 +644,9 @@ fn announces_recordings(event: &Event) -> bool {
 }
 
 /// The writer's command for an event; `None` (logged) if it cannot be encoded.
-fn encoded(event: Event, mode: AudioFrames) -> Option<WriterCommand> {
+fn encoded(event: Event, mode: AudioEncoding) -> Option<WriterCommand> {
     match encode_event(event, mode) {
-        Ok(frame) => Some(WriterCommand::Frame(Box::new(frame))),
+        Ok(frame) => Some(WriterCommand::Event(Box::new(frame))),
         Err(error) => {
             tracing::error!(%error, "could not encode an event");
             None
@@ -655,7 +655,11 @@ fn encoded(event: Event, mode: AudioFrames) -> Option<WriterCommand> {
 }
 
 /// Encodes and queues an event for the writer; false once the writer is gone.
-async fn send_event(writer: &mpsc::Sender<WriterCommand>, event: Event, mode: AudioFrames) -> bool {
+async fn send_event(
+    writer: &mpsc::Sender<WriterCommand>,
+    event: Event,
+    mode: AudioEncoding,
+) -> bool {
     match encoded(event, mode) {
         Some(command) => writer.send(command).await.is_ok(),
         None => true,

@@ -39,8 +39,8 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub use codec::{
-    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, FrameLimits,
-    OutFrame,
+    decode_binary, decode_text, encode_event, AudioEncoding, EncodedEvent, FrameError, FrameLimits,
+    InputAudioBlocks,
 };
 pub use config::ServeArgs;
 pub use connection::{ConnectOptions, SessionLimits};
@@ -84,7 +84,7 @@ pub struct Gateway {
     /// Default response modality.
     pub modality: Modality,
     /// Default downstream audio encoding.
-    pub audio_frames: AudioFrames,
+    pub audio_frames: AudioEncoding,
     /// Largest client message.
     pub max_message_bytes: usize,
     /// Serve the web client from this folder instead of the embedded one.

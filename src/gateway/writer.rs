@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
 use super::close;
-use super::codec::OutFrame;
+use super::codec::EncodedEvent;
 use super::metrics::Meter;
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
@@ -24,7 +24,7 @@ pub const SOCKET_WRITE_BUFFER: usize = 8192;
 pub enum WriterCommand {
     /// Send an event. (Boxed: a channel allocates room for 32 commands up front, and every
     /// connection has one.)
-    Frame(Box<OutFrame>),
+    Event(Box<EncodedEvent>),
     /// Send a close frame and stop.
     Close {
         /// WebSocket close code.
@@ -189,7 +189,7 @@ where
     S::Error: std::fmt::Display,
     C: Stream<Item = WriterCommand> + Unpin,
 {
-    let mut pending: VecDeque<OutFrame> = VecDeque::new();
+    let mut pending: VecDeque<EncodedEvent> = VecDeque::new();
     let mut playback = Playback::default();
     let mut close: Option<(u16, String)> = None;
     let mut open = true;
@@ -211,7 +211,7 @@ where
         while open
             && close.is_none()
             && pending.len() < config.max_pending
-            && !(last_answer.is_none() && pending.iter().any(OutFrame::is_answer))
+            && !(last_answer.is_none() && pending.iter().any(EncodedEvent::is_answer))
         {
             // Polled without a waker: whenever the writer waits, it awaits `commands` again.
             match commands.next().now_or_never() {
@@ -291,7 +291,7 @@ where
 /// is flushed at once and timed, and so is the end of its turn.
 async fn write_frame<S>(
     sink: &mut S,
-    frame: OutFrame,
+    frame: EncodedEvent,
     audio_at: Option<Instant>,
     unflushed: &mut bool,
     last_answer: &mut Option<Instant>,
@@ -384,13 +384,13 @@ async fn within<E: std::fmt::Display>(
 
 fn accept(
     command: WriterCommand,
-    pending: &mut VecDeque<OutFrame>,
+    pending: &mut VecDeque<EncodedEvent>,
     close: &mut Option<(u16, String)>,
     stats: &mut WriterStats,
     playback: &mut Playback,
 ) {
     match command {
-        WriterCommand::Frame(frame) => {
+        WriterCommand::Event(frame) => {
             if frame.interrupted {
                 let before = pending.len();
                 pending.retain(|f| !f.is_audio());
@@ -426,8 +426,8 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio_stream::wrappers::ReceiverStream;
 
-    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> Box<OutFrame> {
-        Box::new(OutFrame {
+    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> Box<EncodedEvent> {
+        Box::new(EncodedEvent {
             binary: None,
             json: json.into(),
             audio: Duration::from_millis(audio_ms),
@@ -445,7 +445,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(64);
         // Ten seconds of audio at once: pacing holds most of it back.
         for i in 0..10 {
-            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 1000, false)))
+            tx.send(WriterCommand::Event(frame(&format!("a{i}"), 1000, false)))
                 .await
                 .unwrap();
         }
@@ -454,7 +454,7 @@ mod tests {
         // The first chunk goes out at once.
         let first = out.next().await.unwrap();
         assert_eq!(first, Message::Text("a0".into()));
-        tx.send(WriterCommand::Frame(frame("int", 0, true)))
+        tx.send(WriterCommand::Event(frame("int", 0, true)))
             .await
             .unwrap();
         tx.send(WriterCommand::Close {
@@ -482,7 +482,7 @@ mod tests {
             futures::future::pending::<Result<(), String>>()
         });
         let (tx, rx) = mpsc::channel(4);
-        tx.send(WriterCommand::Frame(frame("x", 0, false)))
+        tx.send(WriterCommand::Event(frame("x", 0, false)))
             .await
             .unwrap();
         let (_abort_tx, abort) = oneshot::channel();
@@ -502,7 +502,7 @@ mod tests {
         let (sink, mut out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
         for i in 0..30 {
-            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 1000, false)))
+            tx.send(WriterCommand::Event(frame(&format!("a{i}"), 1000, false)))
                 .await
                 .unwrap();
         }
@@ -529,21 +529,21 @@ mod tests {
         let metrics = crate::gateway::metrics::Metrics::default();
         let (sink, out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
-        let turn_complete = Box::new(OutFrame {
+        let turn_complete = Box::new(EncodedEvent {
             ends_turn: true,
             ..*frame("done", 0, false)
         });
         // Three answers of two chunks each, one in text and two in audio: only the first chunk
         // of each is timed, and from the client's audio only where the model said which audio
         // it answers. A turn with no answer first: it has nothing for its end to be timed from.
-        let prompted = |frame: Box<OutFrame>| {
-            Box::new(OutFrame {
+        let prompted = |frame: Box<EncodedEvent>| {
+            Box::new(EncodedEvent {
                 prompted_by: Some(std::time::Instant::now()),
                 ..*frame
             })
         };
         let text = |json: &str| {
-            Box::new(OutFrame {
+            Box::new(EncodedEvent {
                 answer_text: true,
                 ..*frame(json, 0, false)
             })
@@ -560,7 +560,7 @@ mod tests {
             frame("b2", 20, false),
             turn_complete,
         ] {
-            tx.send(WriterCommand::Frame(command)).await.unwrap();
+            tx.send(WriterCommand::Event(command)).await.unwrap();
         }
         drop(tx);
         let (_abort_tx, abort) = oneshot::channel();
@@ -607,7 +607,7 @@ mod tests {
     fn audio(json: &str, bytes: usize) -> WriterCommand {
         let mut f = frame(json, 40, false);
         f.binary = Some(Bytes::from(vec![0; bytes]));
-        WriterCommand::Frame(f)
+        WriterCommand::Event(f)
     }
 
     /// A writer with the default settings, counting into metrics nobody reads.
@@ -682,7 +682,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_audio_frame_bigger_than_the_write_buffer_goes_out_alone() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(WriterCommand::Frame(frame("t", 0, false)))
+        tx.send(WriterCommand::Event(frame("t", 0, false)))
             .await
             .unwrap();
         tx.send(audio("big", SOCKET_WRITE_BUFFER + 1))
@@ -716,7 +716,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_answers_first_audio_is_written_before_the_rest_is_taken() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(WriterCommand::Frame(frame("transcript", 0, false)))
+        tx.send(WriterCommand::Event(frame("transcript", 0, false)))
             .await
             .unwrap();
         for json in ["a1", "a2", "a3"] {
@@ -727,7 +727,7 @@ mod tests {
         let sink = LogSink::default();
         let taken = sink.clone();
         let commands = ReceiverStream::new(rx).inspect(move |command| {
-            if let WriterCommand::Frame(frame) = command {
+            if let WriterCommand::Event(frame) = command {
                 taken.push(format!("take {}", frame.json));
             }
         });
@@ -758,7 +758,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(64);
         // Two seconds of answer audio in 40 ms chunks, all at once (a model in burst mode).
         for i in 0..50 {
-            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 40, false)))
+            tx.send(WriterCommand::Event(frame(&format!("a{i}"), 40, false)))
                 .await
                 .unwrap();
         }
