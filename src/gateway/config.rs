@@ -111,9 +111,10 @@ pub struct ServeArgs {
     /// Default downstream audio encoding (a client may override it with `?audio=`).
     #[arg(long, env = "LIVEGATE_AUDIO_FRAMES", default_value = "binary", value_parser = parse_audio_frames)]
     pub audio_frames: AudioEncoding,
-    /// Record input and output audio to artifacts.
-    #[arg(long, env = "LIVEGATE_SAVE_AUDIO", default_value_t = true, action = ArgAction::Set)]
-    pub save_audio: bool,
+    /// Record input and output audio to artifacts (ADK's `save_live_blob`, also accepted as the
+    /// flag's name).
+    #[arg(long = "save-audio", alias = "save-live-blob", env = "LIVEGATE_SAVE_AUDIO", default_value_t = true, action = ArgAction::Set)]
+    pub save_live_blob: bool,
     /// Log output format.
     #[arg(long, env = "LIVEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -287,7 +288,7 @@ impl ServeArgs {
             agent: None,
             modality: Modality::Audio,
             audio_frames: AudioEncoding::Binary,
-            save_audio: true,
+            save_live_blob: true,
             log_format: LogFormat::Text,
             audio_lead_ms: 500,
             max_message_bytes: 4 * 1024 * 1024,
@@ -464,7 +465,8 @@ struct FileConfig {
     agent: Option<PathBuf>,
     modality: Option<String>,
     audio_frames: Option<String>,
-    save_audio: Option<bool>,
+    #[serde(rename = "save-audio", alias = "save-live-blob")]
+    save_live_blob: Option<bool>,
     log_format: Option<String>,
     audio_lead_ms: Option<u64>,
     max_message_bytes: Option<usize>,
@@ -579,7 +581,7 @@ impl ServeArgs {
         }
         fill!(modality, parse_modality);
         fill!(audio_frames, parse_audio_frames);
-        fill!(save_audio);
+        fill!(save_live_blob);
         fill!(log_format, |v: &str| LogFormat::from_str(v, true));
         fill!(audio_lead_ms);
         fill!(max_message_bytes);
@@ -748,10 +750,39 @@ mod tests {
             "the flag wins"
         );
         assert_eq!(args.modality, Modality::Text, "the file beats the default");
-        assert!(!args.save_audio);
+        assert!(!args.save_live_blob);
         assert_eq!(args.sim_pacing, SimPacingArg::Burst);
         assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn save_audio_is_also_accepted_as_save_live_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let config = path.to_str().unwrap();
+        for key in [
+            "save-audio",
+            "save_audio",
+            "save-live-blob",
+            "save_live_blob",
+        ] {
+            std::fs::write(&path, format!("{key} = false\n")).unwrap();
+            let args = parse(&["livegate", "--config", config]).unwrap();
+            assert!(!args.save_live_blob, "{key} in the file");
+        }
+        for flag in ["--save-audio", "--save-live-blob"] {
+            let args = parse(&["livegate", flag, "false"]).unwrap();
+            assert!(!args.save_live_blob, "{flag}");
+            // The flag wins over the file whichever name either uses.
+            std::fs::write(&path, "save-audio = true\n").unwrap();
+            let args = parse(&["livegate", "--config", config, flag, "false"]).unwrap();
+            assert!(!args.save_live_blob, "{flag} over the file");
+        }
+        assert!(
+            parse(&["livegate"]).unwrap().save_live_blob,
+            "on by default"
+        );
     }
 
     #[test]

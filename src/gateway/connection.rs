@@ -193,7 +193,7 @@ impl Connection {
         let (run_config, setting_errors) = live_settings::run_config(
             &gateway.live,
             &self.options,
-            gateway.save_audio,
+            gateway.save_live_blob,
             setup.as_ref(),
         );
         let (queue, requests) =

@@ -79,8 +79,9 @@ pub struct Gateway {
     pub writer_config: WriterConfig,
     /// Live request queue capacity.
     pub queue_capacity: usize,
-    /// Record audio to artifacts.
-    pub save_audio: bool,
+    /// Record input and output audio to artifacts (ADK's `RunConfig::save_live_blob`), unless a
+    /// client's setup says otherwise.
+    pub save_live_blob: bool,
     /// Default response modality.
     pub modality: Modality,
     /// Default downstream audio encoding.
@@ -271,7 +272,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
             ..WriterConfig::default()
         },
         queue_capacity: args.queue_capacity,
-        save_audio: args.save_audio,
+        save_live_blob: args.save_live_blob,
         modality: args.modality,
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
