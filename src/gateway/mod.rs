@@ -11,6 +11,7 @@ mod ids;
 pub mod limits;
 pub mod live_settings;
 pub mod metrics;
+mod pacing;
 mod pg_leases;
 pub mod process;
 mod ready;
