@@ -45,6 +45,16 @@ pub struct ConnectOptions {
     pub settings: ClientLayer,
 }
 
+/// A client frame, read.
+enum Decoded {
+    /// A request for the run, or why the frame is refused.
+    Request(Result<LiveRequest, FrameError>),
+    /// A ping or pong: nothing for the run.
+    Control,
+    /// The client closed, left or broke the protocol.
+    End(End),
+}
+
 /// Why the reader loop stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum End {
@@ -284,8 +294,6 @@ impl Connection {
         R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
     {
         let gateway = &self.gateway;
-        let limits = gateway.frame_limits;
-        let agent = gateway.runner.agent.name().to_owned();
         // Made once, not per frame: a pinned wait polled again costs an atomic load.
         let taken_over = lease.taken_over.fired();
         let shutdown = gateway.shutdown.fired();
@@ -326,19 +334,10 @@ impl Connection {
                 message = stream.next() => message,
             };
             last_frame = tokio::time::Instant::now();
-            let decoded: Result<LiveRequest, FrameError> = match message {
-                Some(Ok(Message::Binary(data))) => {
-                    self.meter.received(true, data.len());
-                    limits.decode_binary(&data, &mut audio_blocks)
-                }
-                Some(Ok(Message::Text(text))) => {
-                    self.meter.received(false, text.len());
-                    limits.decode_text(text.as_str())
-                }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(Message::Close(_))) => return End::ClientClosed,
-                None => return End::ClientGone,
-                Some(Err(error)) => return socket_error(error),
+            let decoded = match self.decode(message, &mut audio_blocks) {
+                Decoded::Request(decoded) => decoded,
+                Decoded::Control => continue,
+                Decoded::End(end) => return end,
             };
             match decoded {
                 Ok(mut request) => {
@@ -358,22 +357,56 @@ impl Connection {
                     }
                 }
                 Err(error) => {
-                    // Counted as an error event; logged once, then at most once a second.
-                    if let Some(suppressed) = bad_frames.allow(Instant::now()) {
-                        tracing::info!(%error, suppressed, "bad client frame");
-                    }
-                    let event = self.meter.counted(Event::error(
-                        invocation_id,
-                        &agent,
-                        error.code(),
-                        live_settings::frame_error_message(&error),
-                    ));
-                    if !send_event(&self.writer_tx, event, self.options.audio).await {
+                    if !self.refuse(&error, invocation_id, &mut bad_frames).await {
                         return End::ClientGone;
                     }
                 }
             }
         }
+    }
+
+    /// What a client frame (or the end of the stream) means for the run, counted.
+    fn decode(
+        &self,
+        message: Option<Result<Message, axum::Error>>,
+        audio_blocks: &mut InputAudioBlocks,
+    ) -> Decoded {
+        let limits = self.gateway.frame_limits;
+        match message {
+            Some(Ok(Message::Binary(data))) => {
+                self.meter.received(true, data.len());
+                Decoded::Request(limits.decode_binary(&data, audio_blocks))
+            }
+            Some(Ok(Message::Text(text))) => {
+                self.meter.received(false, text.len());
+                Decoded::Request(limits.decode_text(text.as_str()))
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => Decoded::Control,
+            Some(Ok(Message::Close(_))) => Decoded::End(End::ClientClosed),
+            None => Decoded::End(End::ClientGone),
+            Some(Err(error)) => Decoded::End(socket_error(error)),
+        }
+    }
+
+    /// Answers a frame that could not be understood with an error event (the connection goes
+    /// on); false once the writer is gone.
+    async fn refuse(
+        &self,
+        error: &FrameError,
+        invocation_id: &str,
+        bad_frames: &mut LogLimit,
+    ) -> bool {
+        // Counted as an error event; logged once, then at most once a second.
+        if let Some(suppressed) = bad_frames.allow(Instant::now()) {
+            tracing::info!(%error, suppressed, "bad client frame");
+        }
+        let event = self.meter.counted(Event::error(
+            invocation_id,
+            self.gateway.runner.agent.name(),
+            error.code(),
+            live_settings::frame_error_message(error),
+        ));
+        send_event(&self.writer_tx, event, self.options.audio).await
     }
 
     /// Closes the run, then the socket. A client that is gone, replaced, shut down or over a
