@@ -413,6 +413,42 @@ impl ServeArgs {
         options
     }
 
+    /// Every connection's writer settings.
+    pub fn writer_config(&self) -> super::WriterConfig {
+        super::WriterConfig {
+            audio_lead: Duration::from_millis(self.audio_lead_ms),
+            send_timeout: self.slow_client_timeout,
+            ..super::WriterConfig::default()
+        }
+    }
+
+    /// Size limits of client messages by kind.
+    pub fn frame_limits(&self) -> super::FrameLimits {
+        super::FrameLimits {
+            text_bytes: self.max_text_bytes,
+            audio_frame_bytes: self.max_audio_frame_bytes,
+            media_bytes: self.max_media_bytes,
+        }
+    }
+
+    /// Idle timeout and maximum duration of a WebSocket connection.
+    pub fn session_limits(&self) -> super::SessionLimits {
+        super::SessionLimits {
+            idle: limit(self.idle_timeout),
+            max_duration: limit(self.max_session_duration),
+        }
+    }
+
+    /// Caps on live connections and the rate of new ones.
+    pub fn limit_settings(&self) -> super::limits::LimitSettings {
+        super::limits::LimitSettings {
+            max_connections: self.max_connections,
+            max_sessions_per_user: self.max_sessions_per_user,
+            connections_per_second: self.connections_per_second,
+            trusted_proxies: self.trusted_proxies.clone(),
+        }
+    }
+
     /// The session store URL, with the data-dir default filled in.
     pub fn session_store_url(&self) -> String {
         self.session_store
