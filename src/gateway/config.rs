@@ -557,154 +557,143 @@ impl ServeArgs {
         let Some(path) = self.config.clone() else {
             return Ok(());
         };
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
+        let file = FileConfig::read(&path)?;
+        let fill = Fill {
+            matches,
+            path: &path,
+        };
+        file.apply(self, &fill)
+    }
+}
+
+/// Sets an option from the file where no flag or environment variable did, for each field named
+/// (the same name in [`FileConfig`] and [`ServeArgs`], which is also the option's clap id).
+macro_rules! fill {
+    ($fill:expr, $args:expr, $file:expr => $($field:ident),+ $(,)?) => {
+        $( $fill.value(stringify!($field), $file.$field, &mut $args.$field); )+
+    };
+}
+
+/// Like [`fill!`], through `$parse`, a function of `&str`.
+macro_rules! fill_parsed {
+    ($fill:expr, $args:expr, $file:expr, $parse:expr => $($field:ident),+ $(,)?) => {
+        $( $fill.parsed(stringify!($field), $file.$field, &mut $args.$field, |v: String| $parse(&v))?; )+
+    };
+}
+
+/// What filling options from a config file needs: which options were explicit, and the file's
+/// name for errors.
+struct Fill<'a> {
+    matches: &'a ArgMatches,
+    path: &'a std::path::Path,
+}
+
+impl Fill<'_> {
+    /// True if the option with clap id `id` came from neither a flag nor the environment.
+    fn unset(&self, id: &str) -> bool {
+        matches!(
+            self.matches.value_source(id),
+            None | Some(ValueSource::DefaultValue)
+        )
+    }
+
+    /// Sets `target` to the file's `value`, if it has one and the option is unset.
+    fn value<V: Into<T>, T>(&self, id: &str, value: Option<V>, target: &mut T) {
+        if let Some(value) = value {
+            if self.unset(id) {
+                *target = value.into();
+            }
+        }
+    }
+
+    /// Like [`Fill::value`], through `parse`; a value it refuses is an error naming the option.
+    fn parsed<V, T, E: std::fmt::Display>(
+        &self,
+        id: &str,
+        value: Option<V>,
+        target: &mut T,
+        parse: impl FnOnce(V) -> Result<T, E>,
+    ) -> Result<(), ConfigError> {
+        if let Some(value) = value {
+            if self.unset(id) {
+                *target = parse(value).map_err(|e| self.invalid(format!("{id}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn invalid(&self, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            message,
+        }
+    }
+}
+
+impl FileConfig {
+    /// Reads and checks a config file; snake_case keys mean the same as kebab-case ones.
+    fn read(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
             source,
         })?;
         let invalid = |message: String| ConfigError::Invalid {
-            path: path.clone(),
+            path: path.to_owned(),
             message,
         };
         let table: toml::Table = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        // Accept snake_case keys too: `data_dir` and `data-dir` mean the same.
         let table: toml::Table = table
             .into_iter()
             .map(|(k, v)| (k.replace('_', "-"), v))
             .collect();
-        let file: FileConfig = toml::Value::Table(table)
+        toml::Value::Table(table)
             .try_into()
-            .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
-        let unset = |id: &str| {
-            matches!(
-                matches.value_source(id),
-                None | Some(ValueSource::DefaultValue)
-            )
-        };
-        macro_rules! fill {
-            ($field:ident) => {
-                if let Some(value) = file.$field {
-                    if unset(stringify!($field)) {
-                        self.$field = value.into();
-                    }
-                }
-            };
-            ($field:ident, $parse:expr) => {
-                if let Some(value) = file.$field {
-                    if unset(stringify!($field)) {
-                        self.$field = $parse(&value)
-                            .map_err(|e| invalid(format!("{}: {e}", stringify!($field))))?;
-                    }
-                }
-            };
-        }
-        fill!(bind);
-        fill!(data_dir);
-        fill!(session_store);
-        fill!(artifact_store);
-        fill!(model);
-        fill!(gemini_base_url);
-        fill!(gemini_api_version);
-        fill!(vertex_location);
-        if let Some(project) = file.vertex_project {
-            if unset("vertex_project") {
-                self.vertex_project = Some(project);
-            }
-        }
-        if let Some(agent) = file.agent {
-            if unset("agent") {
-                self.agent = Some(agent);
-            }
-        }
-        fill!(modality, parse_modality);
-        fill!(audio_frames, parse_audio_frames);
-        fill!(save_live_blob);
-        fill!(log_format, |v: &str| LogFormat::from_str(v, true));
-        fill!(audio_lead_ms);
-        fill!(max_message_bytes);
-        fill!(queue_capacity);
-        fill!(sim_pacing, |v: &str| SimPacingArg::from_str(v, true));
-        fill!(sim_reply_delay_ms);
-        fill!(sim_chunk_ms);
-        fill!(app_name);
-        if let Some(root) = file.web_root {
-            if unset("web_root") {
-                self.web_root = Some(root);
-            }
-        }
-        fill!(header_read_timeout_secs);
-        fill!(max_unfinished_connections);
-        fill!(max_connections);
-        fill!(max_sessions_per_user);
-        fill!(connections_per_second);
-        if let Some(proxies) = file.trusted_proxies {
-            if unset("trusted_proxies") {
-                self.trusted_proxies = proxies
-                    .iter()
-                    .map(|p| parse_proxy(p))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| invalid(format!("trusted_proxies: {e}")))?;
-            }
-        }
-        fill!(history_max_events);
-        fill!(history_max_bytes);
-        fill!(ready_checks_model);
-        if let Some(cert) = file.tls_cert {
-            if unset("tls_cert") {
-                self.tls_cert = Some(cert);
-            }
-        }
-        if let Some(key) = file.tls_key {
-            if unset("tls_key") {
-                self.tls_key = Some(key);
-            }
-        }
-        fill!(max_unsaved_recording_bytes);
-        fill!(lease_ttl_ms);
-        fill!(drain_timeout);
-        fill!(max_text_bytes);
-        fill!(max_audio_frame_bytes);
-        fill!(max_media_bytes);
-        fill!(queue_max_bytes);
-        fill!(idle_timeout, parse_duration);
-        fill!(max_session_duration, parse_duration);
-        fill!(slow_client_timeout, parse_duration);
-        fill!(gemini_connect_timeout, parse_duration);
-        fill!(gemini_silence_timeout, parse_duration);
-        if let Some(auth) = file.auth {
-            if unset("auth") {
-                self.auth = Some(
-                    AuthMode::from_str(&auth, true).map_err(|e| invalid(format!("auth: {e}")))?,
-                );
-            }
-        }
-        fill!(allow_anonymous);
-        macro_rules! fill_some {
-            ($field:ident) => {
-                if let Some(value) = file.$field {
-                    if unset(stringify!($field)) {
-                        self.$field = Some(value);
-                    }
-                }
-            };
-        }
-        fill_some!(api_keys_file);
-        fill_some!(auth_public_key);
-        fill_some!(auth_issuer);
-        fill_some!(auth_audience);
-        fill_some!(allowed_origins);
-        fill_some!(metrics_bind);
+            .map_err(|e: toml::de::Error| invalid(e.to_string()))
+    }
+
+    /// Sets every option this file has that `fill` says is unset in `args`.
+    fn apply(self, args: &mut ServeArgs, fill: &Fill<'_>) -> Result<(), ConfigError> {
+        let file = self;
+        fill!(fill, args, file => bind, data_dir, session_store, artifact_store, app_name, web_root);
+        fill!(fill, args, file => model, gemini_base_url, gemini_api_version);
+        fill!(fill, args, file => vertex_project, vertex_location, agent);
+        fill_parsed!(fill, args, file, parse_modality => modality);
+        fill_parsed!(fill, args, file, parse_audio_frames => audio_frames);
+        fill!(fill, args, file => save_live_blob, audio_lead_ms, max_message_bytes, queue_capacity);
+        fill_parsed!(fill, args, file, |v| LogFormat::from_str(v, true) => log_format);
+        fill_parsed!(fill, args, file, |v| SimPacingArg::from_str(v, true) => sim_pacing);
+        fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
+        fill!(fill, args, file => header_read_timeout_secs, max_unfinished_connections);
+        fill!(fill, args, file => max_connections, max_sessions_per_user, connections_per_second);
+        let proxies = |list: Vec<String>| list.iter().map(|p| parse_proxy(p)).collect();
+        let trusted_proxies = &mut args.trusted_proxies;
+        fill.parsed(
+            "trusted_proxies",
+            file.trusted_proxies,
+            trusted_proxies,
+            proxies,
+        )?;
+        fill!(fill, args, file => history_max_events, history_max_bytes, ready_checks_model);
+        fill!(fill, args, file => tls_cert, tls_key, max_unsaved_recording_bytes);
+        fill!(fill, args, file => lease_ttl_ms, drain_timeout, queue_max_bytes);
+        fill!(fill, args, file => max_text_bytes, max_audio_frame_bytes, max_media_bytes);
+        fill_parsed!(fill, args, file, parse_duration =>
+            idle_timeout, max_session_duration, slow_client_timeout,
+            gemini_connect_timeout, gemini_silence_timeout);
+        fill_parsed!(fill, args, file, |v| AuthMode::from_str(v, true).map(Some) => auth);
+        fill!(fill, args, file => allow_anonymous, api_keys_file, auth_public_key);
+        fill!(fill, args, file => auth_issuer, auth_audience, allowed_origins, metrics_bind);
         // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
-        self.live.file = file.live;
-        if let Some(list) = file.client_settings {
-            if unset("client_settings") {
-                self.live.client_settings = list
-                    .parse()
-                    .map_err(|e| invalid(format!("client_settings: {e}")))?;
-            }
-        }
-        fill!(openai_base_url);
-        fill!(openai_azure);
-        fill!(openai_vad, |v: &str| OpenAiVadArg::from_str(v, true));
+        args.live.file = file.live;
+        let client_settings = &mut args.live.client_settings;
+        fill.parsed(
+            "client_settings",
+            file.client_settings,
+            client_settings,
+            |list: String| list.parse(),
+        )?;
+        fill!(fill, args, file => openai_base_url, openai_azure);
+        fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
         Ok(())
     }
 }
