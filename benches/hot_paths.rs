@@ -4,11 +4,13 @@
 //! activity detection per 20 ms frame, the Gemini client's per-message work (microphone chunk out,
 //! answer audio in); and the session store's commit of the events a turn leaves.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use livegate::event::{Blob, Content, Event, Transcription};
 use livegate::gateway::{
-    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, SOCKET_WRITE_BUFFER,
+    decode_binary, decode_text, encode_event, AudioEncoding, InputAudioBlocks, SOCKET_WRITE_BUFFER,
 };
 use livegate::live::flow::{AudioCache, AudioSide, ResponseProcessor, Step};
 use livegate::model::LlmResponse;
@@ -58,10 +60,10 @@ fn bench_down(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(1920));
     let event = audio_event();
     group.bench_function("encode_audio_event_binary", |b| {
-        b.iter(|| encode_event(black_box(event.clone()), AudioFrames::Binary))
+        b.iter(|| encode_event(black_box(event.clone()), AudioEncoding::Binary))
     });
     group.bench_function("encode_audio_event_base64", |b| {
-        b.iter(|| encode_event(black_box(event.clone()), AudioFrames::Base64))
+        b.iter(|| encode_event(black_box(event.clone()), AudioEncoding::Base64))
     });
     let transcript = Event {
         partial: Some(true),
@@ -69,7 +71,7 @@ fn bench_down(c: &mut Criterion) {
         ..Event::new("e-00000000-0000-4000-8000-000000000001", "assistant")
     };
     group.bench_function("encode_transcription_event", |b| {
-        b.iter(|| encode_event(black_box(transcript.clone()), AudioFrames::Binary))
+        b.iter(|| encode_event(black_box(transcript.clone()), AudioEncoding::Binary))
     });
     // A chunk of a model's answer in text (a TEXT-modality run streams these as partials).
     let text = Event {
@@ -79,7 +81,7 @@ fn bench_down(c: &mut Criterion) {
         ..Event::new("e-00000000-0000-4000-8000-000000000001", "assistant")
     };
     group.bench_function("encode_text_event", |b| {
-        b.iter(|| encode_event(black_box(text.clone()), AudioFrames::Binary))
+        b.iter(|| encode_event(black_box(text.clone()), AudioEncoding::Binary))
     });
     // What the gateway counts for `/metrics` per event of a run (kind, error code, artifacts).
     let meter = livegate::gateway::metrics::Metrics::default().meter();
@@ -106,7 +108,7 @@ fn bench_down(c: &mut Criterion) {
             for step in processor.process(black_box(response.clone())) {
                 if let Step::Emit(event) = step {
                     meter.event(&event);
-                    if let Ok(frame) = encode_event(event, AudioFrames::Binary) {
+                    if let Ok(frame) = encode_event(event, AudioEncoding::Binary) {
                         if let Some(pcm) = frame.binary {
                             let _ = socket.write(Message::Binary(pcm));
                         }
@@ -139,10 +141,10 @@ fn bench_up(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(640));
     // Decoded frames live on: the recording and the model each hold one for about two seconds.
     let mut kept = std::collections::VecDeque::with_capacity(101);
-    let mut frames = FrameBlocks::default();
+    let mut blocks = InputAudioBlocks::default();
     group.bench_function("decode_binary_audio_frame", |b| {
         b.iter(|| {
-            if let Ok(request) = decode_binary(black_box(&pcm), &mut frames) {
+            if let Ok(request) = decode_binary(black_box(&pcm), &mut blocks) {
                 if let Some(blob) = request.blob {
                     kept.push_back((blob.data.clone(), blob));
                     if kept.len() > 100 {

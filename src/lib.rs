@@ -16,8 +16,14 @@ pub mod artifact;
 pub mod event;
 pub mod gateway;
 pub mod live;
+// A tool beside the gateway, never on its serving path.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod loadtest;
+// A tool beside the gateway, never on its serving path.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod mockgemini;
+// A tool beside the gateway, never on its serving path.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod mockopenai;
 pub mod model;
 pub mod runner;

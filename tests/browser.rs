@@ -6,6 +6,8 @@
 //! `CHROMEDRIVER` override the binaries' paths. Every wait is a bounded poll of page state
 //! (`window.livegate` and the DOM), never a fixed sleep.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! request or a typed error, never a panic. Cheap enough to run with every `cargo test`
 //! (`PROPTEST_CASES=10000 cargo test --test codec_fuzz` runs it longer, as CI does).
 
-use livegate::gateway::{decode_binary, decode_text, FrameBlocks, FrameError, FrameLimits};
+use livegate::gateway::{decode_binary, decode_text, FrameError, FrameLimits, InputAudioBlocks};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -84,8 +84,8 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_as_a_binary_frame(data in prop::collection::vec(any::<u8>(), 0..1024)) {
-        let mut frames = FrameBlocks::default();
-        match LIMITS.decode_binary(&data, &mut frames) {
+        let mut blocks = InputAudioBlocks::default();
+        match LIMITS.decode_binary(&data, &mut blocks) {
             Ok(request) => {
                 let blob = request.blob.expect("audio");
                 prop_assert_eq!(&blob.data[..], &data[..]);
@@ -93,7 +93,7 @@ proptest! {
             }
             Err(error) => check_error(&error),
         }
-        if let Err(error) = decode_binary(&data, &mut frames) {
+        if let Err(error) = decode_binary(&data, &mut blocks) {
             check_error(&error);
         }
     }

@@ -1,6 +1,8 @@
 //! The gateway on the `gemini` backend against `livegate mock-gemini` over a real socket: the same
 //! scenarios as on the in-process `sim`, plus tool calls, goAway, upstream failures, and the key.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::process::Stdio;

@@ -1,6 +1,8 @@
 //! The `gemini` backend dials `wss://` and trusts the certificates `SSL_CERT_FILE` names beside
 //! the built-in roots (a private CA or proxy; here `mock-gemini --tls-cert`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::PathBuf;

@@ -1,5 +1,7 @@
 //! The gateway's plain HTTP routes: health, readiness, metrics, and the embedded web client.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

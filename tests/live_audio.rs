@@ -1,5 +1,7 @@
 //! Speech over the WebSocket: transcription, voice answer, barge-in, and recordings.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

@@ -1,5 +1,7 @@
 //! Sessions over the WebSocket: persistence across restarts, takeover, bad input.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
@@ -156,7 +158,7 @@ async fn a_second_connection_takes_the_session_over() {
         }
     };
     let (code, reason) = closed.expect("a close frame with a reason");
-    assert_eq!(code, livegate::gateway::CLOSE_TAKEN_OVER);
+    assert_eq!(code, livegate::gateway::close::TAKEN_OVER);
     assert!(reason.contains("taken over"), "{reason}");
     second.send_text("hello again").await;
     let events = second.events_until_turn_complete().await;

@@ -1,6 +1,8 @@
 //! Text turns over the WebSocket: streamed partials, the merged text, turnComplete, in TEXT and
 //! AUDIO modality, with binary and base64 audio frames.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::collections::HashSet;

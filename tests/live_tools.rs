@@ -1,6 +1,8 @@
 //! Tools over the gateway: the default agent's built-in tools on a live socket, HTTP tools from an
 //! agent file against a loopback endpoint, and the turn-based `/run` and `/run_sse` routes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

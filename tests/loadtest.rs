@@ -1,5 +1,7 @@
 //! `livegate loadtest` against a real gateway: a small load whose report must add up.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

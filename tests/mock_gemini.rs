@@ -1,6 +1,8 @@
 //! `livegate mock-gemini` over real sockets: a Gemini Live client's view of setup, text and audio
 //! turns, tools, history, resumption, the key check, the fault switches, TLS and shutdown.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

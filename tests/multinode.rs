@@ -3,6 +3,8 @@
 //! drain. Run when `LIVEGATE_TEST_POSTGRES_URL` names a server (`.ci/run` sets it); set but
 //! unreachable, they fail.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;
@@ -12,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use livegate::event::Event;
+use livegate::gateway::close::{SERVICE_RESTART, TAKEN_OVER};
 use livegate::gateway::config::SimPacingArg;
-use livegate::gateway::{ServeArgs, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
+use livegate::gateway::ServeArgs;
 use livegate::session::{GetSessionConfig, PostgresSessionService, Session, SessionService};
 use serde_json::Value;
 use sqlx::Connection;
@@ -280,7 +283,7 @@ async fn a_client_on_another_node_takes_the_session_over() {
     let asked = Instant::now();
     let mut second = Client::connect(b.addr, "u1", "contested", "modality=TEXT").await;
     second.send_text("hello from the other node").await;
-    assert_eq!(close_code(&mut first).await, Some(CLOSE_TAKEN_OVER));
+    assert_eq!(close_code(&mut first).await, Some(TAKEN_OVER));
     let closed_after = asked.elapsed();
     let first_event = second.next_event().await;
     let answered_after = asked.elapsed();
@@ -314,7 +317,7 @@ async fn a_client_on_another_node_takes_the_session_over() {
     let c = start(node_args(&url, artifacts.path())).await;
     let mut third = Client::connect(c.addr, "u1", "contested", "modality=TEXT").await;
     third.send_text("and hello from a third").await;
-    assert_eq!(close_code(&mut second).await, Some(CLOSE_TAKEN_OVER));
+    assert_eq!(close_code(&mut second).await, Some(TAKEN_OVER));
     third.events_until_turn_complete().await;
     timeout(WAIT, b.gateway().registry.idle()).await.unwrap();
     assert_eq!(c.gateway().registry.active(), 1);
@@ -355,7 +358,7 @@ async fn a_node_that_lost_its_lease_stops_the_run() {
             .unwrap();
     assert_eq!(moved.rows_affected(), 1);
     let lost = Instant::now();
-    assert_eq!(close_code(&mut client).await, Some(CLOSE_TAKEN_OVER));
+    assert_eq!(close_code(&mut client).await, Some(TAKEN_OVER));
     assert!(
         lost.elapsed() < TEST_LEASE_TTL,
         "noticed at the next renewal"
@@ -452,7 +455,7 @@ async fn sigterm_drains_with_1012_after_saving_and_the_client_continues_elsewher
 
     a.signal("TERM");
     let signalled = Instant::now();
-    assert_eq!(close_code(&mut client).await, Some(CLOSE_SERVICE_RESTART));
+    assert_eq!(close_code(&mut client).await, Some(SERVICE_RESTART));
     let drained_after = signalled.elapsed();
     eprintln!("SIGTERM: 1012 after {} ms", drained_after.as_millis());
     // Saved before the close: both answers' recordings, the cut-off one too.
@@ -579,7 +582,7 @@ async fn a_drained_node_hands_every_session_to_the_next() {
     a.signal("TERM");
     let signalled = Instant::now();
     for (_, client) in &mut clients {
-        assert_eq!(close_code(client).await, Some(CLOSE_SERVICE_RESTART));
+        assert_eq!(close_code(client).await, Some(SERVICE_RESTART));
     }
     eprintln!(
         "SIGTERM with {SESSIONS} sessions mid-answer: every client closed with 1012 after {} ms",

@@ -3,6 +3,8 @@
 //! that fails keeps the recording on local disk and saves it later. Skipped when the variable is
 //! unset; `.ci/run` sets it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

@@ -2,6 +2,8 @@
 //! scenarios as on Gemini (a text turn, a spoken turn, barge-in, a tool call, upstream failures,
 //! recordings), seen by the client exactly as on Gemini but for `modelVersion`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::process::Stdio;

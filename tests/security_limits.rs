@@ -2,6 +2,8 @@
 //! sockets, the fd limit, connection and per-user caps, the per-address rate limit behind trusted
 //! proxies, paged history reads, artifact listing by metadata, `/readyz` write checks, and TLS.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

@@ -2,6 +2,8 @@
 //! idle timeout and maximum duration, the close codes a real client sees (1000, 1002, 1007, 1008,
 //! 1009, 1011), a client that stops reading, and logs that a burst of bad frames cannot flood.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::process::Stdio;

@@ -14,7 +14,7 @@ pub const INPUT_AUDIO_MIME: &str = "audio/pcm;rate=16000";
 
 /// How model audio reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AudioFrames {
+pub enum AudioEncoding {
     /// Raw PCM in a binary frame, then the event's JSON without `data`.
     #[default]
     Binary,
@@ -22,13 +22,13 @@ pub enum AudioFrames {
     Base64,
 }
 
-impl std::str::FromStr for AudioFrames {
+impl std::str::FromStr for AudioEncoding {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
-            "binary" => Ok(AudioFrames::Binary),
-            "base64" | "json" => Ok(AudioFrames::Base64),
+            "binary" => Ok(AudioEncoding::Binary),
+            "base64" | "json" => Ok(AudioEncoding::Base64),
             other => Err(format!(
                 "unknown audio frame mode {other:?} (expected binary or base64)"
             )),
@@ -118,7 +118,7 @@ impl FrameLimits {
     pub fn decode_binary(
         &self,
         data: &[u8],
-        frames: &mut FrameBlocks,
+        blocks: &mut InputAudioBlocks,
     ) -> Result<LiveRequest, FrameError> {
         if data.len() > self.audio_frame_bytes {
             return Err(FrameError::TooLarge {
@@ -128,7 +128,7 @@ impl FrameLimits {
                 setting: "--max-audio-frame-bytes",
             });
         }
-        decode_binary(data, frames)
+        decode_binary(data, blocks)
     }
 
     /// Decodes a JSON text frame within the limits. A frame too big for any kind is refused
@@ -187,13 +187,16 @@ struct RawFrame {
     mime_type: Option<String>,
 }
 
-/// Decodes a binary frame: raw PCM16 LE mono 16 kHz audio, copied into `frames`.
-pub fn decode_binary(data: &[u8], frames: &mut FrameBlocks) -> Result<LiveRequest, FrameError> {
+/// Decodes a binary frame: raw PCM16 LE mono 16 kHz audio, copied into `blocks`.
+pub fn decode_binary(
+    data: &[u8],
+    blocks: &mut InputAudioBlocks,
+) -> Result<LiveRequest, FrameError> {
     if !data.len().is_multiple_of(2) {
         return Err(FrameError::OddAudioLength(data.len()));
     }
     Ok(LiveRequest {
-        blob: Some(Blob::new(frames.copy(data), INPUT_AUDIO_MIME)),
+        blob: Some(Blob::new(blocks.copy(data), INPUT_AUDIO_MIME)),
         ..LiveRequest::default()
     })
 }
@@ -208,19 +211,19 @@ pub fn decode_binary(data: &[u8], frames: &mut FrameBlocks) -> Result<LiveReques
 /// its first clone adds); and since a connection's frames are kept and dropped in the order they
 /// came, a block is freed soon after its last frame.
 #[derive(Debug, Default)]
-pub struct FrameBlocks {
+pub struct InputAudioBlocks {
     /// The unused rest of the current block.
     rest: BytesMut,
 }
 
 /// Bytes per audio block: twelve 20 ms frames of 16 kHz PCM16.
-const FRAME_BLOCK: usize = 12 * 640;
+const AUDIO_BLOCK: usize = 12 * 640;
 
-impl FrameBlocks {
+impl InputAudioBlocks {
     /// Copies `data` into the current block (a new one when it does not fit).
     pub fn copy(&mut self, data: &[u8]) -> Bytes {
         if self.rest.capacity() < data.len() {
-            self.rest = BytesMut::with_capacity(FRAME_BLOCK.max(data.len()));
+            self.rest = BytesMut::with_capacity(AUDIO_BLOCK.max(data.len()));
         }
         self.rest.extend_from_slice(data);
         self.rest.split().freeze()
@@ -284,7 +287,7 @@ pub fn decode_text(text: &str) -> Result<LiveRequest, FrameError> {
 
 /// One event ready for the socket.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OutFrame {
+pub struct EncodedEvent {
     /// Raw PCM sent as a binary frame before the JSON (binary audio mode).
     pub binary: Option<Bytes>,
     /// The event's JSON.
@@ -304,7 +307,7 @@ pub struct OutFrame {
     pub prompted_by: Option<Instant>,
 }
 
-impl OutFrame {
+impl EncodedEvent {
     /// True if the frame carries model audio.
     pub fn is_audio(&self) -> bool {
         !self.audio.is_zero()
@@ -318,7 +321,10 @@ impl OutFrame {
 
 /// Encodes an event for the client. In binary mode the PCM of an audio chunk is moved out of the
 /// JSON (no base64, no copy) and its `inlineData` keeps only the mime type.
-pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, serde_json::Error> {
+pub fn encode_event(
+    mut event: Event,
+    mode: AudioEncoding,
+) -> Result<EncodedEvent, serde_json::Error> {
     let mut binary = None;
     let mut audio = Duration::ZERO;
     let mut prompted_by = None;
@@ -337,12 +343,12 @@ pub fn encode_event(mut event: Event, mode: AudioFrames) -> Result<OutFrame, ser
                 continue;
             };
             audio += pcm_duration(blob.data.len(), blob.sample_rate().unwrap_or(24_000));
-            if mode == AudioFrames::Binary && binary.is_none() {
+            if mode == AudioEncoding::Binary && binary.is_none() {
                 binary = Some(std::mem::take(&mut blob.data));
             }
         }
     }
-    Ok(OutFrame {
+    Ok(EncodedEvent {
         json: serde_json::to_string(&event)?,
         binary,
         audio,
@@ -386,7 +392,7 @@ mod tests {
                 .unwrap()
                 .audio_stream_end
         );
-        let r = decode_binary(&[1, 0, 2, 0], &mut FrameBlocks::default()).unwrap();
+        let r = decode_binary(&[1, 0, 2, 0], &mut InputAudioBlocks::default()).unwrap();
         assert_eq!(r.blob.unwrap().mime_type, INPUT_AUDIO_MIME);
     }
 
@@ -399,7 +405,7 @@ mod tests {
                 content: Some(content),
                 ..Event::default()
             };
-            encode_event(event, AudioFrames::Binary)
+            encode_event(event, AudioEncoding::Binary)
                 .unwrap()
                 .answer_text
         };
@@ -424,7 +430,7 @@ mod tests {
     fn binary_audio_does_not_pin_the_read_block() {
         let block = Bytes::from(vec![7u8; 2048]);
         let frame = block.slice(8..648);
-        let blob = decode_binary(&frame, &mut FrameBlocks::default())
+        let blob = decode_binary(&frame, &mut InputAudioBlocks::default())
             .unwrap()
             .blob
             .unwrap();
@@ -439,7 +445,7 @@ mod tests {
 
     #[test]
     fn frames_fill_a_block_back_to_back_then_start_the_next() {
-        let mut blocks = FrameBlocks::default();
+        let mut blocks = InputAudioBlocks::default();
         let frames: Vec<Bytes> = (0..13u8).map(|i| blocks.copy(&[i; 640])).collect();
         for (i, frame) in frames.iter().enumerate() {
             assert_eq!(&frame[..], &[i as u8; 640][..], "frame {i} kept its bytes");
@@ -453,8 +459,8 @@ mod tests {
             "the thirteenth starts a new block"
         );
         // A frame bigger than a block gets one of its own; the next starts afresh.
-        let big = blocks.copy(&[9; 3 * FRAME_BLOCK]);
-        assert_eq!(big.len(), 3 * FRAME_BLOCK);
+        let big = blocks.copy(&[9; 3 * AUDIO_BLOCK]);
+        assert_eq!(big.len(), 3 * AUDIO_BLOCK);
         assert_eq!(&blocks.copy(&[1, 2])[..], &[1, 2]);
     }
 
@@ -476,10 +482,10 @@ mod tests {
             too_large(limits.decode_text(r#"{"type":"text","text":"0123456789a"}"#)),
             ("text turn", "--max-text-bytes")
         );
-        let mut frames = FrameBlocks::default();
-        assert!(limits.decode_binary(&[0; 4], &mut frames).is_ok());
+        let mut blocks = InputAudioBlocks::default();
+        assert!(limits.decode_binary(&[0; 4], &mut blocks).is_ok());
         assert_eq!(
-            too_large(limits.decode_binary(&[0; 6], &mut frames)),
+            too_large(limits.decode_binary(&[0; 6], &mut blocks)),
             ("audio frame", "--max-audio-frame-bytes")
         );
         assert!(limits
@@ -519,7 +525,7 @@ mod tests {
             Err(FrameError::InvalidBase64(_))
         ));
         assert_eq!(
-            decode_binary(&[1, 2, 3], &mut FrameBlocks::default()),
+            decode_binary(&[1, 2, 3], &mut InputAudioBlocks::default()),
             Err(FrameError::OddAudioLength(3))
         );
         assert_eq!(
@@ -538,7 +544,7 @@ mod tests {
             )),
             ..Event::new("e-1", "agent")
         };
-        let frame = encode_event(event.clone(), AudioFrames::Binary).unwrap();
+        let frame = encode_event(event.clone(), AudioEncoding::Binary).unwrap();
         assert_eq!(
             frame.binary.as_ref().map(|b| b.as_ptr()),
             Some(pcm.as_ptr()),
@@ -548,7 +554,7 @@ mod tests {
             .json
             .contains(r#""inlineData":{"mimeType":"audio/pcm;rate=24000"}"#));
         assert_eq!(frame.audio, Duration::from_millis(100));
-        let frame = encode_event(event, AudioFrames::Base64).unwrap();
+        let frame = encode_event(event, AudioEncoding::Base64).unwrap();
         assert!(frame.binary.is_none() && frame.json.contains(r#""data":"AAAA"#));
     }
 }
@@ -576,7 +582,7 @@ mod properties {
         #[test]
         fn binary_frames_are_accepted_exactly_when_whole_samples(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
             let len = data.len();
-            let decoded = decode_binary(&data, &mut FrameBlocks::default());
+            let decoded = decode_binary(&data, &mut InputAudioBlocks::default());
             prop_assert_eq!(decoded.is_ok(), len % 2 == 0);
         }
 

@@ -9,7 +9,7 @@ use clap::{ArgAction, ArgMatches, Args, ValueEnum};
 use serde::Deserialize;
 
 use super::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
-use super::codec::AudioFrames;
+use super::codec::AudioEncoding;
 use crate::model::Modality;
 
 /// Log output format.
@@ -110,10 +110,11 @@ pub struct ServeArgs {
     pub modality: Modality,
     /// Default downstream audio encoding (a client may override it with `?audio=`).
     #[arg(long, env = "LIVEGATE_AUDIO_FRAMES", default_value = "binary", value_parser = parse_audio_frames)]
-    pub audio_frames: AudioFrames,
-    /// Record input and output audio to artifacts.
-    #[arg(long, env = "LIVEGATE_SAVE_AUDIO", default_value_t = true, action = ArgAction::Set)]
-    pub save_audio: bool,
+    pub audio_frames: AudioEncoding,
+    /// Record input and output audio to artifacts (ADK's `save_live_blob`, also accepted as the
+    /// flag's name).
+    #[arg(long = "save-audio", alias = "save-live-blob", env = "LIVEGATE_SAVE_AUDIO", default_value_t = true, action = ArgAction::Set)]
+    pub save_live_blob: bool,
     /// Log output format.
     #[arg(long, env = "LIVEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -286,8 +287,8 @@ impl ServeArgs {
             vertex_location: "us-central1".into(),
             agent: None,
             modality: Modality::Audio,
-            audio_frames: AudioFrames::Binary,
-            save_audio: true,
+            audio_frames: AudioEncoding::Binary,
+            save_live_blob: true,
             log_format: LogFormat::Text,
             audio_lead_ms: 500,
             max_message_bytes: 4 * 1024 * 1024,
@@ -412,6 +413,42 @@ impl ServeArgs {
         options
     }
 
+    /// Every connection's writer settings.
+    pub fn writer_config(&self) -> super::WriterConfig {
+        super::WriterConfig {
+            audio_lead: Duration::from_millis(self.audio_lead_ms),
+            send_timeout: self.slow_client_timeout,
+            ..super::WriterConfig::default()
+        }
+    }
+
+    /// Size limits of client messages by kind.
+    pub fn frame_limits(&self) -> super::FrameLimits {
+        super::FrameLimits {
+            text_bytes: self.max_text_bytes,
+            audio_frame_bytes: self.max_audio_frame_bytes,
+            media_bytes: self.max_media_bytes,
+        }
+    }
+
+    /// Idle timeout and maximum duration of a WebSocket connection.
+    pub fn session_limits(&self) -> super::SessionLimits {
+        super::SessionLimits {
+            idle: limit(self.idle_timeout),
+            max_duration: limit(self.max_session_duration),
+        }
+    }
+
+    /// Caps on live connections and the rate of new ones.
+    pub fn limit_settings(&self) -> super::limits::LimitSettings {
+        super::limits::LimitSettings {
+            max_connections: self.max_connections,
+            max_sessions_per_user: self.max_sessions_per_user,
+            connections_per_second: self.connections_per_second,
+            trusted_proxies: self.trusted_proxies.clone(),
+        }
+    }
+
     /// The session store URL, with the data-dir default filled in.
     pub fn session_store_url(&self) -> String {
         self.session_store
@@ -464,7 +501,8 @@ struct FileConfig {
     agent: Option<PathBuf>,
     modality: Option<String>,
     audio_frames: Option<String>,
-    save_audio: Option<bool>,
+    #[serde(rename = "save-audio", alias = "save-live-blob")]
+    save_live_blob: Option<bool>,
     log_format: Option<String>,
     audio_lead_ms: Option<u64>,
     max_message_bytes: Option<usize>,
@@ -519,154 +557,143 @@ impl ServeArgs {
         let Some(path) = self.config.clone() else {
             return Ok(());
         };
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
+        let file = FileConfig::read(&path)?;
+        let fill = Fill {
+            matches,
+            path: &path,
+        };
+        file.apply(self, &fill)
+    }
+}
+
+/// Sets an option from the file where no flag or environment variable did, for each field named
+/// (the same name in [`FileConfig`] and [`ServeArgs`], which is also the option's clap id).
+macro_rules! fill {
+    ($fill:expr, $args:expr, $file:expr => $($field:ident),+ $(,)?) => {
+        $( $fill.value(stringify!($field), $file.$field, &mut $args.$field); )+
+    };
+}
+
+/// Like [`fill!`], through `$parse`, a function of `&str`.
+macro_rules! fill_parsed {
+    ($fill:expr, $args:expr, $file:expr, $parse:expr => $($field:ident),+ $(,)?) => {
+        $( $fill.parsed(stringify!($field), $file.$field, &mut $args.$field, |v: String| $parse(&v))?; )+
+    };
+}
+
+/// What filling options from a config file needs: which options were explicit, and the file's
+/// name for errors.
+struct Fill<'a> {
+    matches: &'a ArgMatches,
+    path: &'a std::path::Path,
+}
+
+impl Fill<'_> {
+    /// True if the option with clap id `id` came from neither a flag nor the environment.
+    fn unset(&self, id: &str) -> bool {
+        matches!(
+            self.matches.value_source(id),
+            None | Some(ValueSource::DefaultValue)
+        )
+    }
+
+    /// Sets `target` to the file's `value`, if it has one and the option is unset.
+    fn value<V: Into<T>, T>(&self, id: &str, value: Option<V>, target: &mut T) {
+        if let Some(value) = value {
+            if self.unset(id) {
+                *target = value.into();
+            }
+        }
+    }
+
+    /// Like [`Fill::value`], through `parse`; a value it refuses is an error naming the option.
+    fn parsed<V, T, E: std::fmt::Display>(
+        &self,
+        id: &str,
+        value: Option<V>,
+        target: &mut T,
+        parse: impl FnOnce(V) -> Result<T, E>,
+    ) -> Result<(), ConfigError> {
+        if let Some(value) = value {
+            if self.unset(id) {
+                *target = parse(value).map_err(|e| self.invalid(format!("{id}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn invalid(&self, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            message,
+        }
+    }
+}
+
+impl FileConfig {
+    /// Reads and checks a config file; snake_case keys mean the same as kebab-case ones.
+    fn read(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
             source,
         })?;
         let invalid = |message: String| ConfigError::Invalid {
-            path: path.clone(),
+            path: path.to_owned(),
             message,
         };
         let table: toml::Table = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        // Accept snake_case keys too: `data_dir` and `data-dir` mean the same.
         let table: toml::Table = table
             .into_iter()
             .map(|(k, v)| (k.replace('_', "-"), v))
             .collect();
-        let file: FileConfig = toml::Value::Table(table)
+        toml::Value::Table(table)
             .try_into()
-            .map_err(|e: toml::de::Error| invalid(e.to_string()))?;
-        let unset = |id: &str| {
-            matches!(
-                matches.value_source(id),
-                None | Some(ValueSource::DefaultValue)
-            )
-        };
-        macro_rules! fill {
-            ($field:ident) => {
-                if let Some(value) = file.$field {
-                    if unset(stringify!($field)) {
-                        self.$field = value.into();
-                    }
-                }
-            };
-            ($field:ident, $parse:expr) => {
-                if let Some(value) = file.$field {
-                    if unset(stringify!($field)) {
-                        self.$field = $parse(&value)
-                            .map_err(|e| invalid(format!("{}: {e}", stringify!($field))))?;
-                    }
-                }
-            };
-        }
-        fill!(bind);
-        fill!(data_dir);
-        fill!(session_store);
-        fill!(artifact_store);
-        fill!(model);
-        fill!(gemini_base_url);
-        fill!(gemini_api_version);
-        fill!(vertex_location);
-        if let Some(project) = file.vertex_project {
-            if unset("vertex_project") {
-                self.vertex_project = Some(project);
-            }
-        }
-        if let Some(agent) = file.agent {
-            if unset("agent") {
-                self.agent = Some(agent);
-            }
-        }
-        fill!(modality, parse_modality);
-        fill!(audio_frames, parse_audio_frames);
-        fill!(save_audio);
-        fill!(log_format, |v: &str| LogFormat::from_str(v, true));
-        fill!(audio_lead_ms);
-        fill!(max_message_bytes);
-        fill!(queue_capacity);
-        fill!(sim_pacing, |v: &str| SimPacingArg::from_str(v, true));
-        fill!(sim_reply_delay_ms);
-        fill!(sim_chunk_ms);
-        fill!(app_name);
-        if let Some(root) = file.web_root {
-            if unset("web_root") {
-                self.web_root = Some(root);
-            }
-        }
-        fill!(header_read_timeout_secs);
-        fill!(max_unfinished_connections);
-        fill!(max_connections);
-        fill!(max_sessions_per_user);
-        fill!(connections_per_second);
-        if let Some(proxies) = file.trusted_proxies {
-            if unset("trusted_proxies") {
-                self.trusted_proxies = proxies
-                    .iter()
-                    .map(|p| parse_proxy(p))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| invalid(format!("trusted_proxies: {e}")))?;
-            }
-        }
-        fill!(history_max_events);
-        fill!(history_max_bytes);
-        fill!(ready_checks_model);
-        if let Some(cert) = file.tls_cert {
-            if unset("tls_cert") {
-                self.tls_cert = Some(cert);
-            }
-        }
-        if let Some(key) = file.tls_key {
-            if unset("tls_key") {
-                self.tls_key = Some(key);
-            }
-        }
-        fill!(max_unsaved_recording_bytes);
-        fill!(lease_ttl_ms);
-        fill!(drain_timeout);
-        fill!(max_text_bytes);
-        fill!(max_audio_frame_bytes);
-        fill!(max_media_bytes);
-        fill!(queue_max_bytes);
-        fill!(idle_timeout, parse_duration);
-        fill!(max_session_duration, parse_duration);
-        fill!(slow_client_timeout, parse_duration);
-        fill!(gemini_connect_timeout, parse_duration);
-        fill!(gemini_silence_timeout, parse_duration);
-        if let Some(auth) = file.auth {
-            if unset("auth") {
-                self.auth = Some(
-                    AuthMode::from_str(&auth, true).map_err(|e| invalid(format!("auth: {e}")))?,
-                );
-            }
-        }
-        fill!(allow_anonymous);
-        macro_rules! fill_some {
-            ($field:ident) => {
-                if let Some(value) = file.$field {
-                    if unset(stringify!($field)) {
-                        self.$field = Some(value);
-                    }
-                }
-            };
-        }
-        fill_some!(api_keys_file);
-        fill_some!(auth_public_key);
-        fill_some!(auth_issuer);
-        fill_some!(auth_audience);
-        fill_some!(allowed_origins);
-        fill_some!(metrics_bind);
+            .map_err(|e: toml::de::Error| invalid(e.to_string()))
+    }
+
+    /// Sets every option this file has that `fill` says is unset in `args`.
+    fn apply(self, args: &mut ServeArgs, fill: &Fill<'_>) -> Result<(), ConfigError> {
+        let file = self;
+        fill!(fill, args, file => bind, data_dir, session_store, artifact_store, app_name, web_root);
+        fill!(fill, args, file => model, gemini_base_url, gemini_api_version);
+        fill!(fill, args, file => vertex_project, vertex_location, agent);
+        fill_parsed!(fill, args, file, parse_modality => modality);
+        fill_parsed!(fill, args, file, parse_audio_frames => audio_frames);
+        fill!(fill, args, file => save_live_blob, audio_lead_ms, max_message_bytes, queue_capacity);
+        fill_parsed!(fill, args, file, |v| LogFormat::from_str(v, true) => log_format);
+        fill_parsed!(fill, args, file, |v| SimPacingArg::from_str(v, true) => sim_pacing);
+        fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
+        fill!(fill, args, file => header_read_timeout_secs, max_unfinished_connections);
+        fill!(fill, args, file => max_connections, max_sessions_per_user, connections_per_second);
+        let proxies = |list: Vec<String>| list.iter().map(|p| parse_proxy(p)).collect();
+        let trusted_proxies = &mut args.trusted_proxies;
+        fill.parsed(
+            "trusted_proxies",
+            file.trusted_proxies,
+            trusted_proxies,
+            proxies,
+        )?;
+        fill!(fill, args, file => history_max_events, history_max_bytes, ready_checks_model);
+        fill!(fill, args, file => tls_cert, tls_key, max_unsaved_recording_bytes);
+        fill!(fill, args, file => lease_ttl_ms, drain_timeout, queue_max_bytes);
+        fill!(fill, args, file => max_text_bytes, max_audio_frame_bytes, max_media_bytes);
+        fill_parsed!(fill, args, file, parse_duration =>
+            idle_timeout, max_session_duration, slow_client_timeout,
+            gemini_connect_timeout, gemini_silence_timeout);
+        fill_parsed!(fill, args, file, |v| AuthMode::from_str(v, true).map(Some) => auth);
+        fill!(fill, args, file => allow_anonymous, api_keys_file, auth_public_key);
+        fill!(fill, args, file => auth_issuer, auth_audience, allowed_origins, metrics_bind);
         // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
-        self.live.file = file.live;
-        if let Some(list) = file.client_settings {
-            if unset("client_settings") {
-                self.live.client_settings = list
-                    .parse()
-                    .map_err(|e| invalid(format!("client_settings: {e}")))?;
-            }
-        }
-        fill!(openai_base_url);
-        fill!(openai_azure);
-        fill!(openai_vad, |v: &str| OpenAiVadArg::from_str(v, true));
+        args.live.file = file.live;
+        let client_settings = &mut args.live.client_settings;
+        fill.parsed(
+            "client_settings",
+            file.client_settings,
+            client_settings,
+            |list: String| list.parse(),
+        )?;
+        fill!(fill, args, file => openai_base_url, openai_azure);
+        fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
         Ok(())
     }
 }
@@ -675,7 +702,7 @@ fn parse_modality(s: &str) -> Result<Modality, String> {
     s.parse()
 }
 
-fn parse_audio_frames(s: &str) -> Result<AudioFrames, String> {
+fn parse_audio_frames(s: &str) -> Result<AudioEncoding, String> {
     s.parse()
 }
 
@@ -748,10 +775,39 @@ mod tests {
             "the flag wins"
         );
         assert_eq!(args.modality, Modality::Text, "the file beats the default");
-        assert!(!args.save_audio);
+        assert!(!args.save_live_blob);
         assert_eq!(args.sim_pacing, SimPacingArg::Burst);
         assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn save_audio_is_also_accepted_as_save_live_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let config = path.to_str().unwrap();
+        for key in [
+            "save-audio",
+            "save_audio",
+            "save-live-blob",
+            "save_live_blob",
+        ] {
+            std::fs::write(&path, format!("{key} = false\n")).unwrap();
+            let args = parse(&["livegate", "--config", config]).unwrap();
+            assert!(!args.save_live_blob, "{key} in the file");
+        }
+        for flag in ["--save-audio", "--save-live-blob"] {
+            let args = parse(&["livegate", flag, "false"]).unwrap();
+            assert!(!args.save_live_blob, "{flag}");
+            // The flag wins over the file whichever name either uses.
+            std::fs::write(&path, "save-audio = true\n").unwrap();
+            let args = parse(&["livegate", "--config", config, flag, "false"]).unwrap();
+            assert!(!args.save_live_blob, "{flag} over the file");
+        }
+        assert!(
+            parse(&["livegate"]).unwrap().save_live_blob,
+            "on by default"
+        );
     }
 
     #[test]

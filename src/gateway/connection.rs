@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use super::close;
-use super::codec::{encode_event, AudioFrames, FrameBlocks, FrameError};
+use super::codec::{encode_event, AudioEncoding, FrameError, InputAudioBlocks};
 use super::ids::PathId;
 use super::live_settings::{self, ClientLayer};
 use super::metrics::{Meter, RunMeter};
@@ -29,10 +29,6 @@ use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, Run
 use crate::model::Modality;
 use crate::signal::Signal;
 
-/// Close code sent to a connection whose session was taken over by a newer one.
-pub const CLOSE_TAKEN_OVER: u16 = close::TAKEN_OVER;
-/// Close code of a draining gateway (SIGTERM): reconnect, to another node, and carry on.
-pub const CLOSE_SERVICE_RESTART: u16 = close::SERVICE_RESTART;
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.
@@ -42,11 +38,21 @@ const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectOptions {
     /// How model audio reaches the client.
-    pub audio: AudioFrames,
+    pub audio: AudioEncoding,
     /// Response modality.
     pub modality: Modality,
     /// Live settings given as query parameters.
     pub settings: ClientLayer,
+}
+
+/// A client frame, read.
+enum Decoded {
+    /// A request for the run, or why the frame is refused.
+    Request(Result<LiveRequest, FrameError>),
+    /// A ping or pong: nothing for the run.
+    Control,
+    /// The client closed, left or broke the protocol.
+    End(End),
 }
 
 /// Why the reader loop stopped.
@@ -197,7 +203,7 @@ impl Connection {
         let (run_config, setting_errors) = live_settings::run_config(
             &gateway.live,
             &self.options,
-            gateway.save_audio,
+            gateway.save_live_blob,
             setup.as_ref(),
         );
         let (queue, requests) =
@@ -218,14 +224,14 @@ impl Connection {
         let invocation_id = run.invocation_id;
         tracing::Span::current().record("invocation_id", invocation_id.as_str());
         tracing::info!(modality = ?self.options.modality, audio = ?self.options.audio, "live run started");
-        let frames = RunFrames {
+        let events = RunEvents {
             events: run.events,
             meter: Some(self.meter.run()),
             mode: self.options.audio,
             done: self.run_done.clone(),
             failed: self.run_failed.clone(),
         };
-        let writer = self.spawn_writer(sink, frames, abort);
+        let writer = self.spawn_writer(sink, events, abort);
         let agent = gateway.runner.agent.name().to_owned();
         for error in setting_errors {
             tracing::info!(%error, "client live setting refused");
@@ -271,7 +277,7 @@ impl Connection {
                 reason: "could not start the live run".into(),
             })
             .await;
-        let writer = self.spawn_writer(sink, RunFrames::none(), abort);
+        let writer = self.spawn_writer(sink, RunEvents::none(), abort);
         drop(self);
         let _ = writer.await;
     }
@@ -288,8 +294,6 @@ impl Connection {
         R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
     {
         let gateway = &self.gateway;
-        let limits = gateway.frame_limits;
-        let agent = gateway.runner.agent.name().to_owned();
         // Made once, not per frame: a pinned wait polled again costs an atomic load.
         let taken_over = lease.taken_over.fired();
         let shutdown = gateway.shutdown.fired();
@@ -309,7 +313,7 @@ impl Connection {
         // The idle timer is not reset per frame (a timer-wheel update 50 times a second):
         // when it fires, it is moved on to the last frame's time plus the timeout.
         let mut last_frame = tokio::time::Instant::now();
-        let mut frames = FrameBlocks::default();
+        let mut audio_blocks = InputAudioBlocks::default();
         let mut bad_frames = LogLimit::default();
         loop {
             let message = tokio::select! {
@@ -330,19 +334,10 @@ impl Connection {
                 message = stream.next() => message,
             };
             last_frame = tokio::time::Instant::now();
-            let decoded: Result<LiveRequest, FrameError> = match message {
-                Some(Ok(Message::Binary(data))) => {
-                    self.meter.received(true, data.len());
-                    limits.decode_binary(&data, &mut frames)
-                }
-                Some(Ok(Message::Text(text))) => {
-                    self.meter.received(false, text.len());
-                    limits.decode_text(text.as_str())
-                }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                Some(Ok(Message::Close(_))) => return End::ClientClosed,
-                None => return End::ClientGone,
-                Some(Err(error)) => return socket_error(error),
+            let decoded = match self.decode(message, &mut audio_blocks) {
+                Decoded::Request(decoded) => decoded,
+                Decoded::Control => continue,
+                Decoded::End(end) => return end,
             };
             match decoded {
                 Ok(mut request) => {
@@ -362,22 +357,56 @@ impl Connection {
                     }
                 }
                 Err(error) => {
-                    // Counted as an error event; logged once, then at most once a second.
-                    if let Some(suppressed) = bad_frames.allow(Instant::now()) {
-                        tracing::info!(%error, suppressed, "bad client frame");
-                    }
-                    let event = self.meter.counted(Event::error(
-                        invocation_id,
-                        &agent,
-                        error.code(),
-                        live_settings::frame_error_message(&error),
-                    ));
-                    if !send_event(&self.writer_tx, event, self.options.audio).await {
+                    if !self.refuse(&error, invocation_id, &mut bad_frames).await {
                         return End::ClientGone;
                     }
                 }
             }
         }
+    }
+
+    /// What a client frame (or the end of the stream) means for the run, counted.
+    fn decode(
+        &self,
+        message: Option<Result<Message, axum::Error>>,
+        audio_blocks: &mut InputAudioBlocks,
+    ) -> Decoded {
+        let limits = self.gateway.frame_limits;
+        match message {
+            Some(Ok(Message::Binary(data))) => {
+                self.meter.received(true, data.len());
+                Decoded::Request(limits.decode_binary(&data, audio_blocks))
+            }
+            Some(Ok(Message::Text(text))) => {
+                self.meter.received(false, text.len());
+                Decoded::Request(limits.decode_text(text.as_str()))
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => Decoded::Control,
+            Some(Ok(Message::Close(_))) => Decoded::End(End::ClientClosed),
+            None => Decoded::End(End::ClientGone),
+            Some(Err(error)) => Decoded::End(socket_error(error)),
+        }
+    }
+
+    /// Answers a frame that could not be understood with an error event (the connection goes
+    /// on); false once the writer is gone.
+    async fn refuse(
+        &self,
+        error: &FrameError,
+        invocation_id: &str,
+        bad_frames: &mut LogLimit,
+    ) -> bool {
+        // Counted as an error event; logged once, then at most once a second.
+        if let Some(suppressed) = bad_frames.allow(Instant::now()) {
+            tracing::info!(%error, suppressed, "bad client frame");
+        }
+        let event = self.meter.counted(Event::error(
+            invocation_id,
+            self.gateway.runner.agent.name(),
+            error.code(),
+            live_settings::frame_error_message(error),
+        ));
+        send_event(&self.writer_tx, event, self.options.audio).await
     }
 
     /// Closes the run, then the socket. A client that is gone, replaced, shut down or over a
@@ -439,7 +468,7 @@ impl Connection {
     fn spawn_writer<S>(
         &mut self,
         sink: S,
-        run: RunFrames,
+        run: RunEvents,
         abort: oneshot::Receiver<Abort>,
     ) -> JoinHandle<(WriterExit, WriterStats)>
     where
@@ -537,7 +566,7 @@ fn spawn_writer<S>(
     gateway: &Gateway,
     sink: S,
     control: mpsc::Receiver<WriterCommand>,
-    mut run: RunFrames,
+    mut run: RunEvents,
     abort: oneshot::Receiver<Abort>,
     meter: Meter,
     writer_done: &Signal,
@@ -572,23 +601,23 @@ where
 }
 
 /// The run's events as writer frames, each counted; fires `done` when the run ends.
-struct RunFrames {
+struct RunEvents {
     events: BoxStream<'static, Event>,
     /// Counts the run while it lasts; `None` once it has ended (or for no run at all).
     meter: Option<RunMeter>,
-    mode: AudioFrames,
+    mode: AudioEncoding,
     done: Signal,
     /// Set while the run's last event (recordings aside) is an error.
     failed: Arc<AtomicBool>,
 }
 
-impl RunFrames {
+impl RunEvents {
     /// No run: a connection whose run could not start.
     fn none() -> Self {
-        RunFrames {
+        RunEvents {
             events: futures::stream::empty().boxed(),
             meter: None,
-            mode: AudioFrames::default(),
+            mode: AudioEncoding::default(),
             done: Signal::new(),
             failed: Arc::default(),
         }
@@ -611,7 +640,7 @@ impl RunFrames {
     }
 }
 
-impl Stream for RunFrames {
+impl Stream for RunEvents {
     type Item = WriterCommand;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<WriterCommand>> {
@@ -648,9 +677,9 @@ fn announces_recordings(event: &Event) -> bool {
 }
 
 /// The writer's command for an event; `None` (logged) if it cannot be encoded.
-fn encoded(event: Event, mode: AudioFrames) -> Option<WriterCommand> {
+fn encoded(event: Event, mode: AudioEncoding) -> Option<WriterCommand> {
     match encode_event(event, mode) {
-        Ok(frame) => Some(WriterCommand::Frame(Box::new(frame))),
+        Ok(frame) => Some(WriterCommand::Event(Box::new(frame))),
         Err(error) => {
             tracing::error!(%error, "could not encode an event");
             None
@@ -659,7 +688,11 @@ fn encoded(event: Event, mode: AudioFrames) -> Option<WriterCommand> {
 }
 
 /// Encodes and queues an event for the writer; false once the writer is gone.
-async fn send_event(writer: &mpsc::Sender<WriterCommand>, event: Event, mode: AudioFrames) -> bool {
+async fn send_event(
+    writer: &mpsc::Sender<WriterCommand>,
+    event: Event,
+    mode: AudioEncoding,
+) -> bool {
     match encoded(event, mode) {
         Some(command) => writer.send(command).await.is_ok(),
         None => true,

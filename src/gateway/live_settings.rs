@@ -240,12 +240,12 @@ where
 pub fn run_config(
     defaults: &LiveDefaults,
     options: &ConnectOptions,
-    save_audio: bool,
+    save_live_blob: bool,
     setup: Option<&ClientLayer>,
 ) -> (RunConfig, Vec<SettingError>) {
     let mut config = RunConfig {
         response_modalities: Some(vec![options.modality]),
-        save_live_blob: save_audio,
+        save_live_blob,
         session_resumption: Some(Default::default()),
         ..RunConfig::default()
     };

@@ -166,50 +166,8 @@ impl Default for Metrics {
             "Client WebSocket connections open",
             connections.clone(),
         );
-        let frames = Family::<Labels, Counter>::default();
-        registry.register(
-            "frames",
-            "WebSocket messages by direction (in: from clients) and kind",
-            frames.clone(),
-        );
-        let bytes = Family::<[(&'static str, &'static str); 1], Counter>::default();
-        registry.register(
-            "bytes",
-            "WebSocket message payload bytes by direction",
-            bytes.clone(),
-        );
-        let stalled = Counter::default();
-        registry.register(
-            "slow_client_disconnects",
-            "Clients cut off because they stopped reading",
-            stalled.clone(),
-        );
-        let runs = Gauge::default();
-        registry.register("live_runs", "Live runs in progress", runs.clone());
-        let kinds = Family::<[(&'static str, &'static str); 1], Counter>::default();
-        registry.register(
-            "events",
-            "Events of live runs by kind (all of them, also after their client left)",
-            kinds.clone(),
-        );
-        let errors = Family::<[(&'static str, String); 1], Counter>::default();
-        registry.register(
-            "errors",
-            "Error events of live runs by error code",
-            errors.clone(),
-        );
-        let recordings_dropped = Counter::default();
-        registry.register(
-            "recordings_dropped",
-            "Times recording audio was dropped because it could not be saved and reached the memory cap",
-            recordings_dropped.clone(),
-        );
-        let artifacts = Family::<[(&'static str, &'static str); 1], Counter>::default();
-        registry.register(
-            "artifacts_saved",
-            "Artifact versions saved by live runs (recording: audio recordings; agent: tools and callbacks)",
-            artifacts.clone(),
-        );
+        let (inbound, outbound, stalled) = register_traffic(registry);
+        let events = EventCounters::register(registry);
         let reconnects = Counter::default();
         registry.register(
             "upstream_reconnects",
@@ -246,35 +204,9 @@ impl Default for Metrics {
             "Requests refused by authentication, authorization or origin checks, by reason",
             auth_failures.clone(),
         );
-        // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
-        // second call in the same expression, which may need the write lock, would wait forever.
-        let frame = |direction, kind| {
-            frames
-                .get_or_create(&[("direction", direction), ("kind", kind)])
-                .clone()
-        };
-        let byte = |direction| bytes.get_or_create(&[("direction", direction)]).clone();
-        let way = |direction| {
-            let audio = frame(direction, "audio");
-            let text = frame(direction, "text");
-            let bytes = byte(direction);
-            Way { audio, text, bytes }
-        };
-        // Made once, like the frame counters: counting an event is then an index and an add.
-        let saved = |source| artifacts.get_or_create(&[("source", source)]).clone();
-        let recordings = saved("recording");
-        let agent_artifacts = saved("agent");
-        let events = EventCounters {
-            runs,
-            kinds: EventKind::ALL.map(|k| kinds.get_or_create(&[("kind", k.label())]).clone()),
-            errors,
-            recordings,
-            agent_artifacts,
-            recordings_dropped,
-        };
         let meter = Meter {
-            inbound: way("in"),
-            outbound: way("out"),
+            inbound,
+            outbound,
             stalled,
             answer_forward,
             first_audio,
@@ -290,6 +222,88 @@ impl Default for Metrics {
             meter,
             limits,
             auth_failures,
+        }
+    }
+}
+
+/// Registers the counters of client messages and bytes each way, and of slow clients cut off:
+/// the inbound and outbound counters, and the slow-client one.
+fn register_traffic(registry: &mut Registry) -> (Way, Way, Counter) {
+    let frames = Family::<Labels, Counter>::default();
+    registry.register(
+        "frames",
+        "WebSocket messages by direction (in: from clients) and kind",
+        frames.clone(),
+    );
+    let bytes = Family::<[(&'static str, &'static str); 1], Counter>::default();
+    registry.register(
+        "bytes",
+        "WebSocket message payload bytes by direction",
+        bytes.clone(),
+    );
+    let stalled = Counter::default();
+    registry.register(
+        "slow_client_disconnects",
+        "Clients cut off because they stopped reading",
+        stalled.clone(),
+    );
+    // Each counter is fetched in its own call: `get_or_create` hands out a read guard, and a
+    // second call in the same expression, which may need the write lock, would wait forever.
+    let frame = |direction, kind| {
+        frames
+            .get_or_create(&[("direction", direction), ("kind", kind)])
+            .clone()
+    };
+    let byte = |direction| bytes.get_or_create(&[("direction", direction)]).clone();
+    let way = |direction| {
+        let audio = frame(direction, "audio");
+        let text = frame(direction, "text");
+        let bytes = byte(direction);
+        Way { audio, text, bytes }
+    };
+    (way("in"), way("out"), stalled)
+}
+
+impl EventCounters {
+    /// Registers the counters of live runs and their events.
+    fn register(registry: &mut Registry) -> EventCounters {
+        let runs = Gauge::default();
+        registry.register("live_runs", "Live runs in progress", runs.clone());
+        let kinds = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "events",
+            "Events of live runs by kind (all of them, also after their client left)",
+            kinds.clone(),
+        );
+        let errors = Family::<[(&'static str, String); 1], Counter>::default();
+        registry.register(
+            "errors",
+            "Error events of live runs by error code",
+            errors.clone(),
+        );
+        let recordings_dropped = Counter::default();
+        registry.register(
+                "recordings_dropped",
+                "Times recording audio was dropped because it could not be saved and reached the memory cap",
+                recordings_dropped.clone(),
+            );
+        let artifacts = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+                "artifacts_saved",
+                "Artifact versions saved by live runs (recording: audio recordings; agent: tools and callbacks)",
+                artifacts.clone(),
+            );
+        // Made once, like the frame counters: counting an event is then an index and an add.
+        let saved = |source| artifacts.get_or_create(&[("source", source)]).clone();
+        let recordings = saved("recording");
+        let agent_artifacts = saved("agent");
+        EventCounters {
+            runs,
+            kinds: EventKind::ALL.map(|k| kinds.get_or_create(&[("kind", k.label())]).clone()),
+            errors,
+            recordings,
+            agent_artifacts,
+            recordings_dropped,
         }
     }
 }

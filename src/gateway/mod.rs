@@ -3,7 +3,7 @@
 
 mod assets;
 pub mod auth;
-mod close;
+pub mod close;
 mod codec;
 pub mod config;
 mod connection;
@@ -11,6 +11,7 @@ mod ids;
 pub mod limits;
 pub mod live_settings;
 pub mod metrics;
+mod pacing;
 mod pg_leases;
 pub mod process;
 mod ready;
@@ -39,11 +40,11 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub use codec::{
-    decode_binary, decode_text, encode_event, AudioFrames, FrameBlocks, FrameError, FrameLimits,
-    OutFrame,
+    decode_binary, decode_text, encode_event, AudioEncoding, EncodedEvent, FrameError, FrameLimits,
+    InputAudioBlocks,
 };
 pub use config::ServeArgs;
-pub use connection::{ConnectOptions, SessionLimits, CLOSE_SERVICE_RESTART, CLOSE_TAKEN_OVER};
+pub use connection::{ConnectOptions, SessionLimits};
 pub use ids::PathId;
 pub use pg_leases::PgLeases;
 pub use registry::{LeaseGuard, SessionRegistry, SharedLeases};
@@ -79,12 +80,13 @@ pub struct Gateway {
     pub writer_config: WriterConfig,
     /// Live request queue capacity.
     pub queue_capacity: usize,
-    /// Record audio to artifacts.
-    pub save_audio: bool,
+    /// Record input and output audio to artifacts (ADK's `RunConfig::save_live_blob`), unless a
+    /// client's setup says otherwise.
+    pub save_live_blob: bool,
     /// Default response modality.
     pub modality: Modality,
     /// Default downstream audio encoding.
-    pub audio_frames: AudioFrames,
+    pub audio_frames: AudioEncoding,
     /// Largest client message.
     pub max_message_bytes: usize,
     /// Serve the web client from this folder instead of the embedded one.
@@ -180,21 +182,7 @@ impl Server {
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     // Checked first: a gateway that would be open to the world must not even open its stores.
     let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
-    let store_url = args.session_store_url();
-    // With PostgreSQL every node shares the sessions, so the one-run-per-session lease is
-    // shared too; the other stores belong to one process and keep it in that process.
-    let (sessions, registry): (Arc<dyn SessionService>, SessionRegistry) =
-        if is_postgres_url(&store_url) {
-            let store = PostgresSessionService::open(&store_url).await?;
-            let ttl = Duration::from_millis(args.lease_ttl_ms);
-            let leases = PgLeases::start(store.pool().clone(), &args.app_name, ttl)
-                .await
-                .map_err(StartError::Leases)?;
-            (Arc::new(store), SessionRegistry::shared(leases))
-        } else {
-            let store = open_session_service(&store_url).await?;
-            (store, SessionRegistry::local())
-        };
+    let (sessions, registry) = open_sessions(args).await?;
     // A bucket's recordings wait on the data disk on their way to it.
     let spool_root = args.data_dir.join("spool");
     let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
@@ -203,24 +191,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         gemini: args.gemini_options(),
         openai: args.openai_options(),
     };
-    let agent_config = match &args.agent {
-        Some(path) => AgentConfig::load(path)?,
-        None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
-    };
-    let agent = agent_config.build(&args.model, &|name| model_for_name(name, &options))?;
-    let live = live_settings::LiveDefaults {
-        settings: args
-            .live
-            .settings()?
-            .overlay(&agent_config.live.clone().unwrap_or_default()),
-        client: args.live.client_settings.clone(),
-    };
-    tracing::info!(agent = agent.name(), model = args.model, "agent ready");
-    let mut runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
-    runner.history = crate::runner::HistoryLimit {
-        events: args.history_max_events,
-        bytes: args.history_max_bytes,
-    };
+    let (runner, live) = build_runner(args, &options, sessions, artifacts)?;
     crate::live::flow::set_max_unsaved_bytes(args.max_unsaved_recording_bytes);
     // The sim's delay is known; a load test reads it from here.
     let metrics = match args.model.as_str() {
@@ -228,50 +199,18 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         _ => metrics::Metrics::default(),
     };
     let metrics = metrics.with_store_reads(runner.sessions.clone());
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(Arc::new(
-            tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
-                .map_err(|e| StartError::Tls(e.to_string()))?,
-        )),
-        (None, None) => None,
-        _ => {
-            return Err(StartError::Tls(
-                "--tls-cert and --tls-key go together".into(),
-            ))
-        }
-    };
+    let tls = open_tls(args, &metrics)?;
     let limits = Arc::new(limits::Limits::new(
-        limits::LimitSettings {
-            max_connections: args.max_connections,
-            max_sessions_per_user: args.max_sessions_per_user,
-            connections_per_second: args.connections_per_second,
-            trusted_proxies: args.trusted_proxies.clone(),
-        },
+        args.limit_settings(),
         metrics.limits.clone(),
-    ));
-    // The host to check is the one the gateway's model lives on.
-    let model_url = if crate::model::openai::is_openai_model(&args.model) {
-        let id = args.model.strip_prefix(crate::model::openai::PREFIX);
-        options.openai.url(id.unwrap_or(&args.model))
-    } else {
-        options.gemini.url()
-    };
-    let readiness = ready::Readiness::new(ready::ModelCheck::new(
-        args.ready_checks_model,
-        &args.model,
-        &model_url,
     ));
     let gateway = Arc::new(Gateway {
         runner,
         registry,
         shutdown: Signal::new(),
-        writer_config: WriterConfig {
-            audio_lead: Duration::from_millis(args.audio_lead_ms),
-            send_timeout: args.slow_client_timeout,
-            ..WriterConfig::default()
-        },
+        writer_config: args.writer_config(),
         queue_capacity: args.queue_capacity,
-        save_audio: args.save_audio,
+        save_live_blob: args.save_live_blob,
         modality: args.modality,
         audio_frames: args.audio_frames,
         max_message_bytes: args.max_message_bytes,
@@ -281,28 +220,12 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         live,
         connections: TaskTracker::new(),
         limits: limits.clone(),
-        readiness,
-        frame_limits: FrameLimits {
-            text_bytes: args.max_text_bytes,
-            audio_frame_bytes: args.max_audio_frame_bytes,
-            media_bytes: args.max_media_bytes,
-        },
+        readiness: readiness(args, &options),
+        frame_limits: args.frame_limits(),
         queue_max_bytes: args.queue_max_bytes,
-        session_limits: SessionLimits {
-            idle: config::limit(args.idle_timeout),
-            max_duration: config::limit(args.max_session_duration),
-        },
+        session_limits: args.session_limits(),
     });
-    let listener = TcpListener::bind(args.bind)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: args.bind,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind {
-        addr: args.bind,
-        source,
-    })?;
+    let (listener, addr) = bind(args.bind).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, model = %args.model, auth = ?gateway.auth.mode(), "listening on {addr} ({scheme})");
     if let Some(metrics_bind) = args.metrics_bind {
@@ -328,6 +251,99 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         gateway,
         task,
     })
+}
+
+/// The session store, and the registry that keeps one live run per session. With PostgreSQL
+/// every node shares the sessions, so the one-run-per-session lease is shared too; the other
+/// stores belong to one process and keep it in that process.
+async fn open_sessions(
+    args: &ServeArgs,
+) -> Result<(Arc<dyn SessionService>, SessionRegistry), StartError> {
+    let store_url = args.session_store_url();
+    if is_postgres_url(&store_url) {
+        let store = PostgresSessionService::open(&store_url).await?;
+        let ttl = Duration::from_millis(args.lease_ttl_ms);
+        let leases = PgLeases::start(store.pool().clone(), &args.app_name, ttl)
+            .await
+            .map_err(StartError::Leases)?;
+        Ok((Arc::new(store), SessionRegistry::shared(leases)))
+    } else {
+        let store = open_session_service(&store_url).await?;
+        Ok((store, SessionRegistry::local()))
+    }
+}
+
+/// The agent (from `--agent` or the built-in one) on its model, in a runner, and the live
+/// settings every connection starts from (flags over the agent file's `[live]`).
+fn build_runner(
+    args: &ServeArgs,
+    options: &ModelOptions,
+    sessions: Arc<dyn SessionService>,
+    artifacts: Arc<dyn crate::artifact::ArtifactService>,
+) -> Result<(Runner, live_settings::LiveDefaults), StartError> {
+    let agent_config = match &args.agent {
+        Some(path) => AgentConfig::load(path)?,
+        None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
+    };
+    let agent = agent_config.build(&args.model, &|name| model_for_name(name, options))?;
+    let live = live_settings::LiveDefaults {
+        settings: args
+            .live
+            .settings()?
+            .overlay(&agent_config.live.clone().unwrap_or_default()),
+        client: args.live.client_settings.clone(),
+    };
+    tracing::info!(agent = agent.name(), model = args.model, "agent ready");
+    let mut runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
+    runner.history = crate::runner::HistoryLimit {
+        events: args.history_max_events,
+        bytes: args.history_max_bytes,
+    };
+    Ok((runner, live))
+}
+
+/// The TLS certificate and key, reloaded when they change; `None` without `--tls-cert`.
+fn open_tls(
+    args: &ServeArgs,
+    metrics: &metrics::Metrics,
+) -> Result<Option<Arc<tls::ReloadingTls>>, StartError> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Ok(Some(Arc::new(
+            tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
+                .map_err(|e| StartError::Tls(e.to_string()))?,
+        ))),
+        (None, None) => Ok(None),
+        _ => Err(StartError::Tls(
+            "--tls-cert and --tls-key go together".into(),
+        )),
+    }
+}
+
+/// What `/readyz` checks: the model's host, if `--ready-checks-model`.
+fn readiness(args: &ServeArgs, options: &ModelOptions) -> ready::Readiness {
+    // The host to check is the one the gateway's model lives on.
+    let model_url = if crate::model::openai::is_openai_model(&args.model) {
+        let id = args.model.strip_prefix(crate::model::openai::PREFIX);
+        options.openai.url(id.unwrap_or(&args.model))
+    } else {
+        options.gemini.url()
+    };
+    ready::Readiness::new(ready::ModelCheck::new(
+        args.ready_checks_model,
+        &args.model,
+        &model_url,
+    ))
+}
+
+/// Binds the listen address; returns the listener and the address it got (port 0: any).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok((listener, bound))
 }
 
 /// Serves `/metrics` alone on `addr`, to anyone who reaches it, until shutdown.

@@ -1,8 +1,7 @@
-//! The writer task: the only owner of a socket's sink. Paces model audio at real time plus a small
-//! lead, drops queued audio of an interrupted answer before sending `interrupted`, and gives up on
-//! a client that stops reading.
+//! The writer task: the only owner of a socket's sink. It writes what the [`Pacer`] releases
+//! (model audio at real time plus a small lead, held audio of an interrupted answer dropped before
+//! `interrupted`), times answers as they go out, and gives up on a client that stops reading.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message};
@@ -12,8 +11,9 @@ use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
 use super::close;
-use super::codec::OutFrame;
+use super::codec::EncodedEvent;
 use super::metrics::Meter;
+use super::pacing::{Next, Pacer};
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
 /// a bigger frame is written at once.
@@ -24,7 +24,7 @@ pub const SOCKET_WRITE_BUFFER: usize = 8192;
 pub enum WriterCommand {
     /// Send an event. (Boxed: a channel allocates room for 32 commands up front, and every
     /// connection has one.)
-    Frame(Box<OutFrame>),
+    Event(Box<EncodedEvent>),
     /// Send a close frame and stop.
     Close {
         /// WebSocket close code.
@@ -78,34 +78,6 @@ pub struct WriterStats {
     pub dropped_interrupted_audio: u64,
 }
 
-/// Real-time pacing of one audio stream.
-#[derive(Debug, Default)]
-struct Playback {
-    started: Option<Instant>,
-    queued: Duration,
-}
-
-impl Playback {
-    /// When a chunk may be sent: no earlier than `lead` before the client will need it.
-    fn send_at(&mut self, now: Instant, lead: Duration) -> Instant {
-        match self.started {
-            // The client has played everything we sent: start a new stream clock.
-            Some(start) if start + self.queued >= now => {
-                (start + self.queued).checked_sub(lead).unwrap_or(now)
-            }
-            _ => {
-                self.started = Some(now);
-                self.queued = Duration::ZERO;
-                now
-            }
-        }
-    }
-
-    fn sent(&mut self, audio: Duration) {
-        self.queued += audio;
-    }
-}
-
 /// An immediate stop: drop whatever is pending and end the socket this way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Abort {
@@ -142,7 +114,7 @@ where
     S::Error: std::fmt::Display,
     C: Stream<Item = WriterCommand> + Unpin,
 {
-    let mut stats = WriterStats::default();
+    let mut pacer = Pacer::new(config.audio_lead, config.audio_batch, config.max_pending);
     let exit = tokio::select! {
         biased;
         close = &mut abort => {
@@ -155,11 +127,14 @@ where
             }
             WriterExit::Closed
         }
-        exit = write_loop(&mut sink, commands, config, &mut stats, &meter) => exit,
+        exit = write_loop(&mut sink, commands, config, &mut pacer, &meter) => exit,
     };
     if let WriterExit::Stalled(_) = &exit {
         meter.stalled();
     }
+    let stats = WriterStats {
+        dropped_interrupted_audio: pacer.dropped(),
+    };
     (exit, stats)
 }
 
@@ -177,11 +152,12 @@ where
     let _ = timeout(linger, sink.send(frame)).await;
 }
 
+/// Writes until closed or the client is gone: the pacer says what goes out when, this writes it.
 async fn write_loop<S, C>(
     sink: &mut S,
-    mut commands: C,
+    commands: C,
     config: WriterConfig,
-    stats: &mut WriterStats,
+    pacer: &mut Pacer,
     meter: &Meter,
 ) -> WriterExit
 where
@@ -189,182 +165,215 @@ where
     S::Error: std::fmt::Display,
     C: Stream<Item = WriterCommand> + Unpin,
 {
-    let mut pending: VecDeque<OutFrame> = VecDeque::new();
-    let mut playback = Playback::default();
-    let mut close: Option<(u16, String)> = None;
-    let mut open = true;
-    // Frames fed to the sink but not yet flushed: everything ready goes out in one write, and
-    // the sink is flushed before the writer waits.
-    let mut unflushed = false;
-    // When the current answer's latest audio or text went out; `None` until an answer's first
-    // audio or text, and again once its turn completes or is interrupted. The turn's end is
-    // timed from it.
-    let mut last_answer: Option<Instant> = None;
-    // Never more than half the lead, so a short lead still keeps the client fed.
-    let batch = config.audio_batch.min(config.audio_lead / 2);
-
-    loop {
-        // Take what is queued, so an `interrupted` can drop the audio it overtakes; but not past
-        // an answer's first audio or text, which the listener is waiting for: what is ready
-        // behind it can be the rest of the answer, and taking that first runs its whole way
-        // through the flow and the codec before the first byte goes out.
-        while open
-            && close.is_none()
-            && pending.len() < config.max_pending
-            && !(last_answer.is_none() && pending.iter().any(OutFrame::is_answer))
-        {
-            // Polled without a waker: whenever the writer waits, it awaits `commands` again.
-            match commands.next().now_or_never() {
-                Some(Some(command)) => {
-                    accept(command, &mut pending, &mut close, stats, &mut playback)
-                }
-                Some(None) => open = false,
-                None => break,
-            }
-        }
-        let Some(front) = pending.front() else {
-            if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
-                return exit;
-            }
-            if let Some((code, reason)) = close.take() {
-                send_close(sink, code, reason).await;
-                return WriterExit::Closed;
-            }
-            if !open {
-                return WriterExit::Closed;
-            }
-            match commands.next().await {
-                Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
-                None => open = false,
-            }
-            continue;
-        };
-
-        // The clock as an audio frame goes out: pacing reads it, and so does the turn's end.
-        let audio_at = if front.is_audio() {
-            let now = Instant::now();
-            let at = playback.send_at(now, config.audio_lead);
-            // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
-            // does not wait for playback.
-            if at > now && close.is_none() {
-                if let Err(exit) = flush(sink, &mut unflushed, config.send_timeout).await {
-                    return exit;
-                }
-                // Wait until a batch is due (the lead has fallen `audio_batch` below its
-                // limit), but keep listening: an interrupt may arrive.
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at + batch) => {}
-                    command = commands.next(), if open && pending.len() < config.max_pending => match command {
-                        Some(command) => accept(command, &mut pending, &mut close, stats, &mut playback),
-                        None => open = false,
-                    },
-                }
-                continue;
-            }
-            Some(now)
-        } else {
-            None
-        };
-
-        let Some(frame) = pending.pop_front() else {
-            continue;
-        };
-        if frame.is_audio() {
-            playback.sent(frame.audio);
-        }
-        let written = write_frame(
-            sink,
-            frame,
-            audio_at,
-            &mut unflushed,
-            &mut last_answer,
-            config.send_timeout,
-            meter,
-        );
-        if let Err(exit) = written.await {
-            return exit;
-        }
+    let mut socket = SocketWriter {
+        sink,
+        limit: config.send_timeout,
+        meter,
+        unflushed: false,
+        last_answer: None,
+    };
+    let mut inbox = Inbox {
+        commands,
+        open: true,
+        close: None,
+    };
+    match write_until_closed(&mut socket, &mut inbox, pacer).await {
+        Ok(()) => WriterExit::Closed,
+        Err(exit) => exit,
     }
 }
 
-/// Writes one frame (its audio, then its event) and counts it: an answer's first audio or text
-/// is flushed at once and timed, and so is the end of its turn.
-async fn write_frame<S>(
-    sink: &mut S,
-    frame: OutFrame,
-    audio_at: Option<Instant>,
-    unflushed: &mut bool,
-    last_answer: &mut Option<Instant>,
-    limit: Duration,
-    meter: &Meter,
+async fn write_until_closed<S, C>(
+    socket: &mut SocketWriter<'_, S>,
+    inbox: &mut Inbox<C>,
+    pacer: &mut Pacer,
 ) -> Result<(), WriterExit>
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
+    C: Stream<Item = WriterCommand> + Unpin,
 {
-    // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its write
-    // buffer's capacity for good, and one that had held such a frame together with events
-    // stayed at twice the frame, ~19 KiB per connection at 200 ms chunks. The frame is
-    // written at once anyway, so this costs a write only when events were waiting.
-    let alone = frame
-        .binary
-        .as_ref()
-        .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
-    if alone {
-        flush(sink, unflushed, limit).await?;
-    }
-    let (ends_turn, created) = (frame.ends_turn, frame.created);
-    // Text is not paced, so only an answer's text reads the clock here.
-    let answer_at = audio_at.or_else(|| frame.answer_text.then(Instant::now));
-    let prompted_by = frame.prompted_by;
-    let sizes = (frame.binary.as_ref().map(Bytes::len), frame.json.len());
-    let fed = async {
-        if let Some(pcm) = frame.binary {
-            sink.feed(Message::Binary(pcm)).await?;
-            if alone {
-                sink.flush().await?;
+    loop {
+        inbox.take_ready(pacer, socket.answer_started());
+        // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
+        // does not wait for playback.
+        match pacer.next(Instant::now(), inbox.close.is_none()) {
+            Next::Write { event, audio_at } => socket.write(event, audio_at).await?,
+            Next::WaitUntil(at) => {
+                socket.flush().await?;
+                inbox.take_until(at, pacer).await;
+            }
+            Next::Idle => {
+                socket.flush().await?;
+                if let Some((code, reason)) = inbox.close.take() {
+                    send_close(socket.sink, code, reason).await;
+                    return Ok(());
+                }
+                if !inbox.open {
+                    return Ok(());
+                }
+                inbox.take_next(pacer).await;
             }
         }
-        sink.feed(Message::Text(frame.json.into())).await
-    };
-    within(limit, fed).await?;
-    *unflushed = true;
-    if let Some(at) = answer_at {
-        if last_answer.is_none() {
-            // The first audio or text of an answer goes out now, not with what comes next.
-            flush(sink, unflushed, limit).await?;
-            // How long the gateway took to bring an answer's first audio or text from the
-            // model is what a listener waits for beyond the model (later audio is held back
-            // for pacing on purpose).
-            meter.answer_forwarded(created);
-        }
-        *last_answer = Some(at);
     }
-    if let Some(received) = prompted_by {
-        meter.first_answer(audio_at.is_some(), received.elapsed());
-    }
-    if ends_turn {
-        if let Some(written) = last_answer.take() {
-            meter.turn_end(written.elapsed());
-        }
-    }
-    if let Some(pcm) = sizes.0 {
-        meter.sent(true, pcm);
-    }
-    meter.sent(false, sizes.1);
-    Ok(())
 }
 
-/// Flushes what was fed to the sink, if anything was; the writer does so before it waits.
-async fn flush<S>(sink: &mut S, unflushed: &mut bool, limit: Duration) -> Result<(), WriterExit>
+/// The connection's commands as the writer takes them: events go to the pacer, a close waits
+/// until everything before it is out.
+struct Inbox<C> {
+    commands: C,
+    /// False once `commands` has ended.
+    open: bool,
+    close: Option<(u16, String)>,
+}
+
+impl<C> Inbox<C>
+where
+    C: Stream<Item = WriterCommand> + Unpin,
+{
+    fn accept(&mut self, command: Option<WriterCommand>, pacer: &mut Pacer) {
+        match command {
+            Some(WriterCommand::Event(event)) => pacer.push(*event),
+            Some(WriterCommand::Close { code, reason }) => self.close = Some((code, reason)),
+            None => self.open = false,
+        }
+    }
+
+    /// Takes what is queued, so an `interrupted` can drop the audio it overtakes; but not past
+    /// an answer's first audio or text, which the listener is waiting for: what is ready behind
+    /// it can be the rest of the answer, and taking that first runs its whole way through the
+    /// flow and the codec before the first byte goes out.
+    fn take_ready(&mut self, pacer: &mut Pacer, answer_started: bool) {
+        while self.open
+            && self.close.is_none()
+            && !pacer.is_full()
+            && (answer_started || !pacer.holds_answer())
+        {
+            // Polled without a waker: whenever the writer waits, it awaits `commands` again.
+            match self.commands.next().now_or_never() {
+                Some(command) => self.accept(command, pacer),
+                None => break,
+            }
+        }
+    }
+
+    /// Waits for the next command.
+    async fn take_next(&mut self, pacer: &mut Pacer) {
+        let command = self.commands.next().await;
+        self.accept(command, pacer);
+    }
+
+    /// Waits until `at`, taking a command if one comes first (an interrupt may).
+    async fn take_until(&mut self, at: Instant, pacer: &mut Pacer) {
+        let listen = self.open && !pacer.is_full();
+        let command = tokio::select! {
+            _ = tokio::time::sleep_until(at) => return,
+            command = self.commands.next(), if listen => command,
+        };
+        self.accept(command, pacer);
+    }
+}
+
+/// The socket side of the writer: feeds each event's frames to the sink, flushes before the
+/// writer waits, and times answers as they go out.
+struct SocketWriter<'a, S> {
+    sink: &'a mut S,
+    /// How long one write may take before the client counts as stalled.
+    limit: Duration,
+    meter: &'a Meter,
+    /// Frames fed to the sink but not yet flushed: everything ready goes out in one write, and
+    /// the sink is flushed before the writer waits.
+    unflushed: bool,
+    /// When the current answer's latest audio or text went out; `None` until an answer's first
+    /// audio or text, and again once its turn completes or is interrupted. The turn's end is
+    /// timed from it.
+    last_answer: Option<Instant>,
+}
+
+impl<S> SocketWriter<'_, S>
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    if std::mem::take(unflushed) {
-        within(limit, sink.flush()).await?;
+    /// True once the current answer's first audio or text is out.
+    fn answer_started(&self) -> bool {
+        self.last_answer.is_some()
     }
-    Ok(())
+
+    /// Writes one event (its audio, then its JSON) and counts it: an answer's first audio or
+    /// text is flushed at once and timed, and so is the end of its turn.
+    async fn write(
+        &mut self,
+        event: EncodedEvent,
+        audio_at: Option<Instant>,
+    ) -> Result<(), WriterExit> {
+        let (ends_turn, created, prompted_by) = (event.ends_turn, event.created, event.prompted_by);
+        // Text is not paced, so only an answer's text reads the clock here.
+        let answer_at = audio_at.or_else(|| event.answer_text.then(Instant::now));
+        let sizes = (event.binary.as_ref().map(Bytes::len), event.json.len());
+        self.feed(event).await?;
+        if let Some(at) = answer_at {
+            if self.last_answer.is_none() {
+                // The first audio or text of an answer goes out now, not with what comes next.
+                self.flush().await?;
+                // How long the gateway took to bring an answer's first audio or text from the
+                // model is what a listener waits for beyond the model (later audio is held back
+                // for pacing on purpose).
+                self.meter.answer_forwarded(created);
+            }
+            self.last_answer = Some(at);
+        }
+        if let Some(received) = prompted_by {
+            self.meter
+                .first_answer(audio_at.is_some(), received.elapsed());
+        }
+        if ends_turn {
+            if let Some(written) = self.last_answer.take() {
+                self.meter.turn_end(written.elapsed());
+            }
+        }
+        if let Some(pcm) = sizes.0 {
+            self.meter.sent(true, pcm);
+        }
+        self.meter.sent(false, sizes.1);
+        Ok(())
+    }
+
+    /// Feeds an event's binary audio frame, if any, and its JSON text frame.
+    async fn feed(&mut self, event: EncodedEvent) -> Result<(), WriterExit> {
+        // An audio frame bigger than the write buffer goes out alone: tungstenite keeps its
+        // write buffer's capacity for good, and one that had held such a frame together with
+        // events stayed at twice the frame. The frame is written at once anyway, so this costs
+        // a write only when events were waiting.
+        let alone = event
+            .binary
+            .as_ref()
+            .is_some_and(|pcm| pcm.len() > SOCKET_WRITE_BUFFER);
+        if alone {
+            self.flush().await?;
+        }
+        let sink = &mut *self.sink;
+        let fed = async {
+            if let Some(pcm) = event.binary {
+                sink.feed(Message::Binary(pcm)).await?;
+                if alone {
+                    sink.flush().await?;
+                }
+            }
+            sink.feed(Message::Text(event.json.into())).await
+        };
+        within(self.limit, fed).await?;
+        self.unflushed = true;
+        Ok(())
+    }
+
+    /// Flushes what was fed to the sink, if anything was; the writer does so before it waits.
+    async fn flush(&mut self) -> Result<(), WriterExit> {
+        if std::mem::take(&mut self.unflushed) {
+            within(self.limit, self.sink.flush()).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs a sink operation; a failure means the client is gone, and taking longer than `limit`
@@ -379,27 +388,6 @@ async fn within<E: std::fmt::Display>(
         Err(_) => Err(WriterExit::Stalled(format!(
             "client stopped reading for {limit:?}"
         ))),
-    }
-}
-
-fn accept(
-    command: WriterCommand,
-    pending: &mut VecDeque<OutFrame>,
-    close: &mut Option<(u16, String)>,
-    stats: &mut WriterStats,
-    playback: &mut Playback,
-) {
-    match command {
-        WriterCommand::Frame(frame) => {
-            if frame.interrupted {
-                let before = pending.len();
-                pending.retain(|f| !f.is_audio());
-                stats.dropped_interrupted_audio += (before - pending.len()) as u64;
-                *playback = Playback::default();
-            }
-            pending.push_back(*frame);
-        }
-        WriterCommand::Close { code, reason } => *close = Some((code, reason)),
     }
 }
 
@@ -426,8 +414,8 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio_stream::wrappers::ReceiverStream;
 
-    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> Box<OutFrame> {
-        Box::new(OutFrame {
+    fn frame(json: &str, audio_ms: u64, interrupted: bool) -> Box<EncodedEvent> {
+        Box::new(EncodedEvent {
             binary: None,
             json: json.into(),
             audio: Duration::from_millis(audio_ms),
@@ -445,7 +433,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(64);
         // Ten seconds of audio at once: pacing holds most of it back.
         for i in 0..10 {
-            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 1000, false)))
+            tx.send(WriterCommand::Event(frame(&format!("a{i}"), 1000, false)))
                 .await
                 .unwrap();
         }
@@ -454,7 +442,7 @@ mod tests {
         // The first chunk goes out at once.
         let first = out.next().await.unwrap();
         assert_eq!(first, Message::Text("a0".into()));
-        tx.send(WriterCommand::Frame(frame("int", 0, true)))
+        tx.send(WriterCommand::Event(frame("int", 0, true)))
             .await
             .unwrap();
         tx.send(WriterCommand::Close {
@@ -482,7 +470,7 @@ mod tests {
             futures::future::pending::<Result<(), String>>()
         });
         let (tx, rx) = mpsc::channel(4);
-        tx.send(WriterCommand::Frame(frame("x", 0, false)))
+        tx.send(WriterCommand::Event(frame("x", 0, false)))
             .await
             .unwrap();
         let (_abort_tx, abort) = oneshot::channel();
@@ -502,7 +490,7 @@ mod tests {
         let (sink, mut out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
         for i in 0..30 {
-            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 1000, false)))
+            tx.send(WriterCommand::Event(frame(&format!("a{i}"), 1000, false)))
                 .await
                 .unwrap();
         }
@@ -529,21 +517,21 @@ mod tests {
         let metrics = crate::gateway::metrics::Metrics::default();
         let (sink, out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
-        let turn_complete = Box::new(OutFrame {
+        let turn_complete = Box::new(EncodedEvent {
             ends_turn: true,
             ..*frame("done", 0, false)
         });
         // Three answers of two chunks each, one in text and two in audio: only the first chunk
         // of each is timed, and from the client's audio only where the model said which audio
         // it answers. A turn with no answer first: it has nothing for its end to be timed from.
-        let prompted = |frame: Box<OutFrame>| {
-            Box::new(OutFrame {
+        let prompted = |frame: Box<EncodedEvent>| {
+            Box::new(EncodedEvent {
                 prompted_by: Some(std::time::Instant::now()),
                 ..*frame
             })
         };
         let text = |json: &str| {
-            Box::new(OutFrame {
+            Box::new(EncodedEvent {
                 answer_text: true,
                 ..*frame(json, 0, false)
             })
@@ -560,7 +548,7 @@ mod tests {
             frame("b2", 20, false),
             turn_complete,
         ] {
-            tx.send(WriterCommand::Frame(command)).await.unwrap();
+            tx.send(WriterCommand::Event(command)).await.unwrap();
         }
         drop(tx);
         let (_abort_tx, abort) = oneshot::channel();
@@ -607,7 +595,7 @@ mod tests {
     fn audio(json: &str, bytes: usize) -> WriterCommand {
         let mut f = frame(json, 40, false);
         f.binary = Some(Bytes::from(vec![0; bytes]));
-        WriterCommand::Frame(f)
+        WriterCommand::Event(f)
     }
 
     /// A writer with the default settings, counting into metrics nobody reads.
@@ -682,7 +670,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_audio_frame_bigger_than_the_write_buffer_goes_out_alone() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(WriterCommand::Frame(frame("t", 0, false)))
+        tx.send(WriterCommand::Event(frame("t", 0, false)))
             .await
             .unwrap();
         tx.send(audio("big", SOCKET_WRITE_BUFFER + 1))
@@ -716,7 +704,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_answers_first_audio_is_written_before_the_rest_is_taken() {
         let (tx, rx) = mpsc::channel(8);
-        tx.send(WriterCommand::Frame(frame("transcript", 0, false)))
+        tx.send(WriterCommand::Event(frame("transcript", 0, false)))
             .await
             .unwrap();
         for json in ["a1", "a2", "a3"] {
@@ -727,7 +715,7 @@ mod tests {
         let sink = LogSink::default();
         let taken = sink.clone();
         let commands = ReceiverStream::new(rx).inspect(move |command| {
-            if let WriterCommand::Frame(frame) = command {
+            if let WriterCommand::Event(frame) = command {
                 taken.push(format!("take {}", frame.json));
             }
         });
@@ -758,7 +746,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(64);
         // Two seconds of answer audio in 40 ms chunks, all at once (a model in burst mode).
         for i in 0..50 {
-            tx.send(WriterCommand::Frame(frame(&format!("a{i}"), 40, false)))
+            tx.send(WriterCommand::Event(frame(&format!("a{i}"), 40, false)))
                 .await
                 .unwrap();
         }
