@@ -3,10 +3,15 @@
 //! Layers, lowest first: [`event`] (ADK events and their JSON), [`model`] (live model
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
-//! [`mockgemini`] serves the `sim` model over the Gemini Live wire protocol; it sits beside the
-//! gateway and uses only [`event`] and [`model`]; [`mockopenai`] does the same over OpenAI Realtime. [`loadtest`] is the load generator; it knows the
-//! gateway only by its WebSocket protocol.
-//! Lower layers never import upper ones.
+//! Lower layers never import upper ones. Beside them, used by any layer: [`signal`] (a shared
+//! "it happened" flag) and [`procfs`] (a process's CPU and memory from `/proc`).
+//!
+//! The tools are crates of their own in the same workspace, so the server's binary carries
+//! neither them nor their test audio: `livegate-mock` (`tools/mock`) serves the `sim` model over
+//! the Gemini Live and OpenAI Realtime wire protocols using only [`event`] and [`model`];
+//! `livegate-loadtest` (`tools/loadtest`) is the load generator, which knows the gateway only by
+//! its WebSocket protocol and its `/metrics`. `livegate loadtest`, `livegate mock-gemini` and
+//! `livegate mock-openai` run their binaries.
 
 /// This build: the version and, built from git, the commit (`0.1.0 (4a584fd)`).
 pub const BUILD: &str = env!("LIVEGATE_BUILD");
@@ -16,16 +21,8 @@ pub mod artifact;
 pub mod event;
 pub mod gateway;
 pub mod live;
-// A tool beside the gateway, never on its serving path.
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-pub mod loadtest;
-// A tool beside the gateway, never on its serving path.
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-pub mod mockgemini;
-// A tool beside the gateway, never on its serving path.
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-pub mod mockopenai;
 pub mod model;
+pub mod procfs;
 pub mod runner;
 pub mod session;
 pub mod signal;

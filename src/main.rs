@@ -1,15 +1,15 @@
-//! The `livegate` command: `serve` (the default) runs the gateway; `mock-gemini` and `mock-openai`
-//! run offline Gemini Live and OpenAI Realtime servers backed by the `sim` model.
+//! The `livegate` command: `serve` (the default) runs the gateway and `token` mints a client
+//! token; `loadtest`, `mock-gemini` and `mock-openai` run the tools built beside it
+//! (`livegate-loadtest`, `livegate-mock-gemini`, `livegate-mock-openai`), which are crates of their
+//! own so that this binary carries neither them nor their test audio.
 
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use livegate::gateway::config::{sim_config, LogFormat, SimPacingArg};
+use livegate::gateway::config::LogFormat;
 use livegate::gateway::{self, ServeArgs};
-use livegate::mockgemini::{self, MockGeminiConfig, TlsFiles};
-use livegate::mockopenai::{self, MockOpenAiConfig};
 use tracing_subscriber::EnvFilter;
 
 /// A bidirectional live-streaming gateway: browser voice and chat to live models, ADK-compatible.
@@ -26,19 +26,28 @@ struct Cli {
 enum Command {
     /// Run the gateway (the default when no command is given).
     Serve(Box<ServeArgs>),
-    /// Run an offline Gemini Live (BidiGenerateContent) server backed by the `sim` model.
-    MockGemini(MockGeminiArgs),
-    /// Run an offline OpenAI Realtime server backed by the `sim` model.
-    MockOpenai(MockOpenAiArgs),
-    /// Load-test a gateway: many sessions streaming real speech, with latency, errors, CPU and memory.
-    ///
-    /// The gateway stores the load's sessions and their recordings like any others: a gateway
-    /// started with its defaults writes them into its ./data. Start it with `--session-store
-    /// memory: --artifact-store memory:` to keep nothing; the report names the sessions' user.
-    Loadtest(livegate::loadtest::LoadtestArgs),
+    /// Run an offline Gemini Live (BidiGenerateContent) server backed by the `sim` model
+    /// (`livegate-mock-gemini`; `livegate mock-gemini --help` for its options).
+    #[command(disable_help_flag = true)]
+    MockGemini(ToolArgs),
+    /// Run an offline OpenAI Realtime server backed by the `sim` model
+    /// (`livegate-mock-openai`; `livegate mock-openai --help` for its options).
+    #[command(disable_help_flag = true)]
+    MockOpenai(ToolArgs),
+    /// Load-test a gateway: many sessions streaming real speech, with latency, errors, CPU and
+    /// memory (`livegate-loadtest`; `livegate loadtest --help` for its options).
+    #[command(disable_help_flag = true)]
+    Loadtest(ToolArgs),
     /// Mint a client token with `LIVEGATE_TOKEN_SECRET` and print it with the URL that opens the
     /// built-in page signed in.
     Token(TokenArgs),
+}
+
+/// A tool's arguments, handed to its binary as they are (`--help` included).
+#[derive(Debug, Args)]
+struct ToolArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
 /// Options of `livegate token`.
@@ -58,105 +67,6 @@ struct TokenArgs {
     url: String,
 }
 
-/// Options of `livegate mock-gemini`.
-#[derive(Debug, Args)]
-struct MockGeminiArgs {
-    /// Port to listen on (0 picks a free one; the address is printed).
-    #[arg(long, default_value_t = 9300)]
-    port: u16,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: IpAddr,
-    /// API key connections must present (`?key=`, `x-goog-api-key`, `Authorization`); any if unset.
-    #[arg(long, env = "MOCK_GEMINI_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    /// Close connections with 1011 after this many server messages (fault injection).
-    #[arg(long)]
-    fail_after: Option<u64>,
-    /// Send `goAway` after this many server messages, then close with 1000 a second later.
-    #[arg(long)]
-    go_away_after: Option<u64>,
-    /// Go silent after this many server messages: hold the connection, answer nothing, not even
-    /// pings (a blackholed upstream).
-    #[arg(long)]
-    silent_after: Option<u64>,
-    /// Send server JSON in text frames (Gemini sends binary ones).
-    #[arg(long)]
-    text_frames: bool,
-    /// Serve wss:// with this PEM certificate chain (python-genai always dials wss:// with a key).
-    #[arg(long, requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// The PEM private key of `--tls-cert`.
-    #[arg(long, requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
-    #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
-    sim_pacing: SimPacingArg,
-    /// Delay before each answer starts, in milliseconds (default 150).
-    #[arg(long)]
-    sim_reply_delay_ms: Option<u64>,
-    /// Length of each answer audio chunk, in milliseconds (default 40).
-    #[arg(long)]
-    sim_chunk_ms: Option<u32>,
-    /// Log output.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
-
-impl MockGeminiArgs {
-    fn config(&self) -> MockGeminiConfig {
-        let sim = sim_config(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms);
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            _ => None,
-        };
-        MockGeminiConfig {
-            sim,
-            api_key: self.api_key.clone(),
-            fail_after: self.fail_after,
-            go_away_after: self.go_away_after,
-            silent_after: self.silent_after,
-            text_frames: self.text_frames,
-            tls,
-        }
-    }
-}
-
-/// Options of `livegate mock-openai`.
-#[derive(Debug, Args)]
-struct MockOpenAiArgs {
-    /// Port to listen on (0 picks a free one; the address is printed).
-    #[arg(long, default_value_t = 9400)]
-    port: u16,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: IpAddr,
-    /// API key connections must present (`Authorization: Bearer`, `api-key`); any if unset.
-    #[arg(long, env = "MOCK_OPENAI_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    /// Send a `server_error` and close with 1011 after this many server events (fault injection).
-    #[arg(long)]
-    fail_after: Option<u64>,
-    /// Drop the connection, without a close frame, in the middle of the first answer.
-    #[arg(long)]
-    close_mid_answer: bool,
-    /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
-    #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
-    sim_pacing: SimPacingArg,
-    /// Delay before each answer starts, in milliseconds.
-    #[arg(long)]
-    sim_reply_delay_ms: Option<u64>,
-    /// Length of each answer audio chunk, in milliseconds (default 40).
-    #[arg(long)]
-    sim_chunk_ms: Option<u32>,
-    /// Log output.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
-
 // Many small, short-lived allocations on the audio paths (frames, events, JSON) from several
 // threads: mimalloc serves them from per-thread pages, where glibc's malloc contends on its arenas
 // (docs/PERFORMANCE.md, "Decisions").
@@ -168,9 +78,9 @@ async fn main() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches)?;
     let (mut args, arg_matches) = match cli.command {
-        Some(Command::MockGemini(args)) => return mock_gemini(args).await,
-        Some(Command::MockOpenai(args)) => return mock_openai(args).await,
-        Some(Command::Loadtest(args)) => return loadtest(args).await,
+        Some(Command::MockGemini(tool)) => return run_tool("mock-gemini", "livegate-mock", tool),
+        Some(Command::MockOpenai(tool)) => return run_tool("mock-openai", "livegate-mock", tool),
+        Some(Command::Loadtest(tool)) => return run_tool("loadtest", "livegate-loadtest", tool),
         Some(Command::Token(args)) => return token(&args),
         Some(Command::Serve(args)) => (
             *args,
@@ -206,68 +116,51 @@ fn token(args: &TokenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn mock_gemini(args: MockGeminiArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
-    let config = args.config();
-    let scheme = if config.tls.is_some() { "wss" } else { "ws" };
-    let bind = SocketAddr::new(args.bind, args.port);
-    let server = mockgemini::start(bind, config)
-        .await
-        .map_err(|error| anyhow::anyhow!("mock-gemini could not start on {bind}: {error}"))?;
-    println!("mock-gemini listening on {scheme}://{}", server.addr);
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    server.shutdown().await;
-    Ok(())
-}
-
-async fn mock_openai(args: MockOpenAiArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
-    let config = MockOpenAiConfig {
-        sim: sim_config(args.sim_pacing, args.sim_reply_delay_ms, args.sim_chunk_ms),
-        api_key: args.api_key.clone(),
-        fail_after: args.fail_after,
-        close_mid_answer: args.close_mid_answer,
-    };
-    let bind = SocketAddr::new(args.bind, args.port);
-    let server = mockopenai::start(bind, config)
-        .await
-        .map_err(|error| anyhow::anyhow!("mock-openai could not start on {bind}: {error}"))?;
-    println!("mock-openai listening on ws://{}", server.addr);
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    server.shutdown().await;
-    Ok(())
-}
-
-/// Runs `livegate loadtest`: prints the table, fails when any session saw an error. A first
-/// Ctrl-C ends the run early with a report of what ran; a second one quits at once.
-async fn loadtest(args: livegate::loadtest::LoadtestArgs) -> anyhow::Result<()> {
-    init_logging(LogFormat::Text);
-    let stop = livegate::signal::Signal::new();
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            if tokio::signal::ctrl_c().await.is_err() {
-                return;
-            }
-            eprintln!("loadtest: stopping; the turns under way finish (Ctrl-C again to quit now)");
-            stop.fire();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
-        }
-    });
-    let report = livegate::loadtest::run_until(&args, stop).await?;
-    println!("{}", report.table());
-    if report.errors > 0 || report.unexpected_closes > 0 {
+/// Runs `livegate-{command}` with the tool's arguments in this process's place: the binary next
+/// to this one (a build's `target/debug` or `target/release`, an installation's `bin`), else the
+/// first on `PATH`, as `cargo foo` runs `cargo-foo`. `package` is the crate that builds it.
+fn run_tool(command: &str, package: &str, tool: ToolArgs) -> anyhow::Result<()> {
+    let name = format!("livegate-{command}{}", std::env::consts::EXE_SUFFIX);
+    let here = std::env::current_exe().ok();
+    let beside = here
+        .as_deref()
+        .and_then(Path::parent)
+        .map(|dir| dir.join(&name));
+    let Some(program) = beside
+        .filter(|path| path.is_file())
+        .or_else(|| on_path(&name))
+    else {
+        let here = here.map_or_else(|| "livegate".into(), |path| path.display().to_string());
         anyhow::bail!(
-            "{} errors, {} unexpected closes",
-            report.errors,
-            report.unexpected_closes
+            "`livegate {command}` runs `{name}`, which is neither next to {here} nor on PATH: \
+             build it with `cargo build -p {package}` (`--release` for target/release), or build \
+             every binary with `cargo build` at the repository's root"
         );
+    };
+    let mut child = std::process::Command::new(&program);
+    child.args(tool.args);
+    #[cfg(unix)]
+    {
+        // Replaced, not spawned: signals (Ctrl-C, a test's kill) and the exit status are the
+        // tool's own, and its pid is the one the caller started.
+        use std::os::unix::process::CommandExt;
+        let error = child.exec();
+        anyhow::bail!("could not run {}: {error}", program.display())
     }
-    Ok(())
+    #[cfg(not(unix))]
+    {
+        let status = child
+            .status()
+            .map_err(|error| anyhow::anyhow!("could not run {}: {error}", program.display()))?;
+        std::process::exit(status.code().unwrap_or(1))
+    }
+}
+
+/// The first file called `name` in a folder of `PATH`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
 }
 
 /// Logs go to stderr (stdout carries the listening address and reports), coloured only when

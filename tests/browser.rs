@@ -885,9 +885,9 @@ async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without
 #[ignore = "needs chromium and chromium-driver"]
 async fn the_settings_panel_sends_the_voice_in_the_setup_and_it_reaches_the_model() {
     // Behind the gateway, mock-gemini records the setup each run opened the model with.
-    let upstream = livegate::mockgemini::start(
+    let upstream = livegate_mock::gemini::start(
         "127.0.0.1:0".parse().unwrap(),
-        livegate::mockgemini::MockGeminiConfig {
+        livegate_mock::gemini::MockGeminiConfig {
             sim: livegate::model::sim::SimConfig::instant(),
             ..Default::default()
         },

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use livegate::gateway::ServeArgs;
-use livegate::mockgemini::{self, MockGemini, MockGeminiConfig};
 use livegate::model::sim::{Pacing, SimConfig};
+use livegate_mock::gemini::{self as mockgemini, MockGemini, MockGeminiConfig};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::time::timeout;
@@ -373,24 +373,13 @@ async fn output_of(mut process: Process) -> Output {
 #[tokio::test]
 async fn the_api_key_reaches_the_model_and_never_the_logs() {
     const KEY: &str = "AIzaTEST-do-not-log-4242";
-    let (mock_process, line) = spawn(
-        &[
-            "mock-gemini",
-            "--port",
-            "0",
-            "--api-key",
-            KEY,
-            "--sim-pacing",
-            "burst",
-            "--sim-reply-delay-ms",
-            "0",
-        ],
-        &[],
-        "listening on ws://",
-    )
+    // The mock in process (its own binary's logs are tools/mock's test): the gateway's side.
+    let upstream = mock(MockGeminiConfig {
+        api_key: Some(KEY.into()),
+        ..instant()
+    })
     .await;
-    let mock_addr = line.rsplit("ws://").next().unwrap().trim().to_owned();
-    let base = format!("ws://{mock_addr}");
+    let base = format!("ws://{}", upstream.addr);
     let (gateway_process, line) = spawn(
         &[
             "--bind",
@@ -425,17 +414,15 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
     let sent: String = client.events.iter().map(Value::to_string).collect();
     client.close().await;
     let gateway = output_of(gateway_process).await;
-    let mock = output_of(mock_process).await;
+    upstream.shutdown().await;
     // Logs on stderr, plain text when it is not a terminal; stdout only says where it listens.
-    for output in [&gateway, &mock] {
-        assert!(output.stderr.contains("DEBUG"), "{}", output.stderr);
-        assert!(
-            !output.stderr.contains('\u{1b}'),
-            "ANSI codes in a piped log"
-        );
-        assert!(!output.stdout.contains("DEBUG"), "{}", output.stdout);
-    }
-    let logs = [gateway.stdout, gateway.stderr, mock.stdout, mock.stderr].concat();
+    assert!(gateway.stderr.contains("DEBUG"), "{}", gateway.stderr);
+    assert!(
+        !gateway.stderr.contains('\u{1b}'),
+        "ANSI codes in a piped log"
+    );
+    assert!(!gateway.stdout.contains("DEBUG"), "{}", gateway.stdout);
+    let logs = [gateway.stdout, gateway.stderr].concat();
     assert!(logs.contains("Gemini"), "debug logs were captured: {logs}");
     assert!(!logs.contains(KEY), "the key is in the logs");
     assert!(!sent.contains(KEY), "the key was sent to the client");

@@ -8,8 +8,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use livegate::mockgemini::{self, MockGeminiConfig, TlsFiles};
 use livegate::model::sim::SimConfig;
+use livegate_mock::gemini::{self as mockgemini, MockGeminiConfig, TlsFiles};
 
 #[tokio::test]
 async fn a_turn_over_wss_to_a_server_whose_certificate_ssl_cert_file_names() {

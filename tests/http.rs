@@ -116,7 +116,7 @@ async fn metrics_count_connections_client_frames_and_answer_forwarding() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn metrics_report_the_process_cpu_memory_and_descriptors() {
-    use livegate::gateway::process::Usage;
+    use livegate::procfs::Usage;
 
     let server = start(test_args()).await;
     let before = Usage::read("self").expect("a readable /proc/self");

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use livegate::loadtest::{self, LoadtestArgs};
+use livegate_loadtest::{self as loadtest, LoadtestArgs};
 use tokio::time::timeout;
 
 /// `sessions` each saying hello once against the gateway at `addr`, quietly, with no pid, report

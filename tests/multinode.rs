@@ -503,9 +503,9 @@ async fn a_client_moving_to_another_node_resumes_the_models_own_context() {
     };
     let url = db.url.clone();
     // Both nodes talk to one Gemini Live server (here `mock-gemini`), as a deployment does.
-    let upstream = livegate::mockgemini::start(
+    let upstream = livegate_mock::gemini::start(
         "127.0.0.1:0".parse().unwrap(),
-        livegate::mockgemini::MockGeminiConfig {
+        livegate_mock::gemini::MockGeminiConfig {
             sim: livegate::model::sim::SimConfig::instant(),
             ..Default::default()
         },

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::*;
 use livegate::gateway::ServeArgs;
-use livegate::mockopenai::{self, MockOpenAi, MockOpenAiConfig};
 use livegate::model::sim::{Pacing, SimConfig};
+use livegate_mock::openai::{self as mockopenai, MockOpenAi, MockOpenAiConfig};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::time::timeout;
@@ -373,24 +373,13 @@ async fn output_of(mut process: Process) -> String {
 #[tokio::test]
 async fn the_api_key_reaches_the_model_and_never_the_logs() {
     const KEY: &str = "sk-TEST-do-not-log-4242";
-    let (mock_process, line) = spawn(
-        &[
-            "mock-openai",
-            "--port",
-            "0",
-            "--api-key",
-            KEY,
-            "--sim-pacing",
-            "burst",
-            "--sim-reply-delay-ms",
-            "0",
-        ],
-        &[],
-        "listening on ws://",
-    )
+    // The mock in process (its own binary's logs are tools/mock's test): the gateway's side.
+    let upstream = mock(MockOpenAiConfig {
+        api_key: Some(KEY.into()),
+        ..instant()
+    })
     .await;
-    let mock_addr = line.rsplit("ws://").next().unwrap().trim().to_owned();
-    let base = format!("ws://{mock_addr}");
+    let base = format!("ws://{}", upstream.addr);
     let (gateway_process, line) = spawn(
         &[
             "--bind",
@@ -424,7 +413,8 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
     );
     let sent: String = client.events.iter().map(Value::to_string).collect();
     client.close().await;
-    let logs = output_of(gateway_process).await + &output_of(mock_process).await;
+    let logs = output_of(gateway_process).await;
+    upstream.shutdown().await;
     assert!(logs.contains("OpenAI"), "debug logs were captured: {logs}");
     assert!(!logs.contains(KEY), "the key is in the logs");
     assert!(!sent.contains(KEY), "the key was sent to the client");

@@ -33,7 +33,8 @@ key=$root/tests/fixtures/tls/key.pem
 model=gemini-2.5-flash-native-audio-preview-12-2025
 
 echo "== building livegate (release) and ADK Python's venv" >&2
-# LIVEGATE_BIN and PEER_VENV reuse a binary and a venv already at hand.
+# LIVEGATE_BIN and PEER_VENV reuse a binary and a venv already at hand (with livegate-loadtest and
+# livegate-mock-gemini beside that binary or on PATH: `cargo build --release` builds all three).
 bin=${LIVEGATE_BIN:-}
 if [ -z "$bin" ]; then
   cargo build --release --quiet

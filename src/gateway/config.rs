@@ -42,7 +42,7 @@ pub enum OpenAiVadArg {
     Semantic,
 }
 
-/// The `sim` model's settings from the `--sim-*` options (shared by `serve` and `mock-gemini`).
+/// The `sim` model's settings from the `--sim-*` options of `serve`.
 pub fn sim_config(
     pacing: SimPacingArg,
     reply_delay_ms: Option<u64>,

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
-use crate::event::{Blob, Content, FunctionResponse, Part, UsageMetadata};
-use crate::model::{
+use livegate::event::{Blob, Content, FunctionResponse, Part, UsageMetadata};
+use livegate::model::{
     ContextWindowCompression, FunctionDeclaration, LiveConnectConfig, LiveInput, LlmResponse,
     Modality, ProactivityConfig, RealtimeInputConfig, SessionResumptionConfig, SpeechConfig,
 };

@@ -14,10 +14,20 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::report::{ServerSample, ServerStats};
 use super::session::Live;
 
-use crate::gateway::metrics::{
-    ANSWER_FORWARD_LATENCY, BUILD_INFO, FIRST_AUDIO_LATENCY, FIRST_TEXT_LATENCY, MODEL_DELAY,
-    TURN_END_LATENCY,
-};
+// The gateway's metric names, as docs/METRICS.md publishes them: the generator reads the gateway
+// by its protocol, never by its code.
+/// From reading the audio that ended an utterance to writing its answer's first audio.
+const FIRST_AUDIO_LATENCY: &str = "livegate_first_audio_latency_seconds";
+/// The same to an answer's first text.
+const FIRST_TEXT_LATENCY: &str = "livegate_first_text_latency_seconds";
+/// From the model's first audio or text of an answer to writing it to the socket.
+const ANSWER_FORWARD_LATENCY: &str = "livegate_answer_forward_latency_seconds";
+/// From an answer's last audio or text to the event ending its turn.
+const TURN_END_LATENCY: &str = "livegate_turn_end_seconds";
+/// The gateway's build, in its `build` label.
+const BUILD_INFO: &str = "livegate_build_info";
+/// The sim's own delay from the end of speech to its answer.
+const MODEL_DELAY: &str = "livegate_model_delay_seconds";
 
 /// What the gateway's metrics say happened during the run (all its clients, not only ours).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

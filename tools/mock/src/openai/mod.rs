@@ -1,6 +1,6 @@
-//! `livegate mock-openai`: an offline OpenAI Realtime server (GA event names) backed by the `sim`
-//! model, for developing and testing Realtime clients, the gateway's `openai` backend among them,
-//! with no key and no network.
+//! `livegate mock-openai` (`livegate-mock-openai`): an offline OpenAI Realtime server (GA event
+//! names) backed by the `sim` model, for developing and testing Realtime clients, the gateway's
+//! `openai` backend among them, with no key and no network.
 //!
 //! It serves `/v1/realtime?model=…` (and Azure's `/openai/v1/realtime`), takes the key as
 //! `Authorization: Bearer`, `api-key` or the browsers' `openai-insecure-api-key.` subprotocol,
@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::model::sim::SimConfig;
+use livegate::model::sim::SimConfig;
 
 /// How long `shutdown` waits for open connections to close.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

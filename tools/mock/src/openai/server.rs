@@ -22,9 +22,9 @@ use super::wire::{
     self, event, new_id, ApiError, ClientEvent, Item, Session, CLOSE_GOING_AWAY, CLOSE_INTERNAL,
 };
 use super::{Shared, Truncation};
-use crate::event::{Blob, Content, FunctionCall, FunctionResponse, UsageMetadata};
-use crate::model::sim::SimModel;
-use crate::model::{LiveInput, LiveModel, LlmResponse, Modality, ModelMessage};
+use livegate::event::{Blob, Content, FunctionCall, FunctionResponse, UsageMetadata};
+use livegate::model::sim::SimModel;
+use livegate::model::{LiveInput, LiveModel, LlmResponse, Modality, ModelMessage};
 
 /// Most bytes taken from a client socket per read (see mock-gemini).
 const READ_BUFFER_BYTES: usize = 4 * 1024;
@@ -1003,7 +1003,7 @@ fn history_content(item: &Item) -> Option<Content> {
 
 /// The sim's usage with OpenAI's names.
 fn usage(usage: UsageMetadata) -> Value {
-    let of = |details: &Option<Vec<crate::event::ModalityTokenCount>>, modality: &str| {
+    let of = |details: &Option<Vec<livegate::event::ModalityTokenCount>>, modality: &str| {
         details
             .iter()
             .flatten()

@@ -132,7 +132,7 @@ async fn a_session_starts_updates_and_answers_a_text_turn() {
 async fn bad_and_out_of_order_events_get_error_events_and_the_session_goes_on() {
     let server = mock(MockOpenAiConfig {
         sim: SimConfig {
-            pacing: crate::model::sim::Pacing::RealTime,
+            pacing: livegate::model::sim::Pacing::RealTime,
             reply_delay: Duration::ZERO,
             ..SimConfig::default()
         },

@@ -23,21 +23,21 @@ use tokio::time::Instant;
 pub use report::{Percentiles, Report, ServerStats, Traffic};
 use session::{Live, Outcome, Plan};
 
-use crate::signal::Signal;
+use livegate::signal::Signal;
 
 /// The clips used when no `--audio` is given (from `tests/fixtures`), cycled across turns.
 const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
     (
         "hello.wav",
-        include_bytes!("../../tests/fixtures/hello.wav"),
+        include_bytes!("../../../tests/fixtures/hello.wav"),
     ),
     (
         "weather.wav",
-        include_bytes!("../../tests/fixtures/weather.wav"),
+        include_bytes!("../../../tests/fixtures/weather.wav"),
     ),
     (
         "count.wav",
-        include_bytes!("../../tests/fixtures/count.wav"),
+        include_bytes!("../../../tests/fixtures/count.wav"),
     ),
 ];
 
@@ -111,7 +111,7 @@ pub struct LoadtestArgs {
 /// The sim's own delay with its default settings: the silence that ends an utterance, then its
 /// reply delay.
 pub fn sim_model_delay_ms() -> f64 {
-    crate::model::sim::SimConfig::default()
+    livegate::model::sim::SimConfig::default()
         .answer_delay()
         .as_secs_f64()
         * 1000.0
@@ -448,7 +448,7 @@ fn summarize(
         reconnect_ms: Percentiles::of(&all(|o| &o.reconnect_ms)),
         run_id: String::new(),
         started_at: String::new(),
-        generator: format!("livegate {}", crate::BUILD),
+        generator: format!("livegate {}", livegate::BUILD),
         machine: procfs::Machine::this(),
         sessions: args.sessions,
         duration_seconds: args.duration.as_secs_f64(),

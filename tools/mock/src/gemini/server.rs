@@ -20,9 +20,9 @@ use super::wire::{
     self, ClientMessage, Close, Endpoint, CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_NORMAL,
 };
 use super::{MockGeminiConfig, Shared};
-use crate::event::Content;
-use crate::model::sim::SimModel;
-use crate::model::{LiveConnectConfig, LiveInput, LiveModel, ModelError, ModelMessage};
+use livegate::event::Content;
+use livegate::model::sim::SimModel;
+use livegate::model::{LiveConnectConfig, LiveInput, LiveModel, ModelError, ModelMessage};
 
 /// Gemini's reason for a missing or wrong API key.
 const BAD_KEY: &str = "API key not valid. Please pass a valid API key.";
@@ -268,7 +268,7 @@ impl<'a> Connection<'a> {
                     .session_resumption
                     .as_ref()
                     .and_then(|r| r.handle.as_deref())
-                    .is_some_and(|h| !crate::model::sim::knows_handle(h)) =>
+                    .is_some_and(|h| !livegate::model::sim::knows_handle(h)) =>
             {
                 // Gemini refuses an unknown or expired handle at setup.
                 Err(Close::invalid("Invalid session resumption handle.").into())

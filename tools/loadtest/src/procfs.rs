@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::backlog;
 use super::report::{ServerSample, ServerStats};
 use super::session::Live;
-use crate::gateway::process::Usage;
+use livegate::procfs::Usage;
 
 /// How often the run is sampled.
 const PERIOD: Duration = Duration::from_millis(500);

@@ -1,4 +1,4 @@
-//! `livegate mock-gemini`: an offline Gemini Live (`BidiGenerateContent`) server backed by the
+//! `livegate mock-gemini` (`livegate-mock-gemini`): an offline Gemini Live (`BidiGenerateContent`) server backed by the
 //! `sim` model, for developing and testing Gemini Live clients with no key and no network.
 //!
 //! It speaks the wire protocol as Google's servers do: the Developer API
@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::model::sim::SimConfig;
+use livegate::model::sim::SimConfig;
 
 /// How long `shutdown` waits for open connections to close.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -8,11 +8,11 @@ use super::wire::{
     Close, Endpoint, Outbound, CLOSE_INVALID, CLOSE_POLICY,
 };
 use super::MockGeminiConfig;
-use crate::event::{
+use livegate::event::{
     Blob, Content, FunctionCall, FunctionResponse, ModalityTokenCount, Part,
     SessionResumptionUpdate, Transcription, UsageMetadata,
 };
-use crate::model::{
+use livegate::model::{
     ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, FunctionDeclaration,
     GoAway, LiveConnectConfig, LiveInput, LlmResponse, Modality, ProactivityConfig,
     RealtimeInputConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig, StartSensitivity,
@@ -776,7 +776,7 @@ fn setup_reads_unspecified_enums_and_typed_speech_and_proactivity() {
     );
     assert_eq!(
         auto.end_of_speech_sensitivity,
-        Some(crate::model::EndSensitivity::Low)
+        Some(livegate::model::EndSensitivity::Low)
     );
     assert_eq!(
         config.context_window_compression,

@@ -8,7 +8,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use crate::model::{
+use livegate::model::{
     AutomaticActivityDetection, FunctionDeclaration, LiveConnectConfig, Modality,
     RealtimeInputConfig,
 };

@@ -1,0 +1,91 @@
+//! What both servers' commands share: the `--sim-*` and `--log-format` options, logging, and
+//! waiting for Ctrl-C or SIGTERM.
+
+use clap::ValueEnum;
+use livegate::model::sim::{Pacing, SimConfig};
+use tracing_subscriber::EnvFilter;
+
+/// Log output, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `sim` pacing, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum SimPacingArg {
+    /// Audio at the speed of speech.
+    #[default]
+    Realtime,
+    /// As fast as possible, like Gemini.
+    Burst,
+}
+
+/// The `sim` model's settings from the `--sim-*` options (the gateway's own `serve` takes the
+/// same ones).
+pub fn sim_config(
+    pacing: SimPacingArg,
+    reply_delay_ms: Option<u64>,
+    chunk_ms: Option<u32>,
+) -> SimConfig {
+    let mut sim = SimConfig {
+        pacing: match pacing {
+            SimPacingArg::Realtime => Pacing::RealTime,
+            SimPacingArg::Burst => Pacing::Burst,
+        },
+        ..SimConfig::default()
+    };
+    if let Some(ms) = reply_delay_ms {
+        sim.reply_delay = std::time::Duration::from_millis(ms);
+    }
+    if let Some(ms) = chunk_ms {
+        sim.chunk_ms = ms;
+    }
+    sim
+}
+
+/// Logs go to stderr (stdout carries the listening address), coloured only when stderr is a
+/// terminal, so a log file or a pipe gets no escape codes.
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "could not listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}
