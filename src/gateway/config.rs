@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// `az://…` (credentials from the environment) [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
+    /// Local folder where recordings wait on their way to a bucket: spool files while their
+    /// turn runs, and the outbox of uploads that failed, which the next process started on the
+    /// same folder takes up [default: {data-dir}/spool].
+    #[arg(long, env = "LIVEGATE_SPOOL_DIR")]
+    pub spool_dir: Option<PathBuf>,
     /// Model: `sim` (embedded, offline), a Gemini live model id (needs `GOOGLE_API_KEY` or
     /// `GEMINI_API_KEY`, or Vertex settings), or an OpenAI realtime model id such as
     /// `gpt-realtime`, or `openai:<id>` (needs `OPENAI_API_KEY`).
@@ -279,6 +284,7 @@ impl ServeArgs {
             data_dir: PathBuf::from("./data"),
             session_store: None,
             artifact_store: None,
+            spool_dir: None,
             model: "sim".into(),
             gemini_base_url: crate::model::gemini::DEFAULT_BASE_URL.into(),
             gemini_api_version: crate::model::gemini::DEFAULT_API_VERSION.into(),
@@ -412,6 +418,13 @@ impl ServeArgs {
         options
     }
 
+    /// The folder where a bucket's recordings wait, with the data-dir default filled in.
+    pub fn spool_dir(&self) -> PathBuf {
+        self.spool_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("spool"))
+    }
+
     /// The session store URL, with the data-dir default filled in.
     pub fn session_store_url(&self) -> String {
         self.session_store
@@ -456,6 +469,7 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     session_store: Option<String>,
     artifact_store: Option<String>,
+    spool_dir: Option<PathBuf>,
     model: Option<String>,
     gemini_base_url: Option<String>,
     gemini_api_version: Option<String>,
@@ -563,6 +577,7 @@ impl ServeArgs {
         fill!(data_dir);
         fill!(session_store);
         fill!(artifact_store);
+        fill!(spool_dir);
         fill!(model);
         fill!(gemini_base_url);
         fill!(gemini_api_version);

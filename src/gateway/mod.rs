@@ -195,8 +195,8 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
             let store = open_session_service(&store_url).await?;
             (store, SessionRegistry::local())
         };
-    // A bucket's recordings wait on the data disk on their way to it.
-    let spool_root = args.data_dir.join("spool");
+    // A bucket's recordings wait on the local disk on their way to it.
+    let spool_root = args.spool_dir();
     let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
     let options = ModelOptions {
         sim: args.sim_config(),
