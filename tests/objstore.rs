@@ -517,11 +517,25 @@ async fn parts_uploaded(endpoint: &str, bucket: &str, key: &str, upload_id: &str
     listing.matches("<PartNumber>").count()
 }
 
+/// Pushes `bytes` of answer audio in 40 ms chunks of 24 kHz, each different, and keeps a copy.
+fn answer(cache: &livegate::live::flow::AudioCache, recorded: &mut Vec<u8>, bytes: usize) {
+    for _ in 0..bytes / 1920 {
+        let n = recorded.len() / 1920;
+        let chunk = vec![(n % 251) as u8; 1920];
+        recorded.extend_from_slice(&chunk);
+        let blob = livegate::event::Blob {
+            data: chunk.into(),
+            mime_type: "audio/pcm;rate=24000".into(),
+            ..Default::default()
+        };
+        cache.push(livegate::live::flow::AudioSide::Output, &blob);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_recordings_parts_go_up_while_its_turn_runs() {
     use livegate::artifact::{ArtifactScope, ArtifactService, ObjectArtifactService, PART_BYTES};
-    use livegate::event::Blob;
-    use livegate::live::flow::{AudioCache, AudioSide, RecordingTarget};
+    use livegate::live::flow::{AudioCache, RecordingTarget};
 
     let Some((endpoint, bucket)) = bucket().await else {
         return;
@@ -544,31 +558,24 @@ async fn a_long_recordings_parts_go_up_while_its_turn_runs() {
     // The live flow's recorder, as a run makes it.
     let cache = AudioCache::new(store.spool_dir().cloned());
     let mut recorded = Vec::new();
-    let mut answer = |cache: &AudioCache, bytes: usize| {
-        // 40 ms chunks of 24 kHz answer audio, each different.
-        for _ in 0..bytes / 1920 {
-            let n = recorded.len() / 1920;
-            let chunk = vec![(n % 251) as u8; 1920];
-            recorded.extend_from_slice(&chunk);
-            let blob = Blob {
-                data: chunk.into(),
-                mime_type: "audio/pcm;rate=24000".into(),
-                ..Blob::default()
-            };
-            cache.push(AudioSide::Output, &blob);
-        }
-    };
 
-    // A bit more than a part of the answer: its first part goes up while the turn runs.
-    answer(&cache, PART_BYTES + (1 << 20));
+    // The answer streams on (64 KiB at a time) until its first part is in the bucket, which
+    // must happen well before the turn ends.
     let during = tokio::time::timeout(WAIT, async {
         loop {
+            answer(&cache, &mut recorded, 64 * 1024);
+            assert!(
+                recorded.len() < 3 * PART_BYTES,
+                "no part went up during three parts' worth of a turn"
+            );
+            if recorded.len() <= PART_BYTES {
+                continue;
+            }
             for (key, id) in uploads_in_progress(&endpoint, &bucket).await {
                 if parts_uploaded(&endpoint, &bucket, &key, &id).await > 0 {
                     return key;
                 }
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     })
     .await
@@ -576,7 +583,7 @@ async fn a_long_recordings_parts_go_up_while_its_turn_runs() {
     assert!(during.contains("staging"), "{during}");
 
     // The rest of the answer, then the turn ends: one recording, every byte.
-    answer(&cache, PART_BYTES / 2);
+    answer(&cache, &mut recorded, PART_BYTES / 2);
     let target = RecordingTarget {
         artifacts: Some(store.clone()),
         app_name: "livegate".into(),
