@@ -369,6 +369,20 @@ fn waiting(outbox: &std::path::Path) -> usize {
     })
 }
 
+/// True when no store holds an entry of the outbox (the lock on each is free).
+fn unlocked(outbox: &std::path::Path) -> bool {
+    std::fs::read_dir(outbox).map_or(true, |d| {
+        d.flatten()
+            .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+            .all(|f| {
+                std::fs::File::open(f.path()).is_ok_and(|file| {
+                    let free = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+                    rustix::fs::flock(&file, free).is_ok()
+                })
+            })
+    })
+}
+
 /// Versions of every recording of session `u1/s1` in the bucket, from its listing.
 async fn versions_in_bucket(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
     keys(endpoint, bucket, &format!("{prefix}/livegate/u1/s1/"))
@@ -420,6 +434,14 @@ async fn recordings_a_stopped_process_left_in_its_outbox_are_saved_by_the_next()
         2,
         "both sides outlive the process on disk"
     );
+    // Gone, its store lets go of them once an upload it may be trying has failed.
+    let released = tokio::time::timeout(WAIT, async {
+        while !unlocked(&outbox) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "a stopped store lets go of its outbox");
 
     // Another store on the same folder while the first entries are held: it leaves them alone.
     let entries: Vec<_> = std::fs::read_dir(&outbox)

@@ -753,6 +753,33 @@ async fn outbox_holds(root: &std::path::Path, count: usize) {
     );
 }
 
+/// Waits (bounded) until no store holds an entry of the outbox under `root`: a store that is
+/// dropped lets go of them once its outbox task has finished the upload it may be in.
+async fn outbox_released(root: &std::path::Path) {
+    let free = || {
+        std::fs::read_dir(root.join("outbox")).map_or(true, |d| {
+            d.flatten()
+                .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+                .all(|f| {
+                    std::fs::File::open(f.path()).is_ok_and(|file| {
+                        rustix::fs::flock(
+                            &file,
+                            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+                        )
+                        .is_ok()
+                    })
+                })
+        })
+    };
+    let released = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while !free() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "a dropped store lets go of its outbox");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outbox_left_behind_is_saved_once_by_the_next_store_on_its_folder() {
     use std::sync::atomic::Ordering;
@@ -786,6 +813,7 @@ async fn an_outbox_left_behind_is_saved_once_by_the_next_store_on_its_folder() {
 
     // Its store gone (a process stopped), the next store on the folder saves it, once.
     drop(first);
+    outbox_released(&root).await;
     let other_bucket = open("mem://other");
     assert_eq!(
         other_bucket.outbox_len(),
@@ -807,6 +835,7 @@ async fn an_outbox_left_behind_is_saved_once_by_the_next_store_on_its_folder() {
     let stopped = open("mem://b");
     keep_for_later(&stopped, b"second").await;
     drop(stopped);
+    outbox_released(&root).await;
     let entry = std::fs::read_dir(root.join("outbox"))
         .unwrap()
         .flatten()
