@@ -24,6 +24,7 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         turns: 1,
         idle: false,
         in_phase: false,
+        frame_ms: 20,
         query: String::new(),
         model_delay_ms: None,
         server_pid: None,
@@ -31,6 +32,7 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         report: None,
         plot: None,
         quiet: true,
+        session_report: false,
         api_key: None,
         token: None,
     }

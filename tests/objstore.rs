@@ -1,7 +1,8 @@
 //! Recordings in an S3 bucket (moto's S3 server, named by `LIVEGATE_TEST_S3_ENDPOINT`): a live
-//! run's recordings land in the bucket and download over REST from another node, and an upload
-//! that fails keeps the recording on local disk and saves it later. Skipped when the variable is
-//! unset; `.ci/run` sets it.
+//! run's recordings land in the bucket and download over REST from another node, a long
+//! recording's parts go up while its turn runs, and an upload that fails keeps the recording on
+//! local disk and saves it later, by the same process or the next one started on the folder.
+//! Skipped when the variable is unset; `.ci/run` sets it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -324,13 +325,7 @@ async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
     let data = tempfile::tempdir().unwrap();
     let relay_url = format!("http://{}", relay.addr);
     let server = start_on_s3(test_args(), &relay_url, &store, data.path()).await;
-    let outbox = server
-        .gateway()
-        .runner
-        .artifacts
-        .spool_dir()
-        .unwrap()
-        .join("outbox");
+    let outbox = data.path().join("spool").join("outbox");
 
     // The bucket is out of reach for the whole session: its run ends with nothing saved.
     relay.set_up(false);
@@ -345,8 +340,7 @@ async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
     tokio::time::timeout(WAIT, server.gateway().registry.idle())
         .await
         .expect("connections finish");
-    let waiting = std::fs::read_dir(&outbox).map_or(0, |d| d.count());
-    assert_eq!(waiting, 2, "both sides wait on local disk");
+    assert_eq!(waiting(&outbox), 2, "both sides wait on local disk");
     assert!(keys(&endpoint, &bucket, "later/").await.is_empty());
 
     // Back: the gateway saves them by itself.
@@ -365,4 +359,295 @@ async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
     assert_eq!(input, pcm.len(), "the input recording, whole");
     assert_eq!(output, received, "the output recording, whole");
     server.shutdown(WAIT).await;
+}
+
+/// Recordings waiting in an outbox folder: their entries (each beside its bytes), which go
+/// last when a recording is saved.
+fn waiting(outbox: &std::path::Path) -> usize {
+    std::fs::read_dir(outbox).map_or(0, |d| {
+        d.flatten()
+            .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+            .count()
+    })
+}
+
+/// True when no store holds an entry of the outbox (the lock on each is free).
+fn unlocked(outbox: &std::path::Path) -> bool {
+    std::fs::read_dir(outbox).map_or(true, |d| {
+        d.flatten()
+            .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+            .all(|f| {
+                std::fs::File::open(f.path()).is_ok_and(|file| {
+                    let free = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+                    rustix::fs::flock(&file, free).is_ok()
+                })
+            })
+    })
+}
+
+/// Versions of every recording of session `u1/s1` in the bucket, from its listing.
+async fn versions_in_bucket(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
+    keys(endpoint, bucket, &format!("{prefix}/livegate/u1/s1/"))
+        .await
+        .into_iter()
+        .filter(|k| {
+            k.rsplit('/')
+                .next()
+                .is_some_and(|v| v.parse::<u64>().is_ok())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_a_stopped_process_left_in_its_outbox_are_saved_by_the_next() {
+    let Some((endpoint, bucket)) = bucket().await else {
+        return;
+    };
+    let target: SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
+    let relay = Relay::start(target).await;
+    let store = format!("s3://{bucket}/restart");
+    let data = tempfile::tempdir().unwrap();
+    let mut args = test_args();
+    // The session outlives the first process for the second's REST API.
+    args.session_store = Some(format!("sqlite://{}", data.path().join("s.db").display()));
+    let relay_url = format!("http://{}", relay.addr);
+    let outbox = data.path().join("spool").join("outbox");
+
+    // The bucket is out of reach for the first process's whole life.
+    relay.set_up(false);
+    let first = start_on_s3(args.clone(), &relay_url, &store, data.path()).await;
+    let mut client = Client::connect(first.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let events = client.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| e["errorCode"] == "UNAVAILABLE"));
+    let received = client.audio_bytes;
+    client.close().await;
+    tokio::time::timeout(WAIT, first.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    first.shutdown(WAIT).await;
+    assert_eq!(
+        waiting(&outbox),
+        2,
+        "both sides outlive the process on disk"
+    );
+    // Gone, its store lets go of them once an upload it may be trying has failed.
+    let released = tokio::time::timeout(WAIT, async {
+        while !unlocked(&outbox) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "a stopped store lets go of its outbox");
+
+    // Another store on the same folder while the first entries are held: it leaves them alone.
+    let entries: Vec<_> = std::fs::read_dir(&outbox)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    assert_eq!(entries.len(), 2);
+    let held = std::fs::File::open(&entries[0]).unwrap();
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+
+    // The bucket is back, and the next process starts on the same folder.
+    relay.set_up(true);
+    let second = start_on_s3(args, &relay_url, &store, data.path()).await;
+    let saved_one = tokio::time::timeout(WAIT, async {
+        while waiting(&outbox) > 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(saved_one.is_ok(), "the entry nobody held is saved");
+    assert!(entries[0].exists(), "the held entry is left to its holder");
+    assert_eq!(
+        versions_in_bucket(&endpoint, &bucket, "restart")
+            .await
+            .len(),
+        1
+    );
+    second.shutdown(WAIT).await;
+
+    // Its holder gone, a third process takes it up: each recording saved once, whole.
+    drop(held);
+    let third = start_on_s3(test_args_on(&data), &relay_url, &store, data.path()).await;
+    let emptied = tokio::time::timeout(WAIT, async {
+        while waiting(&outbox) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(emptied.is_ok(), "the outbox empties");
+    assert_eq!(
+        versions_in_bucket(&endpoint, &bucket, "restart")
+            .await
+            .len(),
+        2,
+        "one version per recording"
+    );
+    let (input, output) = recorded_over_rest(third.addr).await;
+    assert_eq!(input, pcm.len(), "the input recording, whole");
+    assert_eq!(output, received, "the output recording, whole");
+    third.shutdown(WAIT).await;
+}
+
+/// Test settings whose sessions live in SQLite inside `data`.
+fn test_args_on(data: &tempfile::TempDir) -> ServeArgs {
+    let mut args = test_args();
+    args.session_store = Some(format!("sqlite://{}", data.path().join("s.db").display()));
+    args
+}
+
+/// Multipart uploads in progress in the bucket: `(key, upload id)`.
+async fn uploads_in_progress(endpoint: &str, bucket: &str) -> Vec<(String, String)> {
+    let listing = reqwest::get(format!("{endpoint}/{bucket}?uploads"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let field = |upload: &str, name: &str| {
+        let open = format!("<{name}>");
+        let close = format!("</{name}>");
+        upload
+            .split_once(&open)
+            .and_then(|(_, rest)| rest.split_once(&close))
+            .map(|(value, _)| value.to_owned())
+    };
+    listing
+        .split("<Upload>")
+        .skip(1)
+        .filter_map(|upload| Some((field(upload, "Key")?, field(upload, "UploadId")?)))
+        .collect()
+}
+
+/// Parts uploaded so far in a multipart upload.
+async fn parts_uploaded(endpoint: &str, bucket: &str, key: &str, upload_id: &str) -> usize {
+    // The key as listed, escaped for a URL path (the store's keys may hold `%`).
+    let key = key.replace('%', "%25").replace('#', "%23");
+    let listing = reqwest::get(format!("{endpoint}/{bucket}/{key}?uploadId={upload_id}"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    listing.matches("<PartNumber>").count()
+}
+
+/// Pushes `bytes` of answer audio in 40 ms chunks of 24 kHz, each different, and keeps a copy.
+fn answer(cache: &livegate::live::flow::AudioCache, recorded: &mut Vec<u8>, bytes: usize) {
+    for _ in 0..bytes / 1920 {
+        let n = recorded.len() / 1920;
+        let chunk = vec![(n % 251) as u8; 1920];
+        recorded.extend_from_slice(&chunk);
+        let blob = livegate::event::Blob {
+            data: chunk.into(),
+            mime_type: "audio/pcm;rate=24000".into(),
+            ..Default::default()
+        };
+        cache.push(livegate::live::flow::AudioSide::Output, &blob);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_recordings_parts_go_up_while_its_turn_runs() {
+    use livegate::artifact::{ArtifactScope, ArtifactService, ObjectArtifactService, PART_BYTES};
+    use livegate::live::flow::{AudioCache, RecordingTarget};
+
+    let Some((endpoint, bucket)) = bucket().await else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ArtifactService> = Arc::new(
+        ObjectArtifactService::open_with(
+            &format!("s3://{bucket}/long"),
+            [
+                ("aws_endpoint", endpoint.as_str()),
+                ("aws_allow_http", "true"),
+                ("aws_access_key_id", "test"),
+                ("aws_secret_access_key", "test"),
+                ("aws_region", "us-east-1"),
+            ],
+        )
+        .unwrap()
+        .with_spool_root(data.path()),
+    );
+    // The live flow's recorder, as a run makes it.
+    let cache = AudioCache::new(store.spool_dir().cloned());
+    let mut recorded = Vec::new();
+
+    // The answer streams on (64 KiB at a time) until its first part is in the bucket, which
+    // must happen well before the turn ends.
+    let during = tokio::time::timeout(WAIT, async {
+        loop {
+            answer(&cache, &mut recorded, 64 * 1024);
+            assert!(
+                recorded.len() < 3 * PART_BYTES,
+                "no part went up during three parts' worth of a turn"
+            );
+            if recorded.len() <= PART_BYTES {
+                continue;
+            }
+            for (key, id) in uploads_in_progress(&endpoint, &bucket).await {
+                if parts_uploaded(&endpoint, &bucket, &key, &id).await > 0 {
+                    return key;
+                }
+            }
+        }
+    })
+    .await
+    .expect("a part is in the bucket before the turn ends");
+    assert!(during.contains("staging"), "{during}");
+
+    // The rest of the answer, then the turn ends: one recording, every byte.
+    answer(&cache, &mut recorded, PART_BYTES / 2);
+    let target = RecordingTarget {
+        artifacts: Some(store.clone()),
+        app_name: "livegate".into(),
+        user_id: "u1".into(),
+        session_id: "s1".into(),
+        invocation_id: "e-1".into(),
+        agent_name: "agent".into(),
+    };
+    let events = cache.flush(&target, true, true).await;
+    let saved = recordings(
+        &events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(saved.len(), 1, "{events:?}");
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "s1",
+    };
+    let (name, version) = &saved[0];
+    let artifact = store
+        .load(scope, name, Some(*version))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(artifact.data.len(), recorded.len());
+    assert!(
+        artifact.data == recorded,
+        "the saved bytes are the recorded ones"
+    );
+    assert_eq!(artifact.mime_type, "audio/pcm;rate=24000");
+    assert!(
+        uploads_in_progress(&endpoint, &bucket).await.is_empty(),
+        "the upload is complete"
+    );
+    let staged = keys(&endpoint, &bucket, "long/").await;
+    assert!(
+        staged.iter().all(|k| !k.contains("staging")),
+        "nothing staged is left: {staged:?}"
+    );
 }

@@ -481,8 +481,14 @@ async fn readyz_is_not_ready_when_the_data_dir_cannot_be_written() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(durable_args(dir.path())).await;
     assert_eq!(request(server.addr, "/readyz", &[]).await.0, 200);
-    let artifacts = dir.path().join("artifacts");
-    let spool = artifacts.join("#spool");
+    let spool = server
+        .gateway()
+        .runner
+        .artifacts
+        .spool_dir()
+        .expect("the file store spools")
+        .path()
+        .to_path_buf();
     if rustix::process::geteuid().is_root() {
         // Permissions do not stop root: a file where the spool folder was fails every write.
         std::fs::remove_dir_all(&spool).unwrap();

@@ -17,18 +17,21 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::fs;
 
-use super::spool::{sync_and_uncache, SPOOL_DIR};
+use super::spool::{own_spool_folder, sync_and_uncache, SPOOL_DIR};
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
-    ArtifactService, SpoolFile, USER_PREFIX,
+    ArtifactService, SpoolDir, SpoolFile, USER_PREFIX,
 };
 
 /// Artifacts as files under a root folder.
 #[derive(Debug, Clone)]
 pub struct FileArtifactService {
     root: PathBuf,
-    /// `{root}/#spool`: spool files, on the same filesystem so a save is a rename.
-    spool: PathBuf,
+    /// `{root}/#spool/{uuid}`: spool files, on the same filesystem so a save is a rename; a
+    /// folder of this store's own, since several processes may share the root.
+    spool: SpoolDir,
+    /// Holds the spool folder's lock (see `own_spool_folder`).
+    _spool_lock: std::sync::Arc<std::fs::File>,
 }
 
 /// The folder (inside the user's) holding `user:` artifacts; refused as a session id.
@@ -76,11 +79,15 @@ impl FileArtifactService {
             ));
         }
         fs::create_dir_all(&root).await?;
-        let spool = root.join(SPOOL_DIR);
-        // Spool files left by a process that stopped mid-recording hold no saved version.
-        missing_ok(fs::remove_dir_all(&spool).await)?;
-        fs::create_dir_all(&spool).await?;
-        Ok(FileArtifactService { root, spool })
+        let spool_root = root.join(SPOOL_DIR);
+        let (spool, lock) = tokio::task::spawn_blocking(move || own_spool_folder(&spool_root))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))?;
+        Ok(FileArtifactService {
+            root,
+            spool: SpoolDir::new(spool),
+            _spool_lock: std::sync::Arc::new(lock),
+        })
     }
 
     fn user_dir(&self, scope: ArtifactScope<'_>) -> Result<PathBuf, ArtifactError> {
@@ -413,7 +420,7 @@ impl ArtifactService for FileArtifactService {
         Ok(())
     }
 
-    fn spool_dir(&self) -> Option<&Path> {
+    fn spool_dir(&self) -> Option<&SpoolDir> {
         Some(&self.spool)
     }
 

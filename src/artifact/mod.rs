@@ -20,7 +20,7 @@ pub use error::ArtifactError;
 pub use filesystem::FileArtifactService;
 pub use memory::InMemoryArtifactService;
 pub use object::{ObjectArtifactService, PART_BYTES};
-pub use spool::SpoolFile;
+pub use spool::{SpoolDir, SpoolFile};
 
 /// A stored artifact version: its bytes and mime type.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,7 +115,7 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
 
     /// Folder where a caller may gather bytes in a [`SpoolFile`] for `save_spooled`; `None` for
     /// stores that keep no files (callers then hold the bytes in memory).
-    fn spool_dir(&self) -> Option<&Path> {
+    fn spool_dir(&self) -> Option<&SpoolDir> {
         None
     }
 

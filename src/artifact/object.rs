@@ -14,12 +14,19 @@
 //! object's bytes.
 //!
 //! Recordings gather in spool files on local disk while their turn runs (the live flow's spill
-//! thread writes them, exactly as for the file store); the save then streams the file to the bucket
-//! in parts of [`PART_BYTES`], so no recording is ever held whole in memory. A failed upload hands
-//! the spool back, still on disk, and the live flow retries it at its next flush; recordings still
-//! unsaved when their run ends move to an outbox folder beside the spools, which a background task
-//! uploads once the bucket answers again (see [`ArtifactService::save_later`]).
+//! thread writes them, exactly as for the file store). Once a spool holds a part ([`PART_BYTES`]),
+//! its parts go up while the turn runs, in a multipart upload to a staging key
+//! (`PREFIX/#staging/…`), and the save puts the last part, then copies the staged object to its
+//! version's key inside the bucket; a shorter recording is one put at the save. No recording is
+//! ever held whole in memory. A failed upload hands the spool back, still on disk, and the live
+//! flow retries it (whole, from the file) at its next flush; recordings still unsaved when their
+//! run ends move to the outbox, a folder that outlives the process, which a background task
+//! uploads once the bucket answers again (see [`ArtifactService::save_later`]) and which the next
+//! store opened on the same folder takes up.
 
+use std::any::Any;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -29,15 +36,17 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::{Path as Key, PathPart};
 use object_store::{
-    Attribute, Attributes, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload,
-    RetryConfig, WriteMultipart,
+    Attribute, Attributes, MultipartUpload, ObjectStore, PutMode, PutMultipartOptions, PutOptions,
+    PutPayload, RetryConfig, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use super::spool::SpoolHandle;
+use super::spool::{Feed, Feeder, SpoolHandle};
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
-    ArtifactService, SpoolFile, USER_PREFIX,
+    ArtifactService, SpoolDir, SpoolFile, USER_PREFIX,
 };
 
 /// Bytes per uploaded part of a spooled recording, and the most a save reads into memory at once.
@@ -62,12 +71,20 @@ struct Meta {
 /// Artifacts in a bucket (S3, GCS, Azure) under a key prefix.
 pub struct ObjectArtifactService {
     bucket: Bucket,
-    /// Local folder for spool files (recordings being gathered before their upload).
-    spool: PathBuf,
-    /// The store's URL, for logs: bucket and prefix, never credentials.
+    /// Local folder for spool files (recordings being gathered before their upload): this
+    /// store's own, inside `root`.
+    spool: SpoolDir,
+    /// The folder holding `spool` and the outbox.
+    root: PathBuf,
+    /// `root` is a fresh temp folder of this store's alone, removed with it when empty.
+    own_root: bool,
+    /// The store's URL: bucket and prefix, never credentials. Outbox files name it, so that a
+    /// store only takes up recordings meant for its own bucket.
     url: String,
     /// Recordings saved later, in the background (see [`ArtifactService::save_later`]).
     outbox: Arc<Mutex<Outbox>>,
+    /// Stops the outbox's task when the store goes (its files stay, for the next store).
+    stop: CancellationToken,
 }
 
 /// The bucket and the key prefix every artifact lives under (may be empty): what a save needs,
@@ -78,6 +95,15 @@ struct Bucket {
     prefix: Key,
 }
 
+impl std::fmt::Debug for Bucket {
+    // By hand: the client's own Debug prints its configuration, credentials included.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Recordings whose run ended before their upload succeeded, waiting in files on local disk.
 #[derive(Debug, Default)]
 struct Outbox {
@@ -86,15 +112,30 @@ struct Outbox {
     running: bool,
 }
 
-/// One recording in the outbox.
-#[derive(Debug)]
-struct Pending {
+/// What an outbox entry's `{id}.json` holds: where its recording goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    /// The store's URL; another store's entries are left alone.
+    url: String,
     app_name: String,
     user_id: String,
     session_id: String,
     filename: String,
     mime_type: String,
-    path: PathBuf,
+}
+
+/// One recording in the outbox: `{id}.json` (its [`Entry`]), `{id}.data` (its bytes) and, once a
+/// version is claimed for it, `{id}.version`. The store that holds an exclusive `flock` on the
+/// `.json` owns the entry; the lock goes with the process, so a store opened later takes up
+/// what a stopped (or crashed) one left.
+#[derive(Debug)]
+struct Pending {
+    entry: Entry,
+    /// `{outbox}/{id}`: the entry's files are this with `.json`, `.data` and `.version`.
+    stem: PathBuf,
+    /// The open `.json`, holding the lock.
+    _lock: File,
 }
 
 impl std::fmt::Debug for ObjectArtifactService {
@@ -102,7 +143,7 @@ impl std::fmt::Debug for ObjectArtifactService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectArtifactService")
             .field("url", &self.url)
-            .field("spool", &self.spool)
+            .field("spool", &self.spool.path())
             .finish_non_exhaustive()
     }
 }
@@ -194,13 +235,12 @@ impl ObjectArtifactService {
         let path = parsed.path().trim_matches('/');
         let prefix = Key::parse(path)
             .map_err(|e| ArtifactError::InvalidArgument(format!("artifact store prefix: {e}")))?;
-        let spool = spool_folder(&std::env::temp_dir());
-        Ok(Self::with_store(
-            store,
-            prefix,
-            spool,
-            format!("{root}/{path}"),
-        ))
+        // A folder of its own: the temp folder is shared, and may be memory.
+        let spool_root =
+            std::env::temp_dir().join(format!("livegate-spool-{}", uuid::Uuid::new_v4()));
+        let mut store = Self::with_store(store, prefix, spool_root, format!("{root}/{path}"));
+        store.own_root = true;
+        Ok(store)
     }
 
     /// An artifact's versions, and its latest version's mime type and size, from the bucket's
@@ -259,26 +299,85 @@ impl ObjectArtifactService {
         store.delete(&probe).await.map_err(store_error)
     }
 
-    /// Keeps spool files in a folder of this store's own inside `root` (made on first use)
-    /// rather than in the temp folder.
+    /// Keeps spool files in a folder of this store's own inside `root` (made on first use),
+    /// and the outbox in `root/outbox`, rather than in a fresh temp folder; takes up what an
+    /// earlier store left in that outbox for this bucket and prefix.
     pub fn with_spool_root(mut self, root: &Path) -> Self {
-        self.spool = spool_folder(root);
+        self.root = root.to_path_buf();
+        self.own_root = false;
+        self.spool = spool_dir(&self.bucket, root);
+        self.take_up_outbox();
         self
     }
 
-    /// Artifacts in `store` under `prefix`, with spool files in `spool` (made on first use).
+    /// Artifacts in `store` under `prefix`, with spool files in a folder of this store's own
+    /// inside `spool_root` (made on first use) and the outbox in `spool_root/outbox`; takes up
+    /// what an earlier store left in that outbox for this `url`.
     pub fn with_store(
         store: Arc<dyn ObjectStore>,
         prefix: Key,
-        spool: PathBuf,
+        spool_root: PathBuf,
         url: String,
     ) -> Self {
-        ObjectArtifactService {
-            bucket: Bucket { store, prefix },
-            spool,
+        let bucket = Bucket { store, prefix };
+        let mut service = ObjectArtifactService {
+            spool: spool_dir(&bucket, &spool_root),
+            bucket,
+            root: spool_root,
+            own_root: false,
             url,
             outbox: Arc::default(),
+            stop: CancellationToken::new(),
+        };
+        service.take_up_outbox();
+        service
+    }
+
+    /// Recordings this store holds in its outbox.
+    #[cfg(test)]
+    pub(crate) fn outbox_len(&self) -> usize {
+        lock_outbox(&self.outbox).pending.len()
+    }
+
+    /// The outbox folder.
+    fn outbox_dir(&self) -> PathBuf {
+        self.root.join(OUTBOX_DIR)
+    }
+
+    /// Claims the outbox entries no live store holds whose recordings go to this store's
+    /// bucket, and starts uploading them (blocking: it reads a folder, once, at start).
+    fn take_up_outbox(&mut self) {
+        let claimed = claim_entries(&self.outbox_dir(), &self.url);
+        if claimed.is_empty() {
+            return;
         }
+        tracing::info!(
+            recordings = claimed.len(),
+            folder = %self.outbox_dir().display(),
+            "recordings an earlier process could not save go to the bucket now"
+        );
+        let mut outbox = lock_outbox(&self.outbox);
+        outbox.pending.extend(claimed);
+        drop(outbox);
+        self.run_outbox();
+    }
+
+    /// Starts the outbox's task unless it runs already (or there is no runtime to run it on:
+    /// the entries then wait for the next store).
+    fn run_outbox(&self) {
+        let mut outbox = lock_outbox(&self.outbox);
+        if outbox.running {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        outbox.running = true;
+        runtime.spawn(empty_outbox(
+            self.bucket.clone(),
+            Arc::clone(&self.outbox),
+            self.stop.clone(),
+        ));
     }
 }
 
@@ -467,27 +566,88 @@ impl Bucket {
         }
     }
 
-    /// Saves an outbox file as the next version of its artifact.
-    async fn save_file(&self, pending: &Pending) -> Result<u64, ArtifactError> {
+    /// Saves an outbox entry as a version of its artifact: the version claimed for it before,
+    /// if any (whose bytes may be in place already: a store stopped between the upload and
+    /// removing the entry), else the next one. So an entry becomes one version however often
+    /// its upload is tried, by however many stores.
+    async fn save_entry(&self, pending: &Pending) -> Result<u64, ArtifactError> {
+        let entry = &pending.entry;
         let scope = ArtifactScope {
-            app_name: &pending.app_name,
-            user_id: &pending.user_id,
-            session_id: &pending.session_id,
+            app_name: &entry.app_name,
+            user_id: &entry.user_id,
+            session_id: &entry.session_id,
         };
-        let dir = self.artifact_key(scope, &pending.filename)?;
-        let path = pending.path.clone();
-        let handle = tokio::task::spawn_blocking(move || SpoolHandle::open(&path))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)))?;
-        let version = self
-            .claim(&dir, &meta_bytes(pending.mime_type.clone())?)
-            .await?;
+        let dir = self.artifact_key(scope, &entry.filename)?;
+        let version_file = pending.stem.with_extension(VERSION_EXT);
+        let read = version_file.clone();
+        let recorded = blocking(move || read_version(&read)).await?;
+        let version = match recorded {
+            Some(version) => {
+                match self.store.head(&dir.child(version.to_string())).await {
+                    Ok(_) => return Ok(version),
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(store_error(e)),
+                }
+                version
+            }
+            None => {
+                let version = self
+                    .claim(&dir, &meta_bytes(entry.mime_type.clone())?)
+                    .await?;
+                if let Err(error) = blocking(move || write_version(&version_file, version)).await {
+                    self.release(&dir, version).await;
+                    return Err(error);
+                }
+                version
+            }
+        };
+        let data = pending.stem.with_extension(DATA_EXT);
+        let handle = blocking(move || SpoolHandle::open(&data)).await?;
+        // On error the claim stays the entry's, for its next try.
         let key = dir.child(version.to_string());
-        if let Err(error) = self.upload_spool(&key, &pending.mime_type, handle).await {
-            self.release(&dir, version).await;
-            return Err(error);
-        }
+        self.upload_spool(&key, &entry.mime_type, handle).await?;
         Ok(version)
+    }
+
+    /// Saves a spool whose parts went up while it grew: puts the last part, claims a version
+    /// and copies the staged object to it, inside the bucket. The staged object is removed
+    /// whatever happens; on error the caller still has the spool's file.
+    async fn save_staged(
+        &self,
+        dir: &Key,
+        meta: &Bytes,
+        feed: PartFeed,
+        len: u64,
+    ) -> Result<u64, ArtifactError> {
+        let PartFeed {
+            appended,
+            staged,
+            task,
+        } = feed;
+        appended.send_modify(|a| {
+            a.len = len;
+            a.sealed = true;
+        });
+        let uploaded = task
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e).into()));
+        drop(appended);
+        uploaded?;
+        let saved = async {
+            let version = self.claim(dir, meta).await?;
+            let key = dir.child(version.to_string());
+            if let Err(error) = self.store.copy(&staged, &key).await {
+                self.release(dir, version).await;
+                return Err(store_error(error));
+            }
+            Ok(version)
+        }
+        .await;
+        if let Err(error) = self.store.delete(&staged).await {
+            // A bucket's lifecycle rule on the staging prefix removes what is left.
+            tracing::warn!(%error, key = %staged, "could not remove a staged recording");
+        }
+        saved
     }
 
     /// Names (below `dir`) holding at least one version, each with `prefix` put back.
@@ -507,9 +667,20 @@ impl Bucket {
 }
 
 /// A fresh spool folder inside `root`: one per store, so that stores (and processes) sharing a
-/// root never take each other's files.
-fn spool_folder(root: &Path) -> PathBuf {
-    root.join(format!("livegate-spool-{}", uuid::Uuid::new_v4()))
+/// root never take each other's files. Its files go up in parts while they grow when there is a
+/// runtime to upload them on.
+fn spool_dir(bucket: &Bucket, root: &Path) -> SpoolDir {
+    let path = root.join(format!("live-{}", uuid::Uuid::new_v4()));
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => SpoolDir::fed(
+            path,
+            Arc::new(PartFeeder {
+                bucket: bucket.clone(),
+                runtime,
+            }),
+        ),
+        Err(_) => SpoolDir::new(path),
+    }
 }
 
 /// The sidecar key of a version.
@@ -647,7 +818,7 @@ impl ArtifactService for ObjectArtifactService {
         self.check_bucket_writable().await
     }
 
-    fn spool_dir(&self) -> Option<&Path> {
+    fn spool_dir(&self) -> Option<&SpoolDir> {
         Some(&self.spool)
     }
 
@@ -658,6 +829,10 @@ impl ArtifactService for ObjectArtifactService {
         mime_type: String,
         spool: SpoolFile,
     ) -> Result<u64, (ArtifactError, SpoolFile)> {
+        let mut spool = spool;
+        let feed = spool
+            .take_feed()
+            .and_then(|feed| feed.into_any().downcast::<PartFeed>().ok());
         let prepared = self
             .bucket
             .artifact_key(scope, filename)
@@ -666,6 +841,21 @@ impl ArtifactService for ObjectArtifactService {
             Ok(prepared) => prepared,
             Err(e) => return Err((e, spool)),
         };
+        if let Some(feed) = feed {
+            match self
+                .bucket
+                .save_staged(&dir, &meta, *feed, spool.len())
+                .await
+            {
+                Ok(version) => return Ok(version),
+                // The file still holds every byte: it goes up whole now.
+                Err(error) => tracing::warn!(
+                    %error,
+                    filename,
+                    "the parts uploaded during a recording's turn could not be saved; uploading it whole"
+                ),
+            }
+        }
         let version = match self.bucket.claim(&dir, &meta).await {
             Ok(version) => version,
             Err(e) => return Err((e, spool)),
@@ -691,80 +881,230 @@ impl ArtifactService for ObjectArtifactService {
         if let Err(e) = self.bucket.artifact_key(scope, filename) {
             return Err((e, spool));
         }
-        let dir = self.spool.join(OUTBOX_DIR);
-        let path = dir.join(uuid::Uuid::new_v4().to_string());
-        let handle = match spool.handle() {
-            Ok(handle) => handle,
-            Err(e) => return Err((e.into(), spool)),
-        };
-        let to = path.clone();
-        let moved = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir)?;
-            handle.persist(&to)
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        if let Err(e) = moved {
-            return Err((e.into(), spool));
-        }
-        spool.moved();
-        let pending = Pending {
+        let entry = Entry {
+            url: self.url.clone(),
             app_name: scope.app_name.to_owned(),
             user_id: scope.user_id.to_owned(),
             session_id: scope.session_id.to_owned(),
             filename: filename.to_owned(),
             mime_type,
-            path,
         };
+        let prepared = spool
+            .handle()
+            .map_err(ArtifactError::from)
+            .and_then(|handle| {
+                let json = serde_json::to_vec(&entry)
+                    .map_err(|e| ArtifactError::InvalidArgument(format!("outbox entry: {e}")))?;
+                Ok((handle, json))
+            });
+        let (handle, json) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return Err((e, spool)),
+        };
+        let outbox = self.outbox_dir();
+        let stem = outbox.join(uuid::Uuid::new_v4().to_string());
+        let at = stem.clone();
+        let moved = blocking(move || {
+            std::fs::create_dir_all(&outbox)?;
+            // The entry first, locked before anyone can see it; then the bytes beside it.
+            let lock = write_entry(&at, &json)?;
+            if let Err(error) = handle.persist(&at.with_extension(DATA_EXT)) {
+                let _ = std::fs::remove_file(at.with_extension(ENTRY_EXT));
+                return Err(error);
+            }
+            Ok(lock)
+        })
+        .await;
+        let lock = match moved {
+            Ok(lock) => lock,
+            Err(e) => return Err((e, spool)),
+        };
+        spool.moved();
         tracing::warn!(filename, "a recording waits on local disk for the bucket");
-        let mut outbox = lock(&self.outbox);
-        outbox.pending.push(pending);
-        if !std::mem::replace(&mut outbox.running, true) {
-            tokio::spawn(empty_outbox(self.bucket.clone(), Arc::clone(&self.outbox)));
-        }
+        lock_outbox(&self.outbox).pending.push(Pending {
+            entry,
+            stem,
+            _lock: lock,
+        });
+        self.run_outbox();
         Ok(())
     }
 }
 
-/// The outbox's folder inside the spool folder.
+/// The outbox's folder inside the spool root.
 const OUTBOX_DIR: &str = "outbox";
+/// An outbox entry's files: where its recording goes, its bytes, the version claimed for it.
+const ENTRY_EXT: &str = "json";
+const DATA_EXT: &str = "data";
+const VERSION_EXT: &str = "version";
+/// The key segment (below the prefix) of recordings whose parts go up while their turn runs.
+/// `#` is refused in app names, so it never collides with one.
+const STAGING_DIR: &str = "#staging";
 /// The first wait before the outbox tries its uploads again; it doubles up to the maximum.
 const OUTBOX_BACKOFF: Duration = Duration::from_millis(500);
 const OUTBOX_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Rounds of tries before the outbox gives up (about an hour at the longest wait); what is left
-/// stays on disk.
+/// stays on disk, for the next store opened on the folder.
 const OUTBOX_ROUNDS: u32 = 130;
 
-fn lock(outbox: &Mutex<Outbox>) -> MutexGuard<'_, Outbox> {
+fn lock_outbox(outbox: &Mutex<Outbox>) -> MutexGuard<'_, Outbox> {
     // No code path panics while holding it, so a poisoned outbox is still consistent.
     outbox.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Uploads the outbox's recordings, with backoff, until none is left (or it gives up).
-async fn empty_outbox(bucket: Bucket, outbox: Arc<Mutex<Outbox>>) {
+/// Runs blocking file work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, ArtifactError> {
+    Ok(tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))?)
+}
+
+/// Writes an outbox entry's `.json` under an exclusive lock taken before the file has its name,
+/// so no other store can claim it; returns the open file, which holds the lock (blocking).
+fn write_entry(stem: &Path, json: &[u8]) -> std::io::Result<File> {
+    use std::io::Write;
+    let tmp = stem.with_extension("json.tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
+    let written = (|| {
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+        file.write_all(json)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, stem.with_extension(ENTRY_EXT))
+    })();
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(error);
+    }
+    Ok(file)
+}
+
+/// The version an outbox entry claimed, if it did (blocking).
+fn read_version(path: &Path) -> std::io::Result<Option<u64>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(std::io::Error::other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Records the version an outbox entry claimed, durably, before its bytes go up (blocking).
+fn write_version(path: &Path, version: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("version.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(version.to_string().as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Claims every entry of the outbox folder that no live store holds and whose recording goes to
+/// `url` (blocking).
+fn claim_entries(outbox: &Path, url: &str) -> Vec<Pending> {
+    let Ok(listing) = std::fs::read_dir(outbox) else {
+        return Vec::new();
+    };
+    let mut claimed = Vec::new();
+    for item in listing.flatten() {
+        let path = item.path();
+        if path.extension().and_then(|e| e.to_str()) != Some(ENTRY_EXT) {
+            continue;
+        }
+        match claim_entry(&path, url) {
+            Ok(Some(pending)) => claimed.push(pending),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, file = %path.display(), "an outbox entry could not be read");
+            }
+        }
+    }
+    claimed
+}
+
+/// Claims one outbox entry: `None` when a live store holds it, another store's bucket is its
+/// destination, or it is gone (blocking).
+fn claim_entry(path: &Path, url: &str) -> std::io::Result<Option<Pending>> {
+    let file = match File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        opened => opened?,
+    };
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    // Its owner may have saved and removed it between the open and the lock: then the lock is
+    // on a file no longer in the folder.
+    let named = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        named => named?,
+    };
+    let opened = file.metadata()?;
+    if (named.dev(), named.ino()) != (opened.dev(), opened.ino()) {
+        return Ok(None);
+    }
+    let entry: Entry = serde_json::from_reader(&file).map_err(std::io::Error::other)?;
+    if entry.url != url {
+        return Ok(None);
+    }
+    let stem = path.with_extension("");
+    if !stem.with_extension(DATA_EXT).exists() {
+        // Its bytes never arrived (a crash while it was written): nothing to save.
+        tracing::warn!(file = %path.display(), "an outbox entry without its recording is removed");
+        let _ = std::fs::remove_file(stem.with_extension(VERSION_EXT));
+        std::fs::remove_file(path)?;
+        return Ok(None);
+    }
+    Ok(Some(Pending {
+        entry,
+        stem,
+        _lock: file,
+    }))
+}
+
+/// Removes a saved outbox entry's files, its `.json` last (while still holding its lock).
+async fn remove_entry(pending: &Pending) {
+    for ext in [DATA_EXT, VERSION_EXT, ENTRY_EXT] {
+        let _ = tokio::fs::remove_file(pending.stem.with_extension(ext)).await;
+    }
+}
+
+/// Uploads the outbox's recordings, with backoff, until none is left, it gives up, or the store
+/// goes (`stop`).
+async fn empty_outbox(bucket: Bucket, outbox: Arc<Mutex<Outbox>>, stop: CancellationToken) {
     let mut backoff = OUTBOX_BACKOFF;
     for _ in 0..OUTBOX_ROUNDS {
-        tokio::time::sleep(backoff).await;
-        let batch = std::mem::take(&mut lock(&outbox).pending);
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = stop.cancelled() => {
+                lock_outbox(&outbox).running = false;
+                return;
+            }
+        }
+        let batch = std::mem::take(&mut lock_outbox(&outbox).pending);
         let mut failed = Vec::new();
         for pending in batch {
-            match bucket.save_file(&pending).await {
+            match bucket.save_entry(&pending).await {
                 Ok(version) => {
                     tracing::info!(
-                        filename = pending.filename,
+                        filename = pending.entry.filename,
                         version,
                         "a recording kept on local disk is saved"
                     );
-                    // Best effort: a leftover file is removed with the spool folder.
-                    let _ = tokio::fs::remove_file(&pending.path).await;
+                    remove_entry(&pending).await;
                 }
                 Err(error) => {
-                    tracing::warn!(%error, filename = pending.filename, "a recording kept on local disk is still not saved");
+                    tracing::warn!(%error, filename = pending.entry.filename, "a recording kept on local disk is still not saved");
                     failed.push(pending);
                 }
             }
         }
-        let mut outbox = lock(&outbox);
+        let mut outbox = lock_outbox(&outbox);
         outbox.pending.append(&mut failed);
         if outbox.pending.is_empty() {
             outbox.running = false;
@@ -773,24 +1113,151 @@ async fn empty_outbox(bucket: Bucket, outbox: Arc<Mutex<Outbox>>) {
         drop(outbox);
         backoff = (backoff * 2).min(OUTBOX_BACKOFF_MAX);
     }
-    let mut outbox = lock(&outbox);
-    let left: Vec<_> = outbox.pending.drain(..).map(|p| p.path).collect();
+    let mut outbox = lock_outbox(&outbox);
+    let left: Vec<_> = outbox.pending.drain(..).map(|p| p.stem).collect();
     outbox.running = false;
     tracing::error!(
         ?left,
-        "gave up saving recordings to the bucket; their files stay on local disk"
+        "gave up saving recordings to the bucket; they stay in the outbox for the next process"
     );
+}
+
+/// Sends spool files to the bucket a part at a time while they grow.
+#[derive(Debug)]
+struct PartFeeder {
+    bucket: Bucket,
+    /// Where the uploads run: spool files grow on the spill thread, outside the runtime.
+    runtime: tokio::runtime::Handle,
+}
+
+impl Feeder for PartFeeder {
+    fn threshold(&self) -> u64 {
+        PART_BYTES as u64
+    }
+
+    fn start(&self, file: File) -> Option<Box<dyn Feed>> {
+        let staged = self
+            .bucket
+            .prefix
+            .child(STAGING_DIR)
+            .child(uuid::Uuid::new_v4().to_string());
+        let (appended, grown) = watch::channel(Appended::default());
+        let task = self
+            .runtime
+            .spawn(stage(self.bucket.clone(), staged.clone(), file, grown));
+        Some(Box::new(PartFeed {
+            appended,
+            staged,
+            task,
+        }))
+    }
+}
+
+/// How far a spool file has grown, and whether it is whole.
+#[derive(Debug, Clone, Copy, Default)]
+struct Appended {
+    len: u64,
+    /// No more bytes come: the upload puts the rest and completes.
+    sealed: bool,
+}
+
+/// One spool file's multipart upload to its staging key, under way.
+#[derive(Debug)]
+struct PartFeed {
+    /// Dropped unsealed (the spool went unsaved), it makes the upload abort.
+    appended: watch::Sender<Appended>,
+    staged: Key,
+    task: tokio::task::JoinHandle<Result<(), ArtifactError>>,
+}
+
+impl Feed for PartFeed {
+    fn grown(&self, len: u64) {
+        self.appended.send_modify(|a| a.len = len);
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// Uploads a growing spool file to `key` a whole part at a time, then, once it is sealed, the
+/// rest as the last part, and completes the upload. Aborts it on any error, or when the spool
+/// is dropped unsealed.
+async fn stage(
+    bucket: Bucket,
+    key: Key,
+    file: File,
+    mut grown: watch::Receiver<Appended>,
+) -> Result<(), ArtifactError> {
+    let file = Arc::new(file);
+    let mut upload: Option<Box<dyn MultipartUpload>> = None;
+    let mut sent = 0u64;
+    let staged = async {
+        loop {
+            let now = *grown.borrow_and_update();
+            while now.len - sent >= PART_BYTES as u64 || (now.sealed && now.len > sent) {
+                let take = (now.len - sent).min(PART_BYTES as u64) as usize;
+                let part = read_part(&file, sent, take).await?;
+                let upload = match &mut upload {
+                    Some(upload) => upload,
+                    None => upload.insert(
+                        bucket
+                            .store
+                            .put_multipart_opts(&key, PutMultipartOptions::default())
+                            .await
+                            .map_err(store_error)?,
+                    ),
+                };
+                upload.put_part(part.into()).await.map_err(store_error)?;
+                sent += take as u64;
+            }
+            if now.sealed {
+                let upload = upload
+                    .as_mut()
+                    .ok_or_else(|| std::io::Error::other("nothing was staged"))?;
+                upload.complete().await.map_err(store_error)?;
+                return Ok(());
+            }
+            if grown.changed().await.is_err() {
+                return Err(ArtifactError::Io(std::io::Error::other(
+                    "the recording went unsaved",
+                )));
+            }
+        }
+    }
+    .await;
+    if staged.is_err() {
+        if let Some(mut upload) = upload {
+            if let Err(error) = upload.abort().await {
+                tracing::warn!(%error, "could not abort a staged multipart upload");
+            }
+        }
+    }
+    staged
+}
+
+/// Reads `len` bytes of a spool file from `offset`, on the blocking pool.
+async fn read_part(file: &Arc<File>, offset: u64, len: usize) -> Result<Bytes, ArtifactError> {
+    let file = Arc::clone(file);
+    blocking(move || {
+        let mut data = vec![0; len];
+        file.read_exact_at(&mut data, offset)?;
+        Ok(Bytes::from(data))
+    })
+    .await
 }
 
 impl Drop for ObjectArtifactService {
     fn drop(&mut self) {
-        // Spool files still there belong to recordings that were never saved; recordings in
-        // the outbox are kept for someone to upload by hand.
-        let left = lock(&self.outbox).pending.len();
-        if left > 0 {
-            tracing::error!(left, folder = %self.spool.display(), "recordings not saved to the bucket stay on local disk");
-        } else {
-            let _ = std::fs::remove_dir_all(&self.spool);
+        self.stop.cancel();
+        // Spool files still there belong to recordings that were never saved.
+        let _ = std::fs::remove_dir_all(self.spool.path());
+        let outbox = lock_outbox(&self.outbox);
+        let left = outbox.pending.len();
+        if left > 0 || outbox.running {
+            tracing::warn!(left, folder = %self.outbox_dir().display(), "recordings not saved to the bucket stay in the outbox, for the next process started on it");
+        } else if self.own_root {
+            let _ = std::fs::remove_dir_all(&self.root);
         }
     }
 }

@@ -1,16 +1,104 @@
 //! Spool files: bytes gathered on disk beside a store while they arrive, then saved as one
 //! artifact version without passing through memory again.
 
+use std::any::Any;
 use std::fs::File;
 use std::io::{IoSlice, Seek, SeekFrom, Write};
+use std::ops::Deref;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 /// The spool folder inside a file store's root. `#` is refused in app names, so it never
 /// collides with one.
 pub(crate) const SPOOL_DIR: &str = "#spool";
+
+/// Where a store wants its spool files: a folder and, for a store that takes a spool's bytes
+/// while it grows (an object store, a part at a time), what it tells of every append.
+///
+/// One pointer wide: every spill the live flow queues carries one.
+#[derive(Debug, Clone)]
+pub struct SpoolDir(Arc<SpoolDirInner>);
+
+#[derive(Debug)]
+struct SpoolDirInner {
+    path: PathBuf,
+    feeder: Option<Arc<dyn Feeder>>,
+}
+
+impl SpoolDir {
+    /// A plain folder: its spool files are saved once they are whole.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SpoolDir(Arc::new(SpoolDirInner {
+            path: path.into(),
+            feeder: None,
+        }))
+    }
+
+    /// A folder whose spool files `feeder` takes while they grow.
+    pub(crate) fn fed(path: impl Into<PathBuf>, feeder: Arc<dyn Feeder>) -> Self {
+        SpoolDir(Arc::new(SpoolDirInner {
+            path: path.into(),
+            feeder: Some(feeder),
+        }))
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.0.path
+    }
+}
+
+impl Deref for SpoolDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0.path
+    }
+}
+
+impl AsRef<Path> for SpoolDir {
+    fn as_ref(&self) -> &Path {
+        &self.0.path
+    }
+}
+
+impl From<&SpoolDir> for SpoolDir {
+    fn from(dir: &SpoolDir) -> Self {
+        dir.clone()
+    }
+}
+
+impl From<PathBuf> for SpoolDir {
+    fn from(path: PathBuf) -> Self {
+        SpoolDir::new(path)
+    }
+}
+
+impl From<&Path> for SpoolDir {
+    fn from(path: &Path) -> Self {
+        SpoolDir::new(path)
+    }
+}
+
+/// A store that takes spool files' bytes while they grow.
+pub(crate) trait Feeder: Send + Sync + std::fmt::Debug {
+    /// Bytes a spool file holds before it is worth feeding.
+    fn threshold(&self) -> u64;
+    /// Starts taking the bytes of the spool file `file` (a second handle, read only from);
+    /// `None` when it cannot (the spool is then saved whole at the end).
+    fn start(&self, file: File) -> Option<Box<dyn Feed>>;
+}
+
+/// The bytes of one spool file on their way to a store while it grows.
+pub(crate) trait Feed: Send + Sync + std::fmt::Debug {
+    /// The spool file now holds `len` bytes, all written (never called from an async task's
+    /// thread in a way that blocks: it only records the length).
+    fn grown(&self, len: u64);
+    /// The feed as its store's own type.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
 
 /// A temp file holding the first `len()` bytes of an artifact being gathered; removed when
 /// dropped unless a store took it over.
@@ -22,12 +110,16 @@ pub struct SpoolFile {
     len: u64,
     /// A failed append may have left bytes past `len` in the file.
     torn: bool,
+    /// The store that wants the bytes while they grow, until it has a feed.
+    feeder: Option<Arc<dyn Feeder>>,
+    /// The bytes on their way to the store; dropped with the spool, which stops it.
+    feed: Option<Box<dyn Feed>>,
 }
 
 impl SpoolFile {
     /// Creates an empty spool file in `dir` (blocking).
-    pub fn create(dir: &Path) -> std::io::Result<Self> {
-        let path = dir.join(uuid::Uuid::new_v4().to_string());
+    pub fn create(dir: &SpoolDir) -> std::io::Result<Self> {
+        let path = dir.path().join(uuid::Uuid::new_v4().to_string());
         let open = || {
             std::fs::OpenOptions::new()
                 .read(true)
@@ -39,7 +131,7 @@ impl SpoolFile {
         // then, rather than asking for it before every recording.
         let file = match open() {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(dir)?;
+                std::fs::create_dir_all(dir.path())?;
                 open()
             }
             opened => opened,
@@ -49,6 +141,8 @@ impl SpoolFile {
             path: Some(path),
             len: 0,
             torn: false,
+            feeder: dir.0.feeder.clone(),
+            feed: None,
         })
     }
 
@@ -85,6 +179,7 @@ impl SpoolFile {
         match result {
             Ok(()) => {
                 self.len += written;
+                self.feed_more();
                 Ok(())
             }
             Err(e) => {
@@ -95,6 +190,38 @@ impl SpoolFile {
                 Err(e)
             }
         }
+    }
+
+    /// Tells the store that wants the bytes how many there are, starting its feed once they
+    /// pass its threshold.
+    fn feed_more(&mut self) {
+        if self.feed.is_none() {
+            let Some(feeder) = &self.feeder else {
+                return;
+            };
+            if self.len < feeder.threshold() {
+                return;
+            }
+            self.feed = self
+                .file
+                .try_clone()
+                .ok()
+                .and_then(|file| feeder.start(file));
+            if self.feed.is_none() {
+                // Saved whole at the end instead; no second try per append.
+                self.feeder = None;
+            }
+        }
+        if let Some(feed) = &self.feed {
+            feed.grown(self.len);
+        }
+    }
+
+    /// Takes the feed under way, if any: a store finishes it when it saves the spool. The spool
+    /// is fed no more.
+    pub(crate) fn take_feed(&mut self) -> Option<Box<dyn Feed>> {
+        self.feeder = None;
+        self.feed.take()
     }
 
     /// A handle that reads the bytes held, or syncs them and moves the file, on another thread
@@ -186,6 +313,54 @@ impl SpoolHandle {
     }
 }
 
+/// Makes a spool folder of this process's own inside `root` (`{root}/{uuid}`), held by an
+/// exclusive lock on `{root}/{uuid}.lock` for as long as the returned file is open, after
+/// removing the folders (and loose files) of stores that are gone: their lock is free, or was
+/// never taken. Stores of several processes can so share `root` (blocking).
+pub(crate) fn own_spool_folder(root: &Path) -> std::io::Result<(PathBuf, File)> {
+    use rustix::fs::{flock, FlockOperation};
+    use std::os::unix::fs::MetadataExt;
+
+    std::fs::create_dir_all(root)?;
+    for item in std::fs::read_dir(root)?.flatten() {
+        let path = item.path();
+        if path.extension().is_some_and(|e| e == "lock") {
+            continue;
+        }
+        let lock_path = path.with_extension("lock");
+        let held = match File::open(&lock_path) {
+            Ok(lock) => flock(&lock, FlockOperation::NonBlockingLockExclusive).is_err(),
+            Err(_) => false,
+        };
+        if !held {
+            // Spool files of a stopped process hold no saved version.
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            let _ = std::fs::remove_file(&lock_path);
+        }
+    }
+    loop {
+        let folder = root.join(uuid::Uuid::new_v4().to_string());
+        let lock_path = folder.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock_path)?;
+        flock(&lock, FlockOperation::NonBlockingLockExclusive)?;
+        // Another store sweeping at this moment may have taken the free lock first and removed
+        // the file: then it is not this folder's lock any more.
+        let named = std::fs::metadata(&lock_path);
+        let opened = lock.metadata()?;
+        if named.is_ok_and(|n| (n.dev(), n.ino()) == (opened.dev(), opened.ino())) {
+            std::fs::create_dir_all(&folder)?;
+            return Ok((folder, lock));
+        }
+    }
+}
+
 /// Syncs an artifact version's file, written once and seldom read soon (recordings above all),
 /// then lets the kernel drop its pages from the cache (blocking).
 ///
@@ -217,7 +392,7 @@ mod tests {
     #[test]
     fn a_failed_append_leaves_nothing_in_the_saved_file() {
         let dir = tempfile::tempdir().unwrap();
-        let mut spool = SpoolFile::create(dir.path()).unwrap();
+        let mut spool = SpoolFile::create(&dir.path().into()).unwrap();
         spool.append(&[Bytes::from_static(b"abc")]).unwrap();
         assert!(!spool.handle().unwrap().torn);
         let path = spool.path.clone().unwrap();

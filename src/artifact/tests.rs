@@ -363,7 +363,7 @@ async fn store_urls_open_the_right_backend() {
 
 /// Fills a spool in `dir` with `pieces`, appended one call each.
 fn spooled(dir: &std::path::Path, pieces: &[&'static [u8]]) -> SpoolFile {
-    let mut spool = SpoolFile::create(dir).unwrap();
+    let mut spool = SpoolFile::create(&dir.into()).unwrap();
     for piece in pieces {
         let chunks = [Bytes::from_static(piece), Bytes::from_static(b"|")];
         spool.append(&chunks).unwrap();
@@ -413,11 +413,22 @@ async fn a_spooled_save_moves_the_file_in_as_the_next_version() {
     std::fs::remove_dir(&spool_dir).unwrap();
     assert_eq!(spooled(&spool_dir, &[b"again"]).len(), 6);
 
-    // Spool files a stopped process left behind are swept when the store opens.
+    // A second store on the same root (another process) has a spool folder of its own, and
+    // leaves this one's alone.
+    let beside = FileArtifactService::open(&root).await.unwrap();
+    assert_ne!(beside.spool_dir().unwrap().path(), spool_dir.as_path());
+    let live = spooled(&spool_dir, &[b"live"]);
+    drop(beside);
+    let _third = FileArtifactService::open(&root).await.unwrap();
+    assert_eq!(live.read().await.unwrap(), b"live|");
+    assert!(spool_dir.is_dir(), "a live store's spool folder stays");
+    drop(live);
+
+    // Spool files a stopped process left behind are swept when the next store opens.
     std::mem::forget(spooled(&spool_dir, &[b"orphan"]));
     drop(svc);
     let reopened = FileArtifactService::open(&root).await.unwrap();
-    assert_eq!(std::fs::read_dir(&spool_dir).unwrap().count(), 0);
+    assert!(!spool_dir.exists(), "swept");
     assert_eq!(reopened.list_names(S1).await.unwrap(), vec!["rec.pcm"]);
 }
 
@@ -459,7 +470,7 @@ async fn object_store_conforms_over_an_in_memory_bucket() {
 /// Saves spools into `svc` (one at a time) and checks they come back whole: one that fits in a
 /// part, one uploaded in several parts; the spool files are gone once saved.
 async fn spooled_saves_stream_from_disk(svc: &dyn ArtifactService) {
-    let spool_dir = svc.spool_dir().unwrap().to_path_buf();
+    let spool_dir = svc.spool_dir().unwrap().clone();
     let small = spooled(&spool_dir, &[b"ab", b"cde"]);
     let version = svc
         .save_spooled(S1, "rec.pcm", "audio/pcm;rate=16000".into(), small)
@@ -575,11 +586,25 @@ async fn s3_store_conforms_against_the_test_server() {
     );
 }
 
-/// An in-memory bucket that counts the objects whose bytes are read.
+/// An in-memory bucket that counts the objects whose bytes are read, and can be out of reach
+/// (`down`: every request fails).
 #[derive(Debug, Default)]
 struct CountingBucket {
     inner: object_store::memory::InMemory,
     reads: std::sync::atomic::AtomicUsize,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl CountingBucket {
+    fn reachable(&self) -> object_store::Result<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "CountingBucket",
+                source: "out of reach".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Display for CountingBucket {
@@ -596,6 +621,7 @@ impl object_store::ObjectStore for CountingBucket {
         payload: object_store::PutPayload,
         opts: object_store::PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
+        self.reachable()?;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -604,6 +630,7 @@ impl object_store::ObjectStore for CountingBucket {
         location: &object_store::path::Path,
         opts: object_store::PutMultipartOptions,
     ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.reachable()?;
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -612,6 +639,7 @@ impl object_store::ObjectStore for CountingBucket {
         location: &object_store::path::Path,
         options: object_store::GetOptions,
     ) -> object_store::Result<object_store::GetResult> {
+        self.reachable()?;
         self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.get_opts(location, options).await
     }
@@ -699,4 +727,125 @@ async fn an_object_store_lists_from_the_bucket_listing_without_reading_an_object
         keys.iter().all(|m| !m.location.as_ref().contains("probe")),
         "{keys:?}"
     );
+}
+
+/// Recordings waiting in an outbox folder: their entries, which go last when one is saved.
+fn in_outbox(root: &std::path::Path) -> usize {
+    std::fs::read_dir(root.join("outbox")).map_or(0, |d| {
+        d.flatten()
+            .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+            .count()
+    })
+}
+
+/// Waits (bounded) until the outbox folder under `root` holds `count` recordings.
+async fn outbox_holds(root: &std::path::Path, count: usize) {
+    let emptied = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while in_outbox(root) != count {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        emptied.is_ok(),
+        "the outbox holds {count}, not {}",
+        in_outbox(root)
+    );
+}
+
+/// Waits (bounded) until no store holds an entry of the outbox under `root`: a store that is
+/// dropped lets go of them once its outbox task has finished the upload it may be in.
+async fn outbox_released(root: &std::path::Path) {
+    let free = || {
+        std::fs::read_dir(root.join("outbox")).map_or(true, |d| {
+            d.flatten()
+                .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+                .all(|f| {
+                    std::fs::File::open(f.path()).is_ok_and(|file| {
+                        rustix::fs::flock(
+                            &file,
+                            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+                        )
+                        .is_ok()
+                    })
+                })
+        })
+    };
+    let released = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while !free() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(released.is_ok(), "a dropped store lets go of its outbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_left_behind_is_saved_once_by_the_next_store_on_its_folder() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("spool");
+    let bucket = std::sync::Arc::new(CountingBucket::default());
+    let open = |url: &str| {
+        ObjectArtifactService::with_store(
+            bucket.clone(),
+            object_store::path::Path::from("p"),
+            root.clone(),
+            url.into(),
+        )
+    };
+    async fn keep_for_later(svc: &ObjectArtifactService, bytes: &'static [u8]) {
+        let spool = spooled(svc.spool_dir().unwrap(), &[bytes]);
+        svc.save_later(S1, "rec.pcm", "audio/pcm;rate=16000".into(), spool)
+            .await
+            .unwrap();
+    }
+
+    // The bucket is out of reach: the recording waits in the outbox, held by its store.
+    bucket.down.store(true, Ordering::SeqCst);
+    let first = open("mem://b");
+    keep_for_later(&first, b"first").await;
+    assert_eq!(in_outbox(&root), 1);
+    bucket.down.store(false, Ordering::SeqCst);
+    let beside = open("mem://b");
+    assert_eq!(beside.outbox_len(), 0, "a live store's entries are its own");
+    drop(beside);
+
+    // Its store gone (a process stopped), the next store on the folder saves it, once.
+    drop(first);
+    outbox_released(&root).await;
+    let other_bucket = open("mem://other");
+    assert_eq!(
+        other_bucket.outbox_len(),
+        0,
+        "another bucket's store leaves it alone"
+    );
+    let next = open("mem://b");
+    outbox_holds(&root, 0).await;
+    assert_eq!(
+        next.load(S1, "rec.pcm", None).await.unwrap(),
+        Some(audio(b"first|"))
+    );
+    assert_eq!(next.list_versions(S1, "rec.pcm").await.unwrap(), vec![0]);
+    drop(next);
+
+    // A store stopped after the upload, before removing the entry: the version it claimed is
+    // there already, so the entry is removed without a second version.
+    bucket.down.store(true, Ordering::SeqCst);
+    let stopped = open("mem://b");
+    keep_for_later(&stopped, b"second").await;
+    drop(stopped);
+    outbox_released(&root).await;
+    let entry = std::fs::read_dir(root.join("outbox"))
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|e| e == "data"))
+        .unwrap();
+    std::fs::write(entry.with_extension("version"), "0").unwrap();
+    bucket.down.store(false, Ordering::SeqCst);
+    let after = open("mem://b");
+    outbox_holds(&root, 0).await;
+    assert_eq!(after.list_versions(S1, "rec.pcm").await.unwrap(), vec![0]);
+    assert!(!entry.with_extension("json").exists());
 }

@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// `az://…` (credentials from the environment) [default: file://{data-dir}/artifacts].
     #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
+    /// Local folder where recordings wait on their way to a bucket: spool files while their
+    /// turn runs, and the outbox of uploads that failed, which the next process started on the
+    /// same folder takes up [default: {data-dir}/spool].
+    #[arg(long, env = "LIVEGATE_SPOOL_DIR")]
+    pub spool_dir: Option<PathBuf>,
     /// Model: `sim` (embedded, offline), a Gemini live model id (needs `GOOGLE_API_KEY` or
     /// `GEMINI_API_KEY`, or Vertex settings), or an OpenAI realtime model id such as
     /// `gpt-realtime`, or `openai:<id>` (needs `OPENAI_API_KEY`).
@@ -280,6 +285,7 @@ impl ServeArgs {
             data_dir: PathBuf::from("./data"),
             session_store: None,
             artifact_store: None,
+            spool_dir: None,
             model: "sim".into(),
             gemini_base_url: crate::model::gemini::DEFAULT_BASE_URL.into(),
             gemini_api_version: crate::model::gemini::DEFAULT_API_VERSION.into(),
@@ -449,6 +455,13 @@ impl ServeArgs {
         }
     }
 
+    /// The folder where a bucket's recordings wait, with the data-dir default filled in.
+    pub fn spool_dir(&self) -> PathBuf {
+        self.spool_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("spool"))
+    }
+
     /// The session store URL, with the data-dir default filled in.
     pub fn session_store_url(&self) -> String {
         self.session_store
@@ -493,6 +506,7 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     session_store: Option<String>,
     artifact_store: Option<String>,
+    spool_dir: Option<PathBuf>,
     model: Option<String>,
     gemini_base_url: Option<String>,
     gemini_api_version: Option<String>,
@@ -654,7 +668,8 @@ impl FileConfig {
     /// Sets every option this file has that `fill` says is unset in `args`.
     fn apply(self, args: &mut ServeArgs, fill: &Fill<'_>) -> Result<(), ConfigError> {
         let file = self;
-        fill!(fill, args, file => bind, data_dir, session_store, artifact_store, app_name, web_root);
+        fill!(fill, args, file => bind, data_dir, session_store, artifact_store, spool_dir);
+        fill!(fill, args, file => app_name, web_root);
         fill!(fill, args, file => model, gemini_base_url, gemini_api_version);
         fill!(fill, args, file => vertex_project, vertex_location, agent);
         fill_parsed!(fill, args, file, parse_modality => modality);

@@ -183,8 +183,8 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     // Checked first: a gateway that would be open to the world must not even open its stores.
     let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
     let (sessions, registry) = open_sessions(args).await?;
-    // A bucket's recordings wait on the data disk on their way to it.
-    let spool_root = args.data_dir.join("spool");
+    // A bucket's recordings wait on the local disk on their way to it.
+    let spool_root = args.spool_dir();
     let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
     let options = ModelOptions {
         sim: args.sim_config(),

@@ -1,7 +1,6 @@
 //! The live audio cache (`save_live_blob`): input and output audio per turn, flushed to artifacts
 //! as `adk_live_audio_storage_{input|output}_audio_{first_chunk_ms}.{ext}` with a `fileData` event.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +8,9 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot::{self, error::TryRecvError};
 
 use super::spill::{self, SpillJob, Spilled};
-use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService, SpoolFile};
+use crate::artifact::{
+    Artifact, ArtifactError, ArtifactScope, ArtifactService, SpoolDir, SpoolFile,
+};
 use crate::event::{now_timestamp, Blob, Content, Event, FileData, Part};
 
 /// Audio a recording gathers in memory before it is written to its spool file (2 s of 16 kHz
@@ -85,7 +86,7 @@ impl Recording {
     }
 
     /// Starts writing the chunks to the spool file unless a write is still under way.
-    fn start_spill(&mut self, dir: &Arc<Path>, via: Via) {
+    fn start_spill(&mut self, dir: &SpoolDir, via: Via) {
         if let Spool::Writing(done) = &mut self.spool {
             match done.try_recv() {
                 Ok(spilled) => self.settle(Some(spilled)),
@@ -107,7 +108,7 @@ impl Recording {
         let room = self.chunks.len();
         let job = SpillJob {
             spool,
-            dir: Arc::clone(dir),
+            dir: dir.clone(),
             chunks: std::mem::replace(&mut self.chunks, Vec::with_capacity(room)),
             done,
         };
@@ -156,7 +157,7 @@ impl Recording {
 
     /// Waits for a write under way, then moves the remaining chunks to the spool file if there
     /// is one that takes them.
-    async fn finish_spool(&mut self, dir: Option<&Arc<Path>>) {
+    async fn finish_spool(&mut self, dir: Option<&SpoolDir>) {
         self.await_spill().await;
         if let (Some(dir), Spool::Ready(_)) = (dir, &self.spool) {
             if !self.chunks.is_empty() {
@@ -184,7 +185,7 @@ impl Recording {
 
     /// All of the recording in one spool file in `dir` (chunks still in memory appended), for a
     /// store to keep; `None` when there is no folder or a write failed.
-    async fn into_spool(mut self, dir: Option<&Arc<Path>>) -> Option<SpoolFile> {
+    async fn into_spool(mut self, dir: Option<&SpoolDir>) -> Option<SpoolFile> {
         self.await_spill().await;
         let spool = match std::mem::take(&mut self.spool) {
             Spool::Ready(spool) => Some(spool),
@@ -194,7 +195,7 @@ impl Recording {
         if spool.is_some() && self.chunks.is_empty() {
             return spool;
         }
-        let dir = dir?.to_path_buf();
+        let dir = dir?.clone();
         let chunks = std::mem::take(&mut self.chunks);
         let appended = tokio::task::spawn_blocking(move || {
             let mut spool = match spool {
@@ -315,7 +316,7 @@ impl AudioSide {
 #[derive(Debug, Clone, Default)]
 pub struct AudioCache {
     inner: Arc<Mutex<[Side; 2]>>,
-    spool_dir: Option<Arc<Path>>,
+    spool_dir: Option<SpoolDir>,
     /// Most bytes of audio both sides may hold in memory (0: no cap).
     max_unsaved: usize,
 }
@@ -339,15 +340,15 @@ pub struct RecordingTarget {
 
 impl AudioCache {
     /// A cache that spools long recordings to files in `spool_dir` (see [`AudioCache`]).
-    pub fn new(spool_dir: Option<PathBuf>) -> Self {
+    pub fn new(spool_dir: Option<SpoolDir>) -> Self {
         Self::with_cap(spool_dir, MAX_UNSAVED_BYTES.load(Ordering::Relaxed))
     }
 
     /// A cache holding at most `max_unsaved` bytes of audio in memory (0: no cap).
-    pub fn with_cap(spool_dir: Option<PathBuf>, max_unsaved: usize) -> Self {
+    pub fn with_cap(spool_dir: Option<SpoolDir>, max_unsaved: usize) -> Self {
         AudioCache {
             inner: Arc::default(),
-            spool_dir: spool_dir.map(Arc::from),
+            spool_dir,
             max_unsaved,
         }
     }
@@ -658,7 +659,7 @@ mod tests {
     async fn a_long_recording_is_spooled_to_a_file_that_becomes_the_artifact() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(FileArtifactService::open(dir.path()).await.unwrap());
-        let spool_dir = store.spool_dir().unwrap().to_path_buf();
+        let spool_dir = store.spool_dir().unwrap().clone();
         let cache = AudioCache::new(Some(spool_dir.clone()));
         // 16 s of input, in 2 s steps: the cache holds at most a spill's worth and one step.
         for step in 0..8 {
@@ -691,7 +692,7 @@ mod tests {
         // A file where the spool folder should be: every spill fails.
         let blocked = dir.path().join("not-a-dir");
         std::fs::write(&blocked, b"").unwrap();
-        let cache = AudioCache::new(Some(blocked));
+        let cache = AudioCache::new(Some(blocked.into()));
         for n in 0..300 {
             cache.push(AudioSide::Output, &frame(n));
         }
@@ -710,7 +711,7 @@ mod tests {
         let blocked = dir.path().join("not-a-dir");
         std::fs::write(&blocked, b"").unwrap();
         let cap = 100 * 640;
-        let cache = AudioCache::with_cap(Some(blocked), cap);
+        let cache = AudioCache::with_cap(Some(blocked.into()), cap);
         let in_memory = |cache: &AudioCache| {
             let sides = cache.inner.lock().unwrap();
             sides[0].in_memory() + sides[1].in_memory()
@@ -743,7 +744,7 @@ mod tests {
     }
 
     impl TestStore {
-        async fn open(dir: &Path) -> Self {
+        async fn open(dir: &std::path::Path) -> Self {
             TestStore {
                 store: FileArtifactService::open(dir).await.unwrap(),
                 fail: AtomicUsize::new(0),
@@ -807,7 +808,7 @@ mod tests {
         ) -> Result<(), ArtifactError> {
             self.store.delete(scope, filename).await
         }
-        fn spool_dir(&self) -> Option<&Path> {
+        fn spool_dir(&self) -> Option<&SpoolDir> {
             self.store.spool_dir()
         }
         async fn save_spooled(
@@ -835,7 +836,7 @@ mod tests {
             fail: AtomicUsize::new(1),
             ..TestStore::open(dir.path()).await
         });
-        let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
+        let cache = AudioCache::new(store.spool_dir().cloned());
         for n in 0..250 {
             cache.push(AudioSide::Input, &frame(n));
         }
@@ -860,7 +861,7 @@ mod tests {
     async fn recordings_held_after_failed_saves_are_saved_oldest_first() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(TestStore::open(dir.path()).await);
-        let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
+        let cache = AudioCache::new(store.spool_dir().cloned());
         let target = || target(store.clone());
         // Three turns' input: the first turn's save fails, then both saves of the second flush
         // (the held one and the new one, saved at once).
@@ -890,7 +891,7 @@ mod tests {
             in_pairs: Some(tokio::sync::Barrier::new(2)),
             ..TestStore::open(dir.path()).await
         });
-        let cache = AudioCache::new(store.spool_dir().map(Path::to_path_buf));
+        let cache = AudioCache::new(store.spool_dir().cloned());
         for n in 0..5 {
             cache.push(AudioSide::Input, &frame(n));
         }

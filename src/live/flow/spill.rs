@@ -6,15 +6,14 @@
 //! awaited on a latency path, only when a turn's recording is saved, and that last write goes to
 //! the blocking pool instead (see `Recording::finish_spool` in `audio_cache`).
 
-use std::path::Path;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::artifact::SpoolFile;
+use crate::artifact::{SpoolDir, SpoolFile};
 
 /// How long the thread waits for more work after a batch before it sleeps until the next job.
 const LINGER: Duration = Duration::from_millis(10);
@@ -32,7 +31,7 @@ pub(super) struct Spilled {
 #[derive(Debug)]
 pub(super) struct SpillJob {
     pub spool: Option<SpoolFile>,
-    pub dir: Arc<Path>,
+    pub dir: SpoolDir,
     pub chunks: Vec<Bytes>,
     pub done: oneshot::Sender<Spilled>,
 }
@@ -47,7 +46,7 @@ impl SpillJob {
 }
 
 /// Appends chunks to a recording's spool file, creating it in `dir` first if needed (blocking).
-fn spill(spool: Option<SpoolFile>, dir: &Path, chunks: Vec<Bytes>) -> Spilled {
+fn spill(spool: Option<SpoolFile>, dir: &SpoolDir, chunks: Vec<Bytes>) -> Spilled {
     let mut spool = match spool {
         Some(spool) => spool,
         None => match SpoolFile::create(dir) {
@@ -119,13 +118,13 @@ mod tests {
 
     fn job(
         spool: Option<SpoolFile>,
-        dir: &Path,
+        dir: &std::path::Path,
         chunks: &[&'static [u8]],
     ) -> (SpillJob, oneshot::Receiver<Spilled>) {
         let (done, spilled) = oneshot::channel();
         let job = SpillJob {
             spool,
-            dir: Arc::from(dir),
+            dir: dir.into(),
             chunks: chunks.iter().map(|c| Bytes::from_static(c)).collect(),
             done,
         };

@@ -72,6 +72,11 @@ pub struct LoadtestArgs {
     /// independent microphones are.
     #[arg(long)]
     pub in_phase: bool,
+    /// Length of each audio frame a session sends, in milliseconds (a multiple of 20): longer
+    /// frames cost the gateway (and the generator) less per second of speech, for a large load
+    /// on a small machine.
+    #[arg(long, default_value_t = 20, value_parser = parse_frame_ms)]
+    pub frame_ms: u32,
     /// Extra query string for each connection, e.g. `audio=base64`.
     #[arg(long, default_value = "")]
     pub query: String,
@@ -100,6 +105,11 @@ pub struct LoadtestArgs {
     /// No progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// Add each session's own record to the JSON report: turns per connection and the ids of
+    /// the events it received that the gateway committed (neither partial nor inline audio),
+    /// to check a deployment's store against what clients saw.
+    #[arg(long)]
+    pub session_report: bool,
     /// An operator API key: each session gets its own token from the gateway's `/api/tokens`.
     #[arg(long, env = "LIVEGATE_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -139,6 +149,16 @@ pub enum LoadtestError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// Parses a frame length: a positive multiple of 20 ms, at most a second.
+fn parse_frame_ms(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(ms) if ms > 0 && ms <= 1000 && ms % 20 == 0 => Ok(ms),
+        _ => Err(format!(
+            "invalid frame length {text:?} (a multiple of 20 ms up to 1000)"
+        )),
+    }
 }
 
 /// Parses `60`, `60s`, `2m` or `500ms`.
@@ -299,9 +319,11 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         epoch: start,
         in_phase: args.in_phase,
         run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
-        model_delay_frames: (model_delay_ms.max(0.0) / session::FRAME.as_millis() as f64).round()
-            as u32,
+        model_delay_frames: (model_delay_ms.max(0.0) / f64::from(args.frame_ms)).round() as u32,
+        frame: Duration::from_millis(u64::from(args.frame_ms)),
+        frame_bytes: session::FRAME_BYTES * (args.frame_ms / 20) as usize,
         credentials,
+        session_records: args.session_report,
     });
     let machine_before = procfs::machine_cpu();
     let live = Arc::new(Live::default());
@@ -356,6 +378,19 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         sampled.server = follower.finish(metrics_after.as_ref(), peak, elapsed).await;
     }
     let mut report = summarize(args, &outcomes, elapsed, sampled);
+    if args.session_report {
+        report.session_records = outcomes
+            .iter_mut()
+            .map(|o| report::SessionRecord {
+                session: std::mem::take(&mut o.session_id),
+                turns_per_connection: std::mem::take(&mut o.turns_per_connection),
+                committed_event_ids: std::mem::take(&mut o.committed_event_ids),
+            })
+            .collect();
+        report
+            .session_records
+            .sort_by(|a, b| a.session.cmp(&b.session));
+    }
     report.model_delay_ms = model_delay_ms;
     report.run_id = plan.run_id.clone();
     report.started_at = started_at;
@@ -447,6 +482,7 @@ fn summarize(
         reconnects: sum(|o| o.reconnects),
         reconnect_ms: Percentiles::of(&all(|o| &o.reconnect_ms)),
         run_id: String::new(),
+        session_records: Vec::new(),
         started_at: String::new(),
         generator: format!("livegate {}", livegate::BUILD),
         machine: procfs::Machine::this(),

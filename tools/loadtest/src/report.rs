@@ -151,6 +151,19 @@ impl ServerStats {
     }
 }
 
+/// What one session saw (`--session-report`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SessionRecord {
+    /// The session id (`s0`, `s1`, …).
+    pub session: String,
+    /// Answers completed on each of the session's connections, in order: a session moved by a
+    /// restart has more than one.
+    pub turns_per_connection: Vec<u64>,
+    /// Ids of the events it received that the gateway had committed before sending them
+    /// (neither partial nor carrying inline audio), in arrival order.
+    pub committed_event_ids: Vec<String>,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Report {
@@ -166,6 +179,9 @@ pub struct Report {
     pub reconnect_ms: Percentiles,
     /// This run's id: its sessions are user `load-{run_id}`, sessions `s0`, `s1`, ….
     pub run_id: String,
+    /// Each session's own record (with `--session-report`), by session id.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub session_records: Vec<SessionRecord>,
     /// When the run started (RFC 3339, UTC).
     pub started_at: String,
     /// The generator's build (`livegate 0.1.0 (4a584fd)`).

@@ -25,8 +25,6 @@ use livegate::signal::Signal;
 
 /// 20 ms of 16 kHz PCM16.
 pub const FRAME_BYTES: usize = 640;
-/// The frame period.
-pub const FRAME: Duration = Duration::from_millis(20);
 /// Answer audio rate assumed when an event names none.
 const OUTPUT_RATE: f64 = 24_000.0;
 /// Longest wait for an answer before the turn counts as an error.
@@ -74,6 +72,12 @@ pub struct Plan {
     pub model_delay_frames: u32,
     /// What each session authenticates with.
     pub credentials: super::auth::Credentials,
+    /// Keep each session's record: turns per connection, ids of committed events.
+    pub session_records: bool,
+    /// The frame period (20 ms unless `--frame-ms` says otherwise).
+    pub frame: Duration,
+    /// Bytes of PCM in each frame.
+    pub frame_bytes: usize,
 }
 
 /// The golden ratio's fraction: its multiples modulo 1 spread evenly over [0, 1) for any count.
@@ -92,14 +96,14 @@ impl Plan {
         } else {
             (index as f64 * GOLDEN_FRACTION).fract()
         };
-        let offset = FRAME.mul_f64(phase);
-        // Below 20 ms, so the cast keeps it whole.
+        let offset = self.frame.mul_f64(phase);
+        // Below a frame, so the cast keeps it whole.
         let into_period = Duration::from_nanos(
-            (now.saturating_duration_since(self.epoch).as_nanos() % FRAME.as_nanos()) as u64,
+            (now.saturating_duration_since(self.epoch).as_nanos() % self.frame.as_nanos()) as u64,
         );
         let at = now - into_period + offset;
         if offset < into_period {
-            at + FRAME
+            at + self.frame
         } else {
             at
         }
@@ -148,6 +152,12 @@ pub struct Outcome {
     pub reconnect_ms: Vec<f64>,
     /// Connections opened to each node (by `Plan::base_urls` index).
     pub connects_per_node: Vec<u64>,
+    /// The session's id.
+    pub session_id: String,
+    /// Answers completed on each connection, in order.
+    pub turns_per_connection: Vec<u64>,
+    /// Ids of the committed events received (with `Plan::session_records`).
+    pub committed_event_ids: Vec<String>,
 }
 
 /// The turn in progress, shared by the writer and the reader.
@@ -236,6 +246,8 @@ struct Shared {
     restarting: std::sync::atomic::AtomicBool,
     /// Wakes the writer when `restarting` is set.
     restart: Notify,
+    /// Keep the ids of committed events.
+    record_ids: bool,
 }
 
 impl Shared {
@@ -258,6 +270,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         .user()
         .map_or_else(|| format!("load-{}", plan.run_id), str::to_owned);
     let session_id = format!("s{index}");
+    outcome.session_id.clone_from(&session_id);
     // Minted once, before the clock starts: connecting is what is timed, and a reconnect to
     // another node presents the same token.
     let bearer = match plan.credentials.bearer(&user, &session_id).await {
@@ -405,8 +418,13 @@ async fn run_connection(
     outcome: &mut Outcome,
 ) -> Option<Instant> {
     let (mut sink, stream) = socket.split();
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        record_ids: plan.session_records,
+        ..Shared::default()
+    });
     let reader = tokio::spawn(read(stream, shared.clone(), live.clone(), arrivals));
+    // A send that failed: an error unless the node closed the connection for a restart.
+    let mut send_failed = None;
 
     if plan.idle {
         tokio::select! {
@@ -419,7 +437,11 @@ async fn run_connection(
             // A failed send after a restart close is that close, not an error.
             _ if shared.restarting.load(Ordering::Relaxed) => None,
             Stop::Restart => None,
-            Stop::Failed(error) => Some(error),
+            // Or before the reader has read that close: decided once the reader is done.
+            Stop::Failed(error) => {
+                send_failed = Some(error);
+                None
+            }
             Stop::Timeout(stage) => {
                 // Was the answer there, unread by a generator too far behind?
                 let unread = unread_bytes(probe).unwrap_or(0);
@@ -443,12 +465,18 @@ async fn run_connection(
             outcome.bytes_received += read.bytes;
             outcome.audio_bytes_received += read.audio_bytes;
             outcome.turns += read.turns;
+            outcome.turns_per_connection.push(read.turns);
+            outcome.committed_event_ids.extend(read.committed);
             outcome.interrupted += read.interrupted;
             outcome.unexpected_close |= read.unexpected_close;
             outcome.errors.extend(read.errors);
             restarted = read.restart_close;
         }
         _ => outcome.errors.push("the reader did not finish".into()),
+    }
+    if let Some(error) = send_failed.filter(|_| restarted.is_none()) {
+        outcome.errors.push(error);
+        live.errors.fetch_add(1, Ordering::Relaxed);
     }
     let measured = std::mem::take(&mut *shared.turn());
     outcome.latencies_ms.extend(measured.latencies_ms);
@@ -549,7 +577,8 @@ async fn speak(
     outcome: &mut Outcome,
     turn: &mut u32,
 ) -> Result<(), Stop> {
-    let silence = Bytes::from(vec![0u8; FRAME_BYTES]);
+    let frame_bytes = plan.frame_bytes;
+    let silence = Bytes::from(vec![0u8; frame_bytes]);
     let start = plan.clock_start(index, Instant::now());
     let mut n: u32 = 0;
     let restart = shared.restart.notified();
@@ -577,16 +606,16 @@ async fn speak(
         tokio::pin!(done);
         // This turn's marks, kept here so the shared turn is locked only when one is set.
         let mut marks = Marks::default();
-        for chunk in (0..clip.len()).step_by(FRAME_BYTES) {
+        for chunk in (0..clip.len()).step_by(frame_bytes) {
             if shared.restarting.load(Ordering::Relaxed) {
                 return Err(Stop::Restart);
             }
-            let frame = clip.slice(chunk..(chunk + FRAME_BYTES).min(clip.len()));
-            let sent = send_frame(start, &mut n, frame, sink, outcome, live)
+            let frame = clip.slice(chunk..(chunk + frame_bytes).min(clip.len()));
+            let sent = send_frame(start, plan.frame, &mut n, frame, sink, outcome, live)
                 .await
                 .map_err(Stop::Failed)?;
             // Latency counts from the last frame with speech in it, not from trailing silence.
-            if chunk + FRAME_BYTES >= *speech_end && marks.speech_end_slot.is_none() {
+            if chunk + frame_bytes >= *speech_end && marks.speech_end_slot.is_none() {
                 marks.speech_end_slot = Some(n - 1);
                 shared.turn().speech_end = Some(sent);
             }
@@ -595,7 +624,7 @@ async fn speak(
         // The microphone stays open: silence until the answer is complete.
         let give_up = Instant::now() + ANSWER_TIMEOUT;
         loop {
-            let next = start + FRAME * n;
+            let next = start + plan.frame * n;
             tokio::select! {
                 // An answer already complete is never counted as timed out.
                 biased;
@@ -606,7 +635,7 @@ async fn speak(
                     if Instant::now() > give_up {
                         return Err(Stop::Timeout(shared.turn().stage()));
                     }
-                    let sent = send_frame(start, &mut n, silence.clone(), sink, outcome, live)
+                    let sent = send_frame(start, plan.frame, &mut n, silence.clone(), sink, outcome, live)
                         .await
                         .map_err(Stop::Failed)?;
                     marks.after_frame(shared, plan, n, sent);
@@ -644,13 +673,14 @@ impl Marks {
 /// the instant just before the send, so latencies timed from it are never short.
 async fn send_frame(
     start: Instant,
+    period: Duration,
     n: &mut u32,
     frame: Bytes,
     sink: &mut futures::stream::SplitSink<Socket, Message>,
     outcome: &mut Outcome,
     live: &Live,
 ) -> Result<Instant, String> {
-    let slot = start + FRAME * *n;
+    let slot = start + period * *n;
     sleep_until(slot).await;
     let sent = Instant::now();
     outcome
@@ -679,6 +709,8 @@ struct Read {
     errors: Vec<String>,
     /// When the node closed the connection for a restart (1012, 1001).
     restart_close: Option<Instant>,
+    /// Ids of committed events, when the plan keeps them.
+    committed: Vec<String>,
 }
 
 /// The reader: counts what arrives and times answers.
@@ -775,6 +807,11 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
     if text.contains("\"interrupted\":true") {
         read.interrupted += 1;
     }
+    if shared.record_ids {
+        if let Some(id) = committed_id(text) {
+            read.committed.push(id);
+        }
+    }
     if text.contains("\"turnComplete\":true") {
         let now = Instant::from_std(arrivals.latest_or_now());
         let mut turn = shared.turn();
@@ -787,6 +824,20 @@ fn event(text: &str, shared: &Shared, live: &Live, read: &mut Read, arrivals: &A
         live.turns.fetch_add(1, Ordering::Relaxed);
         shared.turn_done.notify_one();
     }
+}
+
+/// The id of an event the gateway committed before sending it: neither partial nor carrying
+/// inline audio (with or without its data), nor an error of the connection's own. Parsed whole:
+/// only a run that keeps session records pays for it.
+fn committed_id(text: &str) -> Option<String> {
+    let event: Value = serde_json::from_str(text).ok()?;
+    let inline = event["content"]["parts"]
+        .as_array()
+        .is_some_and(|parts| parts.iter().any(|p| p.get("inlineData").is_some()));
+    if event["partial"] == true || inline || event.get("errorCode").is_some() {
+        return None;
+    }
+    event["id"].as_str().map(str::to_owned)
 }
 
 /// Answer audio arrived (at the socket when `arrivals` says): time the first of the turn and track
@@ -810,6 +861,9 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The default frame period.
+    const FRAME: Duration = Duration::from_millis(20);
 
     #[test]
     fn the_port_comes_from_the_url_or_its_scheme() {
@@ -867,6 +921,9 @@ mod tests {
             run_id: String::new(),
             model_delay_frames: 0,
             credentials: Default::default(),
+            session_records: false,
+            frame: FRAME,
+            frame_bytes: FRAME_BYTES,
         }
     }
 
@@ -939,6 +996,25 @@ mod tests {
             "answer audio came, its turnComplete did not"
         );
         assert_eq!(read.turns, 0);
+    }
+
+    #[test]
+    fn only_events_the_gateway_committed_count_as_committed() {
+        let committed = [
+            r#"{"id":"e1","turnComplete":true}"#,
+            r#"{"id":"e2","content":{"parts":[{"text":"You said"}],"role":"model"}}"#,
+            r#"{"id":"e3","content":{"parts":[{"fileData":{"fileUri":"artifact://x"}}]}}"#,
+        ];
+        let ids: Vec<_> = committed.iter().filter_map(|t| committed_id(t)).collect();
+        assert_eq!(ids, ["e1", "e2", "e3"]);
+        for not_committed in [
+            MODEL_TEXT,
+            r#"{"id":"a","content":{"parts":[{"inlineData":{"mimeType":"audio/pcm;rate=24000"}}]}}"#,
+            r#"{"id":"b","errorCode":"INVALID_ARGUMENT","errorMessage":"bad frame"}"#,
+            "not json",
+        ] {
+            assert_eq!(committed_id(not_committed), None, "{not_committed}");
+        }
     }
 
     /// A text fragment of an answer, as the gateway sends it in TEXT modality.
