@@ -636,29 +636,39 @@ async fn a_drained_node_hands_every_session_to_the_next() {
     db.drop().await;
 }
 
-/// The load generator, `livegate loadtest`, in a child process: `sessions` sessions over the
-/// nodes at `urls`, each saying a short clip in 100 ms frames again and again until it is
-/// stopped (SIGINT), reconnecting after 1012/1001, with each session's record in the JSON report
-/// at `report`.
-fn spawn_load(urls: &[String], sessions: usize, report: &Path) -> tokio::process::Child {
-    let clip = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav");
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
-        .arg("loadtest")
-        .args(urls.iter().flat_map(|url| ["--url", url.as_str()]))
-        .args(["--sessions", &sessions.to_string(), "--ramp", "50"])
-        .args(["--duration", "10m", "--quiet", "--session-report"])
+/// The load generator (`livegate loadtest`'s library) on a task of its own: `sessions` sessions
+/// over the nodes at `urls`, each saying a short clip in 100 ms frames again and again until
+/// `stop` fires, reconnecting after 1012/1001, with each session's record in the JSON report at
+/// `report`.
+fn spawn_load(
+    urls: &[String],
+    sessions: usize,
+    report: &Path,
+    stop: livegate::signal::Signal,
+) -> tokio::task::JoinHandle<Result<livegate_loadtest::Report, livegate_loadtest::LoadtestError>> {
+    let args = livegate_loadtest::LoadtestArgs {
+        url: urls.to_vec(),
+        sessions,
+        duration: Duration::from_secs(600),
+        ramp: 50.0,
+        audio: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")],
+        turns: 0,
+        idle: false,
+        in_phase: false,
         // A fifth of the frames of 20 ms ones: 200 sessions fit a debug build on 2 cores.
-        .args(["--frame-ms", "100"])
-        .arg("--audio")
-        .arg(clip)
-        .arg("--report")
-        .arg(report)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the load generator starts")
+        frame_ms: 100,
+        query: String::new(),
+        model_delay_ms: None,
+        server_pid: None,
+        metrics_url: None,
+        report: Some(report.to_path_buf()),
+        plot: None,
+        quiet: true,
+        session_report: true,
+        api_key: None,
+        token: None,
+    };
+    tokio::spawn(async move { livegate_loadtest::run_until(&args, stop).await })
 }
 
 /// Polls `check` (a few times a second) until it holds; fails with `what` after `limit`.
@@ -840,7 +850,8 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         .clone();
     let report_path = dir.path().join("load.json");
     let started = Instant::now();
-    let mut load = spawn_load(&urls, SESSIONS, &report_path);
+    let stop = livegate::signal::Signal::new();
+    let load = spawn_load(&urls, SESSIONS, &report_path, stop.clone());
 
     // Every session has answered before the first restart, and again after the last one.
     wait_for(Duration::from_secs(60), "every session answered", || {
@@ -858,17 +869,12 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     })
     .await;
 
-    // The load ends (SIGINT: the turns under way finish).
-    let pid = load.id().expect("the load runs");
-    let stopped = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    let status = timeout(Duration::from_secs(60), load.wait())
+    // The load ends (as on SIGINT: the turns under way finish).
+    stop.fire();
+    let outcome = timeout(Duration::from_secs(60), load)
         .await
         .expect("the load ends")
-        .unwrap();
+        .expect("the load's task");
     let report: Value =
         serde_json::from_slice(&std::fs::read(&report_path).expect("a report")).unwrap();
     eprintln!(
@@ -882,8 +888,9 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     assert_eq!(report["errors"], 0, "{}", report["error_samples"]);
     assert_eq!(report["unexpected_closes"], 0);
     assert!(
-        status.success(),
-        "the load generator reports success: {status}"
+        outcome.is_ok(),
+        "the load generator ran: {:?}",
+        outcome.err()
     );
     assert!(
         report["reconnects"].as_u64().unwrap() >= SESSIONS as u64,
