@@ -1,8 +1,8 @@
 //! Hot paths of one audio chunk: client frame decode and metering (up), event encode (audio in
 //! binary and base64, transcription, text) and metering (down), the live flow's response
 //! processing, an answer chunk's whole way from the model to the socket's bytes, the sim's voice
-//! activity detection per 20 ms frame, the Gemini client's per-message work (microphone chunk out,
-//! answer audio in); and the session store's commit of the events a turn leaves.
+//! activity detection per 20 ms frame; and the session store's commit of the events a turn leaves.
+//! The model backends' wire work is in `benches/gemini.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -216,28 +216,6 @@ fn bench_sim(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_gemini(c: &mut Criterion) {
-    use livegate::model::gemini::wire::{input_text, parse_server_message};
-    use livegate::model::LiveInput;
-    let mut group = c.benchmark_group("gemini");
-    // 20 ms of 16 kHz microphone audio, as the upstream gets it from every session.
-    let frame = LiveInput::audio(Bytes::from(vec![7u8; 640]), 16_000);
-    group.throughput(Throughput::Bytes(640));
-    group.bench_function("encode_realtime_audio_input", |b| {
-        b.iter(|| input_text(black_box(&frame), false))
-    });
-    // 200 ms of 24 kHz answer audio in one `serverContent`, as Gemini sends it.
-    let pcm = "CQkJ".repeat(3200); // 9,600 bytes of 0x09
-    let message = format!(
-        r#"{{"serverContent":{{"modelTurn":{{"parts":[{{"inlineData":{{"mimeType":"audio/pcm;rate=24000","data":"{pcm}"}}}}]}}}}}}"#
-    );
-    group.throughput(Throughput::Bytes(9600));
-    group.bench_function("parse_audio_message", |b| {
-        b.iter(|| parse_server_message(black_box(message.as_bytes()), "gemini-live"))
-    });
-    group.finish();
-}
-
 fn bench_sessions(c: &mut Criterion) {
     use futures::future::join_all;
     use livegate::session::{SessionService, SqliteSessionService};
@@ -341,12 +319,5 @@ fn bench_sessions(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(
-    benches,
-    bench_down,
-    bench_up,
-    bench_sim,
-    bench_gemini,
-    bench_sessions
-);
+criterion_group!(benches, bench_down, bench_up, bench_sim, bench_sessions);
 criterion_main!(benches);

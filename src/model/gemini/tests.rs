@@ -299,6 +299,9 @@ fn client_messages_for_every_input() {
         }}});
         assert_eq!(sent(&audio, false), want, "{data:?}");
         assert_eq!(sent(&audio, true), want, "{data:?}");
+        // Sized exactly, so the frame takes the text's buffer as it is.
+        let text = input_text(&audio, false);
+        assert_eq!(text.len(), text.capacity(), "{data:?}");
     }
     assert_eq!(
         sent(
@@ -316,6 +319,8 @@ fn client_messages_for_every_input() {
         ),
         json!({"realtimeInput": {"video": {"data": "anBn", "mimeType": mime}}})
     );
+    let text = input_text(&LiveInput::Realtime(Blob::new(Bytes::new(), mime)), false);
+    assert_eq!(text.len(), text.capacity());
     let hi = LiveInput::Content {
         content: Content::text("user", "hi \"there\""),
         turn_complete: true,

@@ -2,6 +2,7 @@
 //! connect config, client events from `LiveInput`s, and server events turned into `LlmResponse`s
 //! by a small per-connection state machine (responses, playing audio, transcripts).
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -346,11 +347,12 @@ impl Encoder {
         out
     }
 
-    /// PCM16 at `rate` as PCM16 at 24 kHz; `None` while the resampler is still filling a chunk.
-    fn resample(&mut self, rate: u32, pcm: &[u8]) -> Option<Bytes> {
+    /// PCM16 at `rate` as PCM16 at 24 kHz (borrowed when it already is); `None` while the
+    /// resampler is still filling a chunk.
+    fn resample<'p>(&mut self, rate: u32, pcm: &'p [u8]) -> Option<Cow<'p, [u8]>> {
         if rate == RATE {
             self.upsampler = None;
-            return (!pcm.is_empty()).then(|| Bytes::copy_from_slice(pcm));
+            return (!pcm.is_empty()).then_some(Cow::Borrowed(pcm));
         }
         if self.upsampler.as_ref().is_none_or(|u| u.from() != rate) {
             self.upsampler = Upsampler::new(rate, RATE);
@@ -359,7 +361,7 @@ impl Encoder {
             }
         }
         let out = self.upsampler.as_mut()?.push(pcm);
-        (!out.is_empty()).then(|| Bytes::from(out))
+        (!out.is_empty()).then_some(Cow::Owned(out))
     }
 
     /// The audio the resampler still holds, padded out to a chunk.
@@ -369,12 +371,17 @@ impl Encoder {
     }
 }
 
-/// `input_audio_buffer.append`, written straight into its text (no base64 escaping needed).
+/// `input_audio_buffer.append`, written straight into its text (no base64 escaping needed), sized
+/// exactly: a `String` whose length is its capacity becomes the frame's bytes without a second
+/// allocation for their shared header.
 fn append(pcm: &[u8]) -> String {
-    let mut text = String::with_capacity(48 + pcm.len().div_ceil(3) * 4);
-    text.push_str("{\"type\":\"input_audio_buffer.append\",\"audio\":\"");
+    const HEAD: &str = "{\"type\":\"input_audio_buffer.append\",\"audio\":\"";
+    const TAIL: &str = "\"}";
+    let data_len = base64::encoded_len(pcm.len(), true).unwrap_or(0);
+    let mut text = String::with_capacity(HEAD.len() + data_len + TAIL.len());
+    text.push_str(HEAD);
     STANDARD.encode_string(pcm, &mut text);
-    text.push_str("\"}");
+    text.push_str(TAIL);
     text
 }
 
@@ -389,11 +396,14 @@ pub enum Action {
     Send(Value),
 }
 
+/// A server event's fields of interest. `delta` is borrowed from the frame when it has no JSON
+/// escapes, as base64 audio never has: an audio delta is decoded where it lies, not copied first.
 #[derive(Debug, Default, Deserialize)]
-struct RawEvent {
-    #[serde(rename = "type", default)]
-    kind: String,
-    delta: Option<String>,
+struct RawEvent<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    delta: Option<Cow<'a, str>>,
     transcript: Option<String>,
     item_id: Option<String>,
     call_id: Option<String>,
@@ -534,12 +544,12 @@ impl Decoder {
             .map_err(|e| ModelError::Protocol(format!("unreadable OpenAI event: {e}")))?;
         let mut actions = Vec::new();
         let mut response = self.response();
-        match event.kind.as_str() {
+        match event.kind.as_ref() {
             "session.created" | "session.updated" => actions.push(Action::Session),
             "response.created" => self.answer = Some(Answer::default()),
             "response.output_audio.delta" | "response.audio.delta" => {
                 let data = STANDARD
-                    .decode(event.delta.unwrap_or_default())
+                    .decode(event.delta.unwrap_or_default().as_bytes())
                     .map_err(|e| ModelError::Protocol(format!("audio delta not base64: {e}")))?;
                 if data.is_empty() {
                     return Ok(actions);
@@ -564,7 +574,7 @@ impl Decoder {
                 response.content = Some(content);
             }
             "response.output_audio_transcript.delta" | "response.audio_transcript.delta" => {
-                let delta = event.delta.unwrap_or_default();
+                let delta = event.delta.unwrap_or_default().into_owned();
                 if !self.transcribe_output || delta.is_empty() {
                     return Ok(actions);
                 }
@@ -584,7 +594,7 @@ impl Decoder {
                 });
             }
             "response.output_text.delta" | "response.text.delta" => {
-                let delta = event.delta.unwrap_or_default();
+                let delta = event.delta.unwrap_or_default().into_owned();
                 if delta.is_empty() {
                     return Ok(actions);
                 }
@@ -595,7 +605,7 @@ impl Decoder {
                 response.content = Some(content);
             }
             "conversation.item.input_audio_transcription.delta" => {
-                let delta = event.delta.unwrap_or_default();
+                let delta = event.delta.unwrap_or_default().into_owned();
                 let item_id = event.item_id.unwrap_or_default();
                 let heard = match &mut self.heard {
                     Some((id, text)) if *id == item_id => text,
