@@ -5,8 +5,8 @@ pub mod flow;
 mod queue;
 mod run_config;
 pub mod settings;
+pub(crate) mod shortcut;
 
-pub(crate) use queue::Shortcut;
 pub use queue::{
     bounded_live_request_queue, live_request_queue, LiveRequest, LiveRequestQueue,
     LiveRequestReceiver, QueueClosed, DEFAULT_QUEUE_CAPACITY, DEFAULT_QUEUE_MAX_BYTES,

@@ -1,11 +1,12 @@
 //! `LiveRequestQueue`: what a client sends to a live run, bounded, with a close that always gets through.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::signal::Signal;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, Semaphore, SemaphorePermit};
 
+use super::shortcut::{self, InHand, Order, Shortcut, ShortcutOpen};
 use crate::event::{Blob, Content};
 
 /// Default capacity of a live request queue.
@@ -100,30 +101,6 @@ pub struct LiveRequestReceiver {
     closed: Signal,
     order: Arc<Mutex<Order>>,
     bytes: Option<ByteBudget>,
-}
-
-/// A way past the queue and the send loop for realtime media, which the send loop opens while it
-/// runs: a microphone frame then reaches the model from the task that read it, without waking
-/// the send loop's task (one task hop less per 20 ms frame).
-pub(crate) trait Shortcut: Send + Sync + std::fmt::Debug {
-    /// Does for a media-only request what the send loop would, or gives it back untouched when
-    /// the model has no room or the loop is stopping.
-    fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest>;
-}
-
-/// What keeps the shortcut from overtaking queued requests.
-#[derive(Debug, Default)]
-struct Order {
-    /// Requests put in the queue.
-    queued: u64,
-    /// Requests the send loop has finished with (forwarded, committed or dropped).
-    done: u64,
-    shortcut: Option<Arc<dyn Shortcut>>,
-}
-
-fn lock(order: &Mutex<Order>) -> MutexGuard<'_, Order> {
-    // The counters stay consistent whatever panicked: each change is a single store.
-    order.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl LiveRequest {
@@ -264,23 +241,18 @@ impl LiveRequestQueue {
     }
 
     /// Hands a media-only request to the send loop's shortcut if it is open and nothing queued
-    /// is still on its way (so it cannot overtake one sent before it); gives it back otherwise.
+    /// is still on its way; gives it back otherwise.
     fn try_shortcut(&self, request: LiveRequest) -> Option<LiveRequest> {
         if !request.is_media_only() || self.closed.is_fired() {
             return Some(request);
         }
-        // Held while forwarding, so the loop cannot close the shortcut halfway (it never waits).
-        let order = lock(&self.order);
-        match &order.shortcut {
-            Some(shortcut) if order.queued == order.done => shortcut.try_forward(request),
-            _ => Some(request),
-        }
+        shortcut::try_forward(&self.order, request)
     }
 
     /// Counts a request put in the queue. Counted after it went in: the same task checks the
     /// count before its next shortcut, and another task's sends have no order to keep with it.
     fn queued(&self) {
-        lock(&self.order).queued += 1;
+        shortcut::queued(&self.order);
     }
 
     /// Sends a complete user turn.
@@ -380,34 +352,13 @@ impl LiveRequestReceiver {
 
     /// Opens the shortcut for media until the returned guard is dropped.
     pub(crate) fn open_shortcut(&self, shortcut: Arc<dyn Shortcut>) -> ShortcutOpen {
-        lock(&self.order).shortcut = Some(shortcut);
-        ShortcutOpen(Arc::clone(&self.order))
+        shortcut::open(&self.order, shortcut)
     }
 
     /// Marks a received request as finished with once the returned guard is dropped (after it
     /// reached the model, or when the loop gave up on it); until then media waits in the queue.
     pub(crate) fn in_hand(&self) -> InHand {
-        InHand(Arc::clone(&self.order))
-    }
-}
-
-/// Keeps a queue's media shortcut open (see [`LiveRequestReceiver::open_shortcut`]).
-#[derive(Debug)]
-pub(crate) struct ShortcutOpen(Arc<Mutex<Order>>);
-
-impl Drop for ShortcutOpen {
-    fn drop(&mut self) {
-        lock(&self.0).shortcut = None;
-    }
-}
-
-/// A received request the send loop is still working on (see [`LiveRequestReceiver::in_hand`]).
-#[derive(Debug)]
-pub(crate) struct InHand(Arc<Mutex<Order>>);
-
-impl Drop for InHand {
-    fn drop(&mut self) {
-        lock(&self.0).done += 1;
+        shortcut::in_hand(&self.order)
     }
 }
 

@@ -12,7 +12,7 @@ mod receive;
 mod reconnect;
 mod run;
 mod screen;
-mod send;
+pub(crate) mod send;
 mod spill;
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,8 @@ use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
 use super::FlowItem;
 use crate::event::{Blob, Content, Event};
-use crate::live::{LiveRequest, LiveRequestReceiver, Shortcut};
+use crate::live::shortcut::MediaShortcut;
+use crate::live::{LiveRequest, LiveRequestReceiver};
 use crate::model::LiveInput;
 
 /// An event the send loop hands to the flow to commit (and maybe yield), and the ack that it was
@@ -42,7 +43,7 @@ pub(crate) struct SendContext {
 
 impl SendContext {
     /// The model input for a client's media chunk, recorded first when the run records audio.
-    fn media(&self, blob: Blob) -> LiveInput {
+    pub(crate) fn media(&self, blob: Blob) -> LiveInput {
         if self.save_live_blob {
             self.cache.push(AudioSide::Input, &blob);
         }
@@ -62,7 +63,7 @@ const INBOX_POLL: Duration = Duration::from_millis(5);
 /// The model connection's input channel, with the bytes in it counted.
 #[derive(Debug)]
 pub(crate) struct Inbox {
-    tx: mpsc::Sender<LiveInput>,
+    pub(crate) tx: mpsc::Sender<LiveInput>,
     max_bytes: usize,
     held: Mutex<Held>,
 }
@@ -90,7 +91,7 @@ impl Inbox {
     }
 
     /// Whether an input of `size` bytes fits now (one always does into an empty inbox).
-    fn has_room(&self, size: usize) -> bool {
+    pub(crate) fn has_room(&self, size: usize) -> bool {
         let mut held = self.lock();
         // The channel is first in, first out: all but the newest inputs still in it were taken.
         let in_channel = self.tx.max_capacity() - self.tx.capacity();
@@ -103,7 +104,7 @@ impl Inbox {
 
     /// Sends through a reserved slot and counts it (under the lock, so counts keep the channel's
     /// order whichever task sends).
-    fn send(&self, permit: mpsc::Permit<'_, LiveInput>, input: LiveInput, size: usize) {
+    pub(crate) fn send(&self, permit: mpsc::Permit<'_, LiveInput>, input: LiveInput, size: usize) {
         let mut held = self.lock();
         permit.send(input);
         held.sizes.push_back(size);
@@ -263,34 +264,6 @@ async fn send_content(
         turn_complete,
     };
     forward(ctx, model, input).await
-}
-
-/// What the send loop does with a media-only request, done by the task that sends it.
-#[derive(Debug)]
-struct MediaShortcut {
-    model: Arc<Inbox>,
-    ctx: SendContext,
-}
-
-impl Shortcut for MediaShortcut {
-    fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest> {
-        if self.ctx.stop.is_fired() {
-            return Some(request);
-        }
-        // Room first: a request given back must not have been copied or recorded yet.
-        let size = request.blob.as_ref().map_or(0, |b| b.data.len());
-        if !self.model.has_room(size) {
-            return Some(request);
-        }
-        let Ok(permit) = self.model.tx.try_reserve() else {
-            return Some(request);
-        };
-        self.ctx.hooks.fan_out(&request);
-        if let Some(blob) = request.blob {
-            self.model.send(permit, self.ctx.media(blob), size);
-        }
-        None
-    }
 }
 
 /// Sends an input to the model once its inbox has room for its bytes and a slot; false once
