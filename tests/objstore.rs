@@ -298,10 +298,14 @@ async fn a_failed_upload_keeps_the_recording_on_disk_and_saves_it_later() {
         .await
         .expect("connections finish");
     let (input, _) = recorded_over_rest(server.addr).await;
-    assert_eq!(
-        input,
-        first.len() + second.len(),
-        "both turns' input recorded whole: {saved:?}"
+    // Everything up to the second turn's end is recorded. Of the silence after it, what reached
+    // the flow after that turn's recording was cut is the session's silent tail, which is never
+    // a recording: how much of it there is depends on how busy the machine is.
+    let tail = silence(1000).len();
+    let sent = first.len() + second.len();
+    assert!(
+        (sent - tail..=sent).contains(&input),
+        "both turns' input recorded whole: {input} of {sent} bytes: {saved:?}"
     );
     assert_eq!(
         std::fs::read_dir(&spool).unwrap().count(),
