@@ -11,6 +11,7 @@ pub mod openai;
 mod response;
 pub mod sim;
 pub mod tls;
+mod upstream;
 
 use std::sync::Arc;
 

@@ -7,7 +7,6 @@ use crate::signal::{receiver_gone, Signal};
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -15,17 +14,15 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::wire::{
     history_message, input_text, parse_server_message, text_as_realtime, ServerEvent,
 };
+use crate::model::upstream::{handshake_error, send_json, Socket};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
     CONNECTION_CHANNEL_CAPACITY,
 };
-
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Longest keep-alive ping interval (python-genai's websockets default; tungstenite sends none
 /// itself); shorter when the silence timeout needs it, so a live server always has a pong to send.
@@ -85,9 +82,9 @@ pub(super) async fn open(
     let (mut socket, _) = timeout(endpoint.connect_timeout, connecting)
         .await
         .map_err(|_| ModelError::Connect("timed out connecting to Gemini".into()))?
-        .map_err(handshake_error)?;
+        .map_err(|e| handshake_error("Gemini", e))?;
 
-    send_json(&mut socket, &setup).await?;
+    send_json(&mut socket, &setup, "Gemini").await?;
     timeout(
         endpoint.connect_timeout,
         wait_for_setup(&mut socket, &endpoint.model),
@@ -95,7 +92,7 @@ pub(super) async fn open(
     .await
     .map_err(|_| ModelError::Connect("Gemini did not answer the setup in time".into()))??;
     if let Some(history) = history_message(config) {
-        send_json(&mut socket, &history).await?;
+        send_json(&mut socket, &history, "Gemini").await?;
     }
 
     let (sink, stream) = socket.split();
@@ -123,24 +120,6 @@ pub(super) async fn open(
         sender: input_tx,
         receiver: output_rx,
     })
-}
-
-/// A failed upgrade: an HTTP status (401, 403, 404, 429) or a network error.
-fn handshake_error(error: tungstenite::Error) -> ModelError {
-    match error {
-        tungstenite::Error::Http(response) => ModelError::Connect(format!(
-            "Gemini refused the connection: HTTP {}",
-            response.status()
-        )),
-        other => ModelError::Connect(format!("could not reach Gemini: {other}")),
-    }
-}
-
-async fn send_json(socket: &mut Socket, value: &Value) -> Result<(), ModelError> {
-    socket
-        .send(Message::Text(value.to_string().into()))
-        .await
-        .map_err(|e| ModelError::Connect(format!("sending to Gemini failed: {e}")))
 }
 
 async fn wait_for_setup(socket: &mut Socket, model: &str) -> Result<(), ModelError> {

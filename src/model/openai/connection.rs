@@ -7,7 +7,6 @@ use std::time::Duration;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use serde_json::Value;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -15,15 +14,13 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
+use crate::model::upstream::{handshake_error, send_json, Socket};
 use crate::model::{
     LiveConnection, LiveInput, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY,
 };
 use crate::signal::{receiver_gone, Signal};
-
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// How long the TCP/TLS/WebSocket handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -83,7 +80,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
     let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| ModelError::Connect("timed out connecting to OpenAI".into()))?
-        .map_err(handshake_error)?;
+        .map_err(|e| handshake_error("OpenAI", e))?;
 
     let Setup {
         session_update,
@@ -94,14 +91,14 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
     } = setup;
     let handshake = async {
         wait_for_session(&mut socket, &mut decoder).await?;
-        send_json(&mut socket, &session_update).await?;
+        send_json(&mut socket, &session_update, "OpenAI").await?;
         wait_for_session(&mut socket, &mut decoder).await
     };
     timeout(SETUP_TIMEOUT, handshake)
         .await
         .map_err(|_| ModelError::Connect("OpenAI did not set up the session in time".into()))??;
     for event in &history {
-        send_json(&mut socket, event).await?;
+        send_json(&mut socket, event, "OpenAI").await?;
     }
 
     let (sink, stream) = socket.split();
@@ -121,24 +118,6 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         sender: input_tx,
         receiver: output_rx,
     })
-}
-
-/// A failed upgrade: an HTTP status (401, 403, 404, 429) or a network error.
-fn handshake_error(error: tungstenite::Error) -> ModelError {
-    match error {
-        tungstenite::Error::Http(response) => ModelError::Connect(format!(
-            "OpenAI refused the connection: HTTP {}",
-            response.status()
-        )),
-        other => ModelError::Connect(format!("could not reach OpenAI: {other}")),
-    }
-}
-
-async fn send_json(socket: &mut Socket, value: &Value) -> Result<(), ModelError> {
-    socket
-        .send(Message::Text(value.to_string().into()))
-        .await
-        .map_err(|e| ModelError::Connect(format!("sending to OpenAI failed: {e}")))
 }
 
 /// Reads until `session.created` or `session.updated`; an `error` event fails the setup.
