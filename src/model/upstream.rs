@@ -1,13 +1,18 @@
 //! What the WebSocket model backends share on their upstream socket: its type, how a failed
 //! upgrade reads, and sending a setup-time JSON message.
 
+use futures::stream::SplitSink;
 use futures::SinkExt;
 use serde_json::Value;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tungstenite::Message;
 
-use super::ModelError;
+use super::{LiveInput, ModelError};
+
+/// Most queued inputs written with one flush (a second of microphone frames at 20 ms).
+const MAX_INPUTS_PER_WRITE: usize = 50;
 
 /// A backend's socket to its model server.
 pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -33,4 +38,31 @@ pub(crate) async fn send_json(
         .send(Message::Text(value.to_string().into()))
         .await
         .map_err(|e| ModelError::Connect(format!("sending to {provider} failed: {e}")))
+}
+
+/// Sends `first` and the inputs already queued behind it (each as the messages `encode` makes
+/// of it), then flushes once: the upstream write, a system call per flush, is most of what a
+/// microphone frame costs on a model server's path, and when a busy gateway left a session's
+/// frames waiting, one write carries them all. Nothing waits for more to come.
+pub(crate) async fn send_queued<M>(
+    sink: &mut SplitSink<Socket, Message>,
+    first: LiveInput,
+    inputs: &mut mpsc::Receiver<LiveInput>,
+    mut encode: impl FnMut(LiveInput) -> M,
+) -> Result<(), tungstenite::Error>
+where
+    M: IntoIterator<Item = Message>,
+{
+    for message in encode(first) {
+        sink.feed(message).await?;
+    }
+    for _ in 1..MAX_INPUTS_PER_WRITE {
+        let Ok(input) = inputs.try_recv() else {
+            break;
+        };
+        for message in encode(input) {
+            sink.feed(message).await?;
+        }
+    }
+    sink.flush().await
 }

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::wire::{
     history_message, input_text, parse_server_message, text_as_realtime, ServerEvent,
 };
-use crate::model::upstream::{handshake_error, send_json, Socket};
+use crate::model::upstream::{handshake_error, send_json, send_queued, Socket};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
     CONNECTION_CHANNEL_CAPACITY,
@@ -36,8 +36,6 @@ const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// an idle Gemini session's memory. A bigger message still arrives whole (the buffer grows to fit
 /// it); an answer's audio message (200–240 ms, about 11 KB as JSON) takes two reads.
 const READ_BUFFER_BYTES: usize = 8 * 1024;
-/// Most queued inputs written with one flush (a second of microphone frames at 20 ms).
-const MAX_INPUTS_PER_WRITE: usize = 50;
 
 /// Where and how to connect; `headers` carry credentials and are never logged.
 pub(super) struct Endpoint {
@@ -161,7 +159,9 @@ async fn write_loop(
                 break;
             }
             input = inputs.recv() => match input {
-                Some(input) => send_inputs(&mut sink, input, &mut inputs, realtime_text).await,
+                Some(input) => send_queued(&mut sink, input, &mut inputs, |input| {
+                    std::iter::once(Message::Text(input_text(&input, realtime_text).into()))
+                }).await,
                 None => {
                     let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
                     let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
@@ -178,28 +178,6 @@ async fn write_loop(
         }
     }
     done.fire();
-}
-
-/// Sends `first` and the inputs already queued behind it, then flushes once: the upstream write
-/// (a system call per flush) is most of what a microphone frame costs on this path, and when a
-/// busy gateway left a session's frames waiting, one write carries them all. Nothing waits for
-/// more to come.
-async fn send_inputs(
-    sink: &mut SplitSink<Socket, Message>,
-    first: LiveInput,
-    inputs: &mut mpsc::Receiver<LiveInput>,
-    realtime_text: bool,
-) -> Result<(), tungstenite::Error> {
-    sink.feed(Message::Text(input_text(&first, realtime_text).into()))
-        .await?;
-    for _ in 1..MAX_INPUTS_PER_WRITE {
-        let Ok(input) = inputs.try_recv() else {
-            break;
-        };
-        sink.feed(Message::Text(input_text(&input, realtime_text).into()))
-            .await?;
-    }
-    sink.flush().await
 }
 
 /// The reading half of a session.

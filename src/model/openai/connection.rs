@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
-use crate::model::upstream::{handshake_error, send_json, Socket};
+use crate::model::upstream::{handshake_error, send_json, send_queued, Socket};
 use crate::model::{
     LiveConnection, LiveInput, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY,
 };
@@ -160,11 +160,13 @@ async fn write_loop(
 ) {
     let mut ping = tokio::time::interval(PING_INTERVAL);
     ping.tick().await;
-    'outer: loop {
-        let messages = tokio::select! {
+    loop {
+        let sent = tokio::select! {
             _ = done.fired() => break,
             input = inputs.recv() => match input {
-                Some(input) => encoder.encode(input).into_iter().map(|t| Message::Text(t.into())).collect(),
+                Some(input) => send_queued(&mut sink, input, &mut inputs, |input| {
+                    encoder.encode(input).into_iter().map(|text| Message::Text(text.into()))
+                }).await,
                 None => {
                     let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
                     let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
@@ -173,14 +175,12 @@ async fn write_loop(
                     break;
                 }
             },
-            Some(event) = upstream.recv() => vec![Message::Text(event.to_string().into())],
-            _ = ping.tick() => vec![Message::Ping(Vec::new().into())],
+            Some(event) = upstream.recv() => sink.send(Message::Text(event.to_string().into())).await,
+            _ = ping.tick() => sink.send(Message::Ping(Vec::new().into())).await,
         };
-        for message in messages {
-            if let Err(error) = sink.send(message).await {
-                tracing::debug!(%error, "sending to OpenAI failed");
-                break 'outer;
-            }
+        if let Err(error) = sent {
+            tracing::debug!(%error, "sending to OpenAI failed");
+            break;
         }
     }
     done.fire();
