@@ -742,3 +742,105 @@ async fn audio_sessions_get_compression_by_default() {
     server.shutdown(WAIT).await;
     upstream.shutdown().await;
 }
+
+/// Waits (within `WAIT`) until the mock has received `bytes` of audio; returns its audio
+/// messages' lengths.
+async fn audio_messages_until(upstream: &MockGemini, bytes: usize) -> Vec<usize> {
+    let audio = || -> Vec<usize> {
+        upstream
+            .inputs()
+            .into_iter()
+            .filter_map(|input| match input {
+                mockgemini::Received::Audio(len) => Some(len),
+                _ => None,
+            })
+            .collect()
+    };
+    let arrived = timeout(WAIT, async {
+        while audio().iter().sum::<usize>() < bytes {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let messages = audio();
+    assert!(
+        arrived.is_ok(),
+        "{} of {bytes} bytes arrived",
+        messages.iter().sum::<usize>()
+    );
+    messages
+}
+
+#[tokio::test]
+async fn microphone_frames_reach_gemini_gathered_into_40_ms_chunks() {
+    let upstream = mock(instant()).await;
+    let mut args = gateway_args(&upstream);
+    args.upstream_audio_chunk_ms = 40;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.frames_until(is_turn_complete).await;
+    let messages = audio_messages_until(&upstream, pcm.len()).await;
+    assert_eq!(messages.iter().sum::<usize>(), pcm.len(), "all of it, once");
+    let (last, whole) = messages.split_last().expect("audio arrived");
+    assert!(
+        whole.iter().all(|&len| len == 1280),
+        "40 ms (1,280 bytes) per message: {messages:?}"
+    );
+    assert!(*last <= 1280, "the rest, sent when it fell due: {last}");
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn by_default_20_ms_frames_go_to_gemini_as_they_came() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.frames_until(is_turn_complete).await;
+    let messages = audio_messages_until(&upstream, pcm.len()).await;
+    let frames: Vec<usize> = pcm.chunks(640).map(<[u8]>::len).collect();
+    assert_eq!(messages, frames, "one message per frame, as sent");
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lone_frame_is_sent_when_due_and_text_goes_after_the_audio_before_it() {
+    let upstream = mock(instant()).await;
+    let mut args = gateway_args(&upstream);
+    args.upstream_audio_chunk_ms = 40;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    // Nothing follows it: held, then sent when its chunk's time is up.
+    client.send_binary(silence(20)).await;
+    assert_eq!(audio_messages_until(&upstream, 640).await, [640]);
+    // Text right behind a frame: the frame, though short of a chunk, reaches Gemini first.
+    client.send_binary(silence(20)).await;
+    client.send_text("hello").await;
+    client.frames_until(is_turn_complete).await;
+    let inputs = upstream.inputs();
+    let text = inputs
+        .iter()
+        .position(|i| *i == mockgemini::Received::Text)
+        .expect("the text arrived");
+    assert_eq!(
+        &inputs[..=text],
+        [
+            mockgemini::Received::Audio(640),
+            mockgemini::Received::Audio(640),
+            mockgemini::Received::Text
+        ],
+        "{inputs:?}"
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

@@ -230,6 +230,12 @@ pub struct ServeArgs {
     /// connection counts as lost.
     #[arg(long, env = "LIVEGATE_GEMINI_SILENCE_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
     pub gemini_silence_timeout: Duration,
+    /// Least microphone audio per message to a model server (Gemini, OpenAI), in milliseconds:
+    /// shorter client frames are gathered into chunks this long, at most 100 (`0`: each frame as
+    /// it came). Fewer messages cost less CPU on both ends; a chunk's first frame waits up to the
+    /// chunk's length less one frame. `sim` runs in process and takes every frame at once.
+    #[arg(long, env = "LIVEGATE_UPSTREAM_AUDIO_CHUNK_MS", default_value_t = 20, value_parser = parse_audio_chunk_ms)]
+    pub upstream_audio_chunk_ms: u64,
     /// Authentication: `none` (anyone who reaches the port; the default on a loopback bind) or
     /// `token` (operator API keys and client tokens; the default elsewhere).
     #[arg(long, env = "LIVEGATE_AUTH", value_enum)]
@@ -327,6 +333,7 @@ impl ServeArgs {
             slow_client_timeout: Duration::from_secs(10),
             gemini_connect_timeout: Duration::from_secs(15),
             gemini_silence_timeout: Duration::from_secs(15),
+            upstream_audio_chunk_ms: 20,
             auth: None,
             allow_anonymous: false,
             api_keys_file: None,
@@ -392,6 +399,7 @@ impl ServeArgs {
             vertex,
             connect_timeout: self.gemini_connect_timeout,
             silence_timeout: self.gemini_silence_timeout,
+            audio_chunk: Duration::from_millis(self.upstream_audio_chunk_ms),
         }
     }
 
@@ -409,6 +417,7 @@ impl ServeArgs {
                 OpenAiVadArg::Semantic => Vad::Semantic,
             },
             playout_lead: std::time::Duration::from_millis(self.audio_lead_ms),
+            audio_chunk: Duration::from_millis(self.upstream_audio_chunk_ms),
             ..OpenAiOptions::default()
         };
         let azure_key = options
@@ -519,6 +528,7 @@ struct FileConfig {
     save_live_blob: Option<bool>,
     log_format: Option<String>,
     audio_lead_ms: Option<u64>,
+    upstream_audio_chunk_ms: Option<u64>,
     max_message_bytes: Option<usize>,
     queue_capacity: Option<usize>,
     sim_pacing: Option<String>,
@@ -675,6 +685,13 @@ impl FileConfig {
         fill_parsed!(fill, args, file, parse_modality => modality);
         fill_parsed!(fill, args, file, parse_audio_frames => audio_frames);
         fill!(fill, args, file => save_live_blob, audio_lead_ms, max_message_bytes, queue_capacity);
+        let chunk = &mut args.upstream_audio_chunk_ms;
+        fill.parsed(
+            "upstream_audio_chunk_ms",
+            file.upstream_audio_chunk_ms,
+            chunk,
+            |ms| parse_audio_chunk_ms(&ms.to_string()),
+        )?;
         fill_parsed!(fill, args, file, |v| LogFormat::from_str(v, true) => log_format);
         fill_parsed!(fill, args, file, |v| SimPacingArg::from_str(v, true) => sim_pacing);
         fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
@@ -710,6 +727,16 @@ impl FileConfig {
         fill!(fill, args, file => openai_base_url, openai_azure);
         fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
         Ok(())
+    }
+}
+
+fn parse_audio_chunk_ms(s: &str) -> Result<u64, String> {
+    let max = crate::model::MAX_AUDIO_CHUNK.as_millis();
+    match s.trim().parse::<u64>() {
+        Ok(ms) if u128::from(ms) <= max => Ok(ms),
+        _ => Err(format!(
+            "expected whole milliseconds from 0 to {max}, got {s:?}"
+        )),
     }
 }
 
@@ -896,6 +923,37 @@ mod tests {
         std::fs::write(&path, "auth = \"maybe\"").unwrap();
         let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
         assert!(error.to_string().contains("auth"), "{error}");
+    }
+
+    #[test]
+    fn the_upstream_audio_chunk_is_bounded_wherever_it_is_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let path = path.to_str().unwrap();
+        let args = parse(&["livegate"]).unwrap();
+        let default = crate::model::DEFAULT_AUDIO_CHUNK;
+        assert_eq!(args.gemini_options().audio_chunk, default);
+        assert_eq!(args.openai_options().audio_chunk, default);
+        std::fs::write(path, "upstream_audio_chunk_ms = 60\n").unwrap();
+        let args = parse(&["livegate", "--config", path]).unwrap();
+        assert_eq!(args.gemini_options().audio_chunk, Duration::from_millis(60));
+        assert_eq!(args.openai_options().audio_chunk, Duration::from_millis(60));
+        let args = parse(&[
+            "livegate",
+            "--config",
+            path,
+            "--upstream-audio-chunk-ms",
+            "0",
+        ]);
+        assert_eq!(args.unwrap().upstream_audio_chunk_ms, 0, "the flag wins");
+        std::fs::write(path, "upstream-audio-chunk-ms = 101\n").unwrap();
+        let error = parse(&["livegate", "--config", path]).unwrap_err();
+        assert!(
+            error.to_string().contains("upstream_audio_chunk_ms"),
+            "{error}"
+        );
+        let flag = ["livegate", "--upstream-audio-chunk-ms", "250"];
+        assert!(Cli::command().try_get_matches_from(flag).is_err());
     }
 
     #[test]

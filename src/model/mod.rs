@@ -4,6 +4,7 @@
 //! the backend's own task(s). The flow above sends `LiveInput`s and receives `LlmResponse`s, one per
 //! upstream server message, without knowing which model sits behind them.
 
+mod chunker;
 mod config;
 mod error;
 pub mod gemini;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+pub use chunker::{DEFAULT_AUDIO_CHUNK, MAX_AUDIO_CHUNK};
 pub use config::{
     ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, EndSensitivity,
     FunctionDeclaration, LiveConnectConfig, LiveInput, Modality, ProactivityConfig,

@@ -1,14 +1,20 @@
 //! What the WebSocket model backends share on their upstream socket: its type, how a failed
-//! upgrade reads, and sending a setup-time JSON message.
+//! upgrade reads, sending a setup-time JSON message, and the writer that owns the sink.
+
+use std::pin::Pin;
 
 use futures::stream::SplitSink;
 use futures::SinkExt;
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::time::{timeout, Duration, Instant, Sleep};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
 use tungstenite::Message;
 
+use super::chunker::AudioChunker;
 use super::{LiveInput, ModelError};
 
 /// Most queued inputs written with one flush (a second of microphone frames at 20 ms).
@@ -40,29 +46,117 @@ pub(crate) async fn send_json(
         .map_err(|e| ModelError::Connect(format!("sending to {provider} failed: {e}")))
 }
 
-/// Sends `first` and the inputs already queued behind it (each as the messages `encode` makes
-/// of it), then flushes once: the upstream write, a system call per flush, is most of what a
-/// microphone frame costs on a model server's path, and when a busy gateway left a session's
-/// frames waiting, one write carries them all. Nothing waits for more to come.
-pub(crate) async fn send_queued<M>(
-    sink: &mut SplitSink<Socket, Message>,
-    first: LiveInput,
-    inputs: &mut mpsc::Receiver<LiveInput>,
-    mut encode: impl FnMut(LiveInput) -> M,
-) -> Result<(), tungstenite::Error>
-where
-    M: IntoIterator<Item = Message>,
-{
-    for message in encode(first) {
-        sink.feed(message).await?;
-    }
-    for _ in 1..MAX_INPUTS_PER_WRITE {
-        let Ok(input) = inputs.try_recv() else {
-            break;
-        };
-        for message in encode(input) {
-            sink.feed(message).await?;
+/// The sending half of a backend's socket: the one owner of the sink, with microphone audio
+/// gathered into chunks on its way out (see [`AudioChunker`]).
+pub(crate) struct UpstreamWriter {
+    sink: SplitSink<Socket, Message>,
+    chunker: AudioChunker,
+    /// Fires when held audio is due; armed only while audio is held.
+    hold: Pin<Box<Sleep>>,
+}
+
+impl UpstreamWriter {
+    pub(crate) fn new(sink: SplitSink<Socket, Message>, audio_chunk: Duration) -> Self {
+        UpstreamWriter {
+            sink,
+            chunker: AudioChunker::new(audio_chunk),
+            hold: Box::pin(tokio::time::sleep(Duration::ZERO)),
         }
     }
-    sink.flush().await
+
+    /// Sends `first` and the inputs already queued behind it (each as the messages `encode`
+    /// makes of it, audio gathered into chunks), then flushes once: the upstream write, a system
+    /// call per flush, is most of what a microphone frame costs on a model server's path, and
+    /// when a busy gateway left a session's frames waiting, one write carries them all. Nothing
+    /// waits for more to come; audio short of a chunk stays held until it is [`due`](Self::due).
+    pub(crate) async fn send_queued<M>(
+        &mut self,
+        first: LiveInput,
+        inputs: &mut mpsc::Receiver<LiveInput>,
+        mut encode: impl FnMut(LiveInput) -> M,
+    ) -> Result<(), tungstenite::Error>
+    where
+        M: IntoIterator<Item = Message>,
+    {
+        let was_holding = self.chunker.due();
+        let now = Instant::now();
+        let mut fed = false;
+        let mut next = Some(first);
+        for taken in 1..=MAX_INPUTS_PER_WRITE {
+            let Some(input) = next.take() else {
+                break;
+            };
+            for ready in self.chunker.push(input, now).into_iter().flatten() {
+                for message in encode(ready) {
+                    self.sink.feed(message).await?;
+                    fed = true;
+                }
+            }
+            if taken < MAX_INPUTS_PER_WRITE {
+                next = inputs.try_recv().ok();
+            }
+        }
+        match self.chunker.due() {
+            Some(due) if Some(due) != was_holding => self.hold.as_mut().reset(due),
+            _ => {}
+        }
+        if fed {
+            self.sink.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Resolves when audio has been held a chunk's length; never while none is held.
+    pub(crate) async fn due(&mut self) {
+        if self.chunker.due().is_some() {
+            self.hold.as_mut().await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Sends the audio held, if any, and flushes.
+    pub(crate) async fn send_held<M>(
+        &mut self,
+        mut encode: impl FnMut(LiveInput) -> M,
+    ) -> Result<(), tungstenite::Error>
+    where
+        M: IntoIterator<Item = Message>,
+    {
+        if let Some(held) = self.chunker.take() {
+            for message in encode(held) {
+                self.sink.feed(message).await?;
+            }
+        }
+        self.sink.flush().await
+    }
+
+    /// Sends one message now (a ping, a backend's own event), ahead of any audio held.
+    pub(crate) async fn send(&mut self, message: Message) -> Result<(), tungstenite::Error> {
+        self.sink.send(message).await
+    }
+
+    /// Flushes what was written, within `limit`.
+    pub(crate) async fn flush_within(&mut self, limit: Duration) {
+        let _ = timeout(limit, self.sink.flush()).await;
+    }
+
+    /// Sends the audio held, then a normal close frame, within `limit`.
+    pub(crate) async fn close_within<M>(
+        &mut self,
+        limit: Duration,
+        encode: impl FnMut(LiveInput) -> M,
+    ) where
+        M: IntoIterator<Item = Message>,
+    {
+        let close = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "client closed".into(),
+        };
+        let closing = async {
+            self.send_held(encode).await?;
+            self.sink.send(Message::Close(Some(close))).await
+        };
+        let _ = timeout(limit, closing).await;
+    }
 }

@@ -4,21 +4,19 @@
 use std::time::Duration;
 
 use crate::signal::{receiver_gone, Signal};
-use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use futures::stream::SplitStream;
+use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{
     history_message, input_text, parse_server_message, text_as_realtime, ServerEvent,
 };
-use crate::model::upstream::{handshake_error, send_json, send_queued, Socket};
+use crate::model::upstream::{handshake_error, send_json, Socket, UpstreamWriter};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
     CONNECTION_CHANNEL_CAPACITY,
@@ -47,6 +45,8 @@ pub(super) struct Endpoint {
     pub connect_timeout: Duration,
     /// How long the server may send nothing before the connection counts as lost.
     pub silence_timeout: Duration,
+    /// Least microphone audio per upstream message (zero: every frame as it came).
+    pub audio_chunk: Duration,
 }
 
 /// Opens a session: connects, sends `setup` (and the history), waits for `setupComplete`, then
@@ -102,7 +102,7 @@ pub(super) async fn open(
         .min(endpoint.silence_timeout / 3)
         .max(Duration::from_millis(10));
     tokio::spawn(write_loop(
-        sink,
+        UpstreamWriter::new(sink, endpoint.audio_chunk),
         input_rx,
         realtime_text,
         ping,
@@ -144,33 +144,33 @@ async fn wait_for_setup(socket: &mut Socket, model: &str) -> Result<(), ModelErr
 /// ends (then flushes the echo of the server's close frame the socket queued when it read it, so
 /// the server's closing handshake completes).
 async fn write_loop(
-    mut sink: SplitSink<Socket, Message>,
+    mut writer: UpstreamWriter,
     mut inputs: mpsc::Receiver<LiveInput>,
     realtime_text: bool,
     ping_interval: Duration,
     done: Signal,
 ) {
+    let encode =
+        |input: LiveInput| std::iter::once(Message::Text(input_text(&input, realtime_text).into()));
     let mut ping = tokio::time::interval(ping_interval);
     ping.tick().await;
     loop {
         let sent = tokio::select! {
             _ = done.fired() => {
-                let _ = timeout(CLOSE_TIMEOUT, sink.flush()).await;
+                writer.flush_within(CLOSE_TIMEOUT).await;
                 break;
             }
             input = inputs.recv() => match input {
-                Some(input) => send_queued(&mut sink, input, &mut inputs, |input| {
-                    std::iter::once(Message::Text(input_text(&input, realtime_text).into()))
-                }).await,
+                Some(input) => writer.send_queued(input, &mut inputs, encode).await,
                 None => {
-                    let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
-                    let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
+                    writer.close_within(CLOSE_TIMEOUT, encode).await;
                     // The reader sees the server's close and ends; don't wait on it forever.
                     let _ = timeout(CLOSE_TIMEOUT, done.fired()).await;
                     break;
                 }
             },
-            _ = ping.tick() => sink.send(Message::Ping(Vec::new().into())).await,
+            () = writer.due() => writer.send_held(encode).await,
+            _ = ping.tick() => writer.send(Message::Ping(Vec::new().into())).await,
         };
         if let Err(error) = sent {
             tracing::debug!(%error, "sending to Gemini failed");

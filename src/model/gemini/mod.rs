@@ -70,6 +70,9 @@ pub struct GeminiOptions {
     /// How long the server may send nothing, not even a pong to the client's pings, before the
     /// connection counts as lost (a blackholed upstream is noticed).
     pub silence_timeout: Duration,
+    /// Least microphone audio per upstream message: frames are gathered into chunks this long
+    /// (zero: every frame as it came; see `model::DEFAULT_AUDIO_CHUNK`).
+    pub audio_chunk: Duration,
 }
 
 /// Default of [`GeminiOptions::connect_timeout`].
@@ -86,6 +89,7 @@ impl Default for GeminiOptions {
             vertex: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             silence_timeout: DEFAULT_SILENCE_TIMEOUT,
+            audio_chunk: crate::model::DEFAULT_AUDIO_CHUNK,
         }
     }
 }
@@ -181,6 +185,7 @@ impl LiveModel for GeminiModel {
             model: self.model.clone(),
             connect_timeout: self.options.connect_timeout,
             silence_timeout: self.options.silence_timeout,
+            audio_chunk: self.options.audio_chunk,
         };
         tracing::debug!(
             url = endpoint.url,

@@ -4,19 +4,17 @@
 
 use std::time::Duration;
 
-use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use futures::stream::SplitStream;
+use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
-use crate::model::upstream::{handshake_error, send_json, send_queued, Socket};
+use crate::model::upstream::{handshake_error, send_json, Socket, UpstreamWriter};
 use crate::model::{
     LiveConnection, LiveInput, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY,
 };
@@ -42,6 +40,8 @@ const UPSTREAM_CAPACITY: usize = 16;
 pub(super) struct Endpoint {
     pub url: String,
     pub headers: Vec<(&'static str, String)>,
+    /// Least microphone audio per upstream message (zero: every frame as it came).
+    pub audio_chunk: Duration,
 }
 
 /// What the session starts with.
@@ -107,7 +107,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
     let (upstream_tx, upstream_rx) = mpsc::channel(UPSTREAM_CAPACITY);
     let done = Signal::new();
     tokio::spawn(write_loop(
-        sink,
+        UpstreamWriter::new(sink, endpoint.audio_chunk),
         input_rx,
         upstream_rx,
         Encoder::new(manual, last_audio),
@@ -152,7 +152,7 @@ async fn wait_for_session(socket: &mut Socket, decoder: &mut Decoder) -> Result<
 /// Sends client events and pings until the flow drops its sender (then closes politely) or the
 /// reader ends.
 async fn write_loop(
-    mut sink: SplitSink<Socket, Message>,
+    mut writer: UpstreamWriter,
     mut inputs: mpsc::Receiver<LiveInput>,
     mut upstream: mpsc::Receiver<Value>,
     mut encoder: Encoder,
@@ -161,22 +161,26 @@ async fn write_loop(
     let mut ping = tokio::time::interval(PING_INTERVAL);
     ping.tick().await;
     loop {
+        let mut encode = |input| {
+            encoder
+                .encode(input)
+                .into_iter()
+                .map(|text| Message::Text(text.into()))
+        };
         let sent = tokio::select! {
             _ = done.fired() => break,
             input = inputs.recv() => match input {
-                Some(input) => send_queued(&mut sink, input, &mut inputs, |input| {
-                    encoder.encode(input).into_iter().map(|text| Message::Text(text.into()))
-                }).await,
+                Some(input) => writer.send_queued(input, &mut inputs, &mut encode).await,
                 None => {
-                    let close = CloseFrame { code: CloseCode::Normal, reason: "client closed".into() };
-                    let _ = timeout(CLOSE_TIMEOUT, sink.send(Message::Close(Some(close)))).await;
+                    writer.close_within(CLOSE_TIMEOUT, &mut encode).await;
                     // The reader sees the server's close and ends; don't wait on it forever.
                     let _ = timeout(CLOSE_TIMEOUT, done.fired()).await;
                     break;
                 }
             },
-            Some(event) = upstream.recv() => sink.send(Message::Text(event.to_string().into())).await,
-            _ = ping.tick() => sink.send(Message::Ping(Vec::new().into())).await,
+            () = writer.due() => writer.send_held(&mut encode).await,
+            Some(event) = upstream.recv() => writer.send(Message::Text(event.to_string().into())).await,
+            _ = ping.tick() => writer.send(Message::Ping(Vec::new().into())).await,
         };
         if let Err(error) = sent {
             tracing::debug!(%error, "sending to OpenAI failed");

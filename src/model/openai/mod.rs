@@ -49,6 +49,9 @@ pub struct OpenAiOptions {
     /// How far the gateway's writer lets audio run ahead of real-time playback: with it the
     /// backend knows how much of an interrupted answer the client was sent.
     pub playout_lead: Duration,
+    /// Least microphone audio per upstream message: frames are gathered into chunks this long
+    /// (zero: every frame as it came; see `model::DEFAULT_AUDIO_CHUNK`).
+    pub audio_chunk: Duration,
 }
 
 impl Default for OpenAiOptions {
@@ -59,6 +62,7 @@ impl Default for OpenAiOptions {
             azure: false,
             vad: Vad::Server,
             playout_lead: Duration::from_millis(500),
+            audio_chunk: crate::model::DEFAULT_AUDIO_CHUNK,
         }
     }
 }
@@ -152,6 +156,7 @@ impl LiveModel for OpenAiModel {
         let endpoint = Endpoint {
             url: self.options.url(&self.model),
             headers: self.options.headers(),
+            audio_chunk: self.options.audio_chunk,
         };
         tracing::debug!(
             url = endpoint.url,

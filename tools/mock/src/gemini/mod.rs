@@ -88,12 +88,66 @@ struct Shared {
     vertex_connections: AtomicU64,
     /// The latest `setup` messages received, as sent, oldest first.
     setups: Mutex<VecDeque<Value>>,
+    /// The latest inputs received, oldest first.
+    inputs: Mutex<VecDeque<Received>>,
 }
 
 /// How many `setup` messages the mock keeps for [`MockGemini::setups`].
 const KEPT_SETUPS: usize = 64;
+/// How many inputs the mock keeps for [`MockGemini::inputs`] (a minute of 20 ms frames).
+const KEPT_INPUTS: usize = 3000;
+
+/// One input a client sent, as tests look at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// Realtime audio, by its length in bytes.
+    Audio(usize),
+    /// Text, as content or realtime text.
+    Text,
+    /// Anything else: other media, tool responses, activity signals.
+    Other,
+}
+
+impl Received {
+    fn of(input: &livegate::model::LiveInput) -> Self {
+        use livegate::model::LiveInput;
+        match input {
+            LiveInput::Realtime(blob) if blob.is_audio() => Received::Audio(blob.data.len()),
+            LiveInput::Content { content, .. } => Received::of_content(content),
+            _ => Received::Other,
+        }
+    }
+
+    fn of_content(content: &livegate::event::Content) -> Self {
+        if content.parts.iter().all(|p| p.text.is_some()) {
+            Received::Text
+        } else {
+            Received::Other
+        }
+    }
+}
 
 impl Shared {
+    /// Keeps what a client message carried, for tests to read.
+    fn record_inputs(&self, message: &wire::ClientMessage) {
+        use wire::ClientMessage;
+        let received: Vec<Received> = match message {
+            ClientMessage::Setup(_) => return,
+            ClientMessage::ClientContent { turns, .. } => {
+                turns.iter().map(Received::of_content).collect()
+            }
+            ClientMessage::RealtimeInput(inputs) => inputs.iter().map(Received::of).collect(),
+            ClientMessage::ToolResponse(_) => vec![Received::Other],
+        };
+        let mut inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        for one in received {
+            if inputs.len() == KEPT_INPUTS {
+                inputs.pop_front();
+            }
+            inputs.push_back(one);
+        }
+    }
+
     /// Keeps the `setup` of a first message, if it is one, for tests to read.
     fn record_setup(&self, message: &axum::extract::ws::Message) {
         use axum::extract::ws::Message;
@@ -141,6 +195,13 @@ impl MockGemini {
         setups.iter().cloned().collect()
     }
 
+    /// The inputs clients sent (the latest 3,000, oldest first): what reached the model, message
+    /// by message.
+    pub fn inputs(&self) -> Vec<Received> {
+        let inputs = self.shared.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        inputs.iter().copied().collect()
+    }
+
     /// How many of those sessions came in on the Vertex AI path.
     pub fn vertex_connections(&self) -> u64 {
         self.shared.vertex_connections.load(Ordering::Relaxed)
@@ -172,6 +233,7 @@ pub async fn start(bind: SocketAddr, config: MockGeminiConfig) -> std::io::Resul
         next_connection: AtomicU64::new(1),
         vertex_connections: AtomicU64::new(0),
         setups: Mutex::new(VecDeque::new()),
+        inputs: Mutex::new(VecDeque::new()),
     });
     let app = server::router(shared.clone());
     let token = shared.shutdown.clone();

@@ -228,7 +228,7 @@ impl<'a> Connection<'a> {
                         if matches!(self.model, Model::AwaitingSetup) {
                             shared.record_setup(&message);
                         }
-                        self.client_frame(message, socket).await
+                        self.client_frame(message, socket, shared).await
                     }
                     Some(Err(error)) => {
                         tracing::debug!(%error, "mock-gemini read failed");
@@ -244,7 +244,12 @@ impl<'a> Connection<'a> {
         }
     }
 
-    async fn client_frame(&mut self, message: Message, socket: &mut WebSocket) -> Result<(), End> {
+    async fn client_frame(
+        &mut self,
+        message: Message,
+        socket: &mut WebSocket,
+        shared: &Shared,
+    ) -> Result<(), End> {
         let text = match &message {
             Message::Text(text) => text.as_str(),
             // Clients send text frames, but a binary frame of UTF-8 JSON is read the same way.
@@ -254,6 +259,7 @@ impl<'a> Connection<'a> {
             Message::Ping(_) | Message::Pong(_) => return Ok(()),
         };
         let message = wire::parse_client_message(text, &self.endpoint)?;
+        shared.record_inputs(&message);
         self.client_message(message, socket).await
     }
 
