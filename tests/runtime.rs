@@ -14,7 +14,7 @@ use livegate::artifact::InMemoryArtifactService;
 use livegate::event::{Content, Event};
 use livegate::live::{live_request_queue, LiveRequestQueue, RunConfig};
 use livegate::model::sim::{SimConfig, SimModel};
-use livegate::model::{LiveModel, LlmResponse, Modality};
+use livegate::model::{LiveModel, LlmResponse, Modality, SessionResumptionConfig};
 use livegate::runner::Runner;
 use livegate::session::{
     GetSessionConfig, InMemorySessionService, Session, SessionError, SessionService,
@@ -573,15 +573,18 @@ async fn run_async_answers_a_turn_with_tools_and_persists_it() {
         .is_err());
 }
 
-/// The in-memory store, noting the events each commit took.
+/// The in-memory store, noting the events each commit took and the resumption handles it was
+/// given; with `handle_gate`, each handle waits for a permit before it is stored (a slow store).
 #[derive(Debug, Default)]
-struct CommitsNoted {
+struct NotingStore {
     store: InMemorySessionService,
     commits: std::sync::Mutex<Vec<Vec<Event>>>,
+    handles: std::sync::Mutex<Vec<String>>,
+    handle_gate: Option<tokio::sync::Semaphore>,
 }
 
 #[async_trait::async_trait]
-impl SessionService for CommitsNoted {
+impl SessionService for NotingStore {
     async fn create_session(
         &self,
         app_name: &str,
@@ -648,6 +651,99 @@ impl SessionService for CommitsNoted {
     async fn ping(&self) -> Result<(), SessionError> {
         Ok(())
     }
+
+    async fn resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<Option<String>, SessionError> {
+        self.store
+            .resumption_handle(app_name, user_id, session_id)
+            .await
+    }
+
+    async fn set_resumption_handle(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        handle: Option<&str>,
+    ) -> Result<(), SessionError> {
+        if let Some(gate) = &self.handle_gate {
+            gate.acquire().await.expect("gate open").forget();
+        }
+        self.handles
+            .lock()
+            .unwrap()
+            .extend(handle.map(str::to_owned));
+        self.store
+            .set_resumption_handle(app_name, user_id, session_id, handle)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_store_holds_up_no_turn_and_ends_with_the_latest_handle() {
+    let store = Arc::new(NotingStore {
+        handle_gate: Some(tokio::sync::Semaphore::new(0)),
+        ..NotingStore::default()
+    });
+    let runner = Runner::new(
+        "app",
+        default_agent(),
+        store.clone(),
+        Arc::new(InMemoryArtifactService::default()),
+    );
+    let (queue, requests) = live_request_queue(16);
+    let config = RunConfig {
+        session_resumption: Some(SessionResumptionConfig::default()),
+        ..text_config()
+    };
+    let run = runner.run_live("u", "s", requests, config).await.unwrap();
+    let mut live = Live {
+        queue,
+        events: run.events,
+    };
+    // Every turn ends, and then the run, although no handle can be stored yet.
+    let mut events = Vec::new();
+    for text in ["hello", "what can you do", "thanks"] {
+        live.say(text).await;
+        events.extend(live.turn().await);
+    }
+    live.queue.close();
+    while let Some(event) = live.next().await {
+        events.push(event);
+    }
+    let given: Vec<String> = events
+        .into_iter()
+        .filter_map(|e| e.live_session_resumption_update?.new_handle)
+        .collect();
+    assert_eq!(given.len(), 3, "one handle per turn: {given:?}");
+    assert!(store.handles.lock().unwrap().is_empty());
+
+    store.handle_gate.as_ref().unwrap().add_permits(16);
+    let latest = given.last().cloned();
+    let stored = timeout(WAIT, async {
+        loop {
+            let stored = store
+                .store
+                .resumption_handle("app", "u", "s")
+                .await
+                .unwrap();
+            if stored == latest {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(stored.is_ok(), "the latest handle is stored");
+    let written = store.handles.lock().unwrap().clone();
+    assert!(
+        written.len() < given.len(),
+        "handles overtaken while a write waited are skipped: {written:?}"
+    );
 }
 
 #[tokio::test]
@@ -670,7 +766,7 @@ async fn events_ready_together_are_committed_together_but_never_past_a_state_cha
         }
         None
     });
-    let store = Arc::new(CommitsNoted::default());
+    let store = Arc::new(NotingStore::default());
     let runner = Runner::new(
         "app",
         LlmAgent::new("assistant", "", sim())

@@ -9,6 +9,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Map;
 use tokio::sync::oneshot;
 
+use super::handles::HandleKeeper;
 use super::history::{bound_history, history_contents};
 use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
 use crate::event::{Content, Event, UsageMetadata};
@@ -60,6 +61,8 @@ pub(super) struct Drive {
     /// The model's resumption handle stored with the session: the run's first flow resumes the
     /// model's own context with it (and replays the history if the model refuses it).
     pub resume: Option<String>,
+    /// Where a live run's resumption handles go (set when the run starts).
+    pub handles: Option<HandleKeeper>,
 }
 
 impl Drive {
@@ -218,17 +221,10 @@ impl Drive {
     }
 
     /// Keeps the model's latest resumption handle with the session (live runs only), so a run
-    /// on any node can resume the model's context. A failure costs only that: logged.
-    async fn store_handle(&self, session: &Session, handle: Option<&str>) {
-        if self.mode != Mode::Live {
-            return;
-        }
-        let stored = self
-            .sessions
-            .set_resumption_handle(&session.app_name, &session.user_id, &session.id, handle)
-            .await;
-        if let Err(error) = stored {
-            tracing::warn!(%error, "could not store the model's resumption handle");
+    /// on any node can resume the model's context; written beside the run, never in its way.
+    fn store_handle(&self, handle: &str) {
+        if let Some(handles) = &self.handles {
+            handles.keep(handle);
         }
     }
 
@@ -259,7 +255,7 @@ impl Drive {
                 .as_ref()
                 .and_then(|update| update.new_handle.as_deref())
             {
-                self.store_handle(&session.session, Some(handle)).await;
+                self.store_handle(handle);
             }
             if let Some(extra) = &self.run_config.custom_metadata {
                 let merged = event.custom_metadata.get_or_insert_with(Map::new);
@@ -331,6 +327,9 @@ struct DriveRun {
 
 impl DriveRun {
     fn new(mut drive: Drive, session: Session, requests: LiveRequestReceiver) -> Self {
+        if drive.mode == Mode::Live {
+            drive.handles = Some(HandleKeeper::new(Arc::clone(&drive.sessions), &session));
+        }
         DriveRun {
             resume: drive.resume.take(),
             drive,

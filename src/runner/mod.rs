@@ -3,6 +3,7 @@
 //! session before it is yielded (and before the agent resumes).
 
 mod drive;
+mod handles;
 mod history;
 
 use std::sync::Arc;
@@ -267,6 +268,7 @@ impl Runner {
             handoff_delay: self.handoff_delay,
             history: self.history,
             resume,
+            handles: None,
         };
         LiveRun {
             invocation_id,
