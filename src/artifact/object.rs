@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::spool::{Feed, Feeder, SpoolHandle};
+use super::spool::{own_spool_folder, Feed, Feeder, SpoolHandle};
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
     ArtifactService, SpoolDir, SpoolFile, USER_PREFIX,
@@ -72,8 +72,11 @@ struct Meta {
 pub struct ObjectArtifactService {
     bucket: Bucket,
     /// Local folder for spool files (recordings being gathered before their upload): this
-    /// store's own, inside `root`.
+    /// store's own, inside `root/live`.
     spool: SpoolDir,
+    /// Holds `spool`'s lock while the store lives (see `own_spool_folder`); `None` when the
+    /// folder could not be locked.
+    _spool_lock: Option<std::fs::File>,
     /// The folder holding `spool` and the outbox.
     root: PathBuf,
     /// `root` is a fresh temp folder of this store's alone, removed with it when empty.
@@ -303,9 +306,11 @@ impl ObjectArtifactService {
     /// and the outbox in `root/outbox`, rather than in a fresh temp folder; takes up what an
     /// earlier store left in that outbox for this bucket and prefix.
     pub fn with_spool_root(mut self, root: &Path) -> Self {
+        // The folder made for the old root holds nothing yet.
+        let _ = std::fs::remove_dir_all(self.spool.path());
         self.root = root.to_path_buf();
         self.own_root = false;
-        self.spool = spool_dir(&self.bucket, root);
+        (self.spool, self._spool_lock) = spool_dir(&self.bucket, root);
         self.take_up_outbox();
         self
     }
@@ -320,8 +325,10 @@ impl ObjectArtifactService {
         url: String,
     ) -> Self {
         let bucket = Bucket { store, prefix };
+        let (spool, spool_lock) = spool_dir(&bucket, &spool_root);
         let mut service = ObjectArtifactService {
-            spool: spool_dir(&bucket, &spool_root),
+            spool,
+            _spool_lock: spool_lock,
             bucket,
             root: spool_root,
             own_root: false,
@@ -666,12 +673,22 @@ impl Bucket {
     }
 }
 
-/// A fresh spool folder inside `root`: one per store, so that stores (and processes) sharing a
-/// root never take each other's files. Its files go up in parts while they grow when there is a
-/// runtime to upload them on.
-fn spool_dir(bucket: &Bucket, root: &Path) -> SpoolDir {
-    let path = root.join(format!("live-{}", uuid::Uuid::new_v4()));
-    match tokio::runtime::Handle::try_current() {
+/// A fresh spool folder inside `root/live`, one per store and locked while it lives, so that
+/// stores (and processes) sharing a root never take each other's files, and the folders of
+/// processes that stopped (even with `kill -9`: their recordings were never saved) are swept
+/// when a store opens. Its files go up in parts while they grow when there is a runtime to
+/// upload them on.
+fn spool_dir(bucket: &Bucket, root: &Path) -> (SpoolDir, Option<std::fs::File>) {
+    let live = root.join(LIVE_DIR);
+    let (path, lock) = match own_spool_folder(&live) {
+        Ok((path, lock)) => (path, Some(lock)),
+        Err(error) => {
+            // Made on first use; left for a later store to sweep.
+            tracing::warn!(%error, folder = %live.display(), "could not lock a spool folder");
+            (live.join(uuid::Uuid::new_v4().to_string()), None)
+        }
+    };
+    let spool = match tokio::runtime::Handle::try_current() {
         Ok(runtime) => SpoolDir::fed(
             path,
             Arc::new(PartFeeder {
@@ -680,7 +697,8 @@ fn spool_dir(bucket: &Bucket, root: &Path) -> SpoolDir {
             }),
         ),
         Err(_) => SpoolDir::new(path),
-    }
+    };
+    (spool, lock)
 }
 
 /// The sidecar key of a version.
@@ -933,6 +951,8 @@ impl ArtifactService for ObjectArtifactService {
 
 /// The outbox's folder inside the spool root.
 const OUTBOX_DIR: &str = "outbox";
+/// The folder, beside the outbox, holding every store's spool folder.
+const LIVE_DIR: &str = "live";
 /// An outbox entry's files: where its recording goes, its bytes, the version claimed for it.
 const ENTRY_EXT: &str = "json";
 const DATA_EXT: &str = "data";
@@ -1252,6 +1272,9 @@ impl Drop for ObjectArtifactService {
         self.stop.cancel();
         // Spool files still there belong to recordings that were never saved.
         let _ = std::fs::remove_dir_all(self.spool.path());
+        if self._spool_lock.is_some() {
+            let _ = std::fs::remove_file(self.spool.path().with_extension("lock"));
+        }
         let outbox = lock_outbox(&self.outbox);
         let left = outbox.pending.len();
         if left > 0 || outbox.running {

@@ -462,6 +462,35 @@ fn in_memory_bucket(dir: &std::path::Path) -> ObjectArtifactService {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_folders_a_stopped_process_left_are_swept_and_a_live_stores_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("spool").join("live");
+    let running = in_memory_bucket(dir.path());
+    let recording = spooled(running.spool_dir().unwrap(), &[b"being recorded"]);
+    // What a process killed mid-recording leaves: its folder, and a lock no one holds.
+    let crashed = live.join(uuid::Uuid::new_v4().to_string());
+    std::fs::create_dir_all(&crashed).unwrap();
+    std::fs::write(crashed.join("spool-1"), b"never saved").unwrap();
+    std::fs::write(crashed.with_extension("lock"), b"").unwrap();
+
+    let next = in_memory_bucket(dir.path());
+    assert!(!crashed.exists(), "the stopped process's folder is swept");
+    assert!(!crashed.with_extension("lock").exists());
+    assert_eq!(
+        recording.len(),
+        15,
+        "the running store's recording is untouched"
+    );
+    assert!(running.spool_dir().unwrap().exists());
+    let next_folder = next.spool_dir().unwrap().to_path_buf();
+    drop(next);
+    assert!(!next_folder.exists() && !next_folder.with_extension("lock").exists());
+    drop(recording);
+    drop(running);
+    assert_eq!(std::fs::read_dir(&live).unwrap().count(), 0, "nothing left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn object_store_conforms_over_an_in_memory_bucket() {
     let dir = tempfile::tempdir().unwrap();
     conformance(&in_memory_bucket(dir.path())).await;
