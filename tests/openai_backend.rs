@@ -448,3 +448,41 @@ async fn an_agent_file_switches_the_model_with_one_line() {
     server.shutdown(WAIT).await;
     upstream.shutdown().await;
 }
+
+/// Speaks a clip with `chunk_ms` upstream chunks; the bytes of each append OpenAI received.
+async fn appends_with_chunks_of(chunk_ms: u64) -> (usize, Vec<usize>) {
+    let upstream = mock(instant()).await;
+    let mut args = gateway_args(&upstream);
+    args.upstream_audio_chunk_ms = chunk_ms;
+    let server = start(args).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    pcm.truncate(pcm.len() / 1280 * 1280);
+    client.stream_pcm(&pcm).await;
+    client.frames_until(is_turn_complete).await;
+    // 16 kHz frames go up resampled to 24 kHz: half as many bytes again.
+    let expected = pcm.len() * 3 / 2;
+    let arrived = timeout(WAIT, async {
+        while upstream.appends().iter().sum::<usize>() < expected {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let appends = upstream.appends();
+    assert!(arrived.is_ok(), "{appends:?}");
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+    (pcm.len() / 640, appends)
+}
+
+#[tokio::test]
+async fn microphone_frames_reach_openai_gathered_into_chunks() {
+    let (frames, appends) = appends_with_chunks_of(20).await;
+    assert_eq!(appends.len(), frames, "one append per 20 ms frame");
+    assert!(appends.iter().all(|&len| len == 960), "{appends:?}");
+    let (frames, appends) = appends_with_chunks_of(40).await;
+    assert_eq!(appends.len(), frames / 2, "one append per two frames");
+    assert!(appends.iter().all(|&len| len == 1920), "{appends:?}");
+}

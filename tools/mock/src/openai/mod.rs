@@ -33,6 +33,8 @@ use livegate::model::sim::SimConfig;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Truncations kept for inspection (oldest dropped first).
 const MAX_TRUNCATIONS: usize = 1024;
+/// How many appends the mock keeps for [`MockOpenAi::appends`] (a minute of 20 ms frames).
+const MAX_APPENDS: usize = 3000;
 
 /// Settings of a mock OpenAI Realtime server.
 #[derive(Clone, Default)]
@@ -79,11 +81,24 @@ struct Shared {
     connections: TaskTracker,
     next_connection: AtomicU64,
     truncations: Mutex<Vec<Truncation>>,
+    /// The bytes of each `input_audio_buffer.append` received (the latest ones, oldest first).
+    appends: Mutex<std::collections::VecDeque<usize>>,
     /// How many truncations were ever recorded (for waiting on one).
     truncated: watch::Sender<u64>,
 }
 
 impl Shared {
+    fn record_append(&self, bytes: usize) {
+        let mut appends = self
+            .appends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if appends.len() >= MAX_APPENDS {
+            appends.pop_front();
+        }
+        appends.push_back(bytes);
+    }
+
     fn record(&self, truncation: Truncation) {
         let mut list = self
             .truncations
@@ -111,6 +126,17 @@ impl MockOpenAi {
     /// How many WebSocket sessions clients have opened so far.
     pub fn connections(&self) -> u64 {
         self.shared.next_connection.load(Ordering::Relaxed) - 1
+    }
+
+    /// The audio of each `input_audio_buffer.append` clients sent, in bytes (the latest 3,000,
+    /// oldest first).
+    pub fn appends(&self) -> Vec<usize> {
+        let appends = self
+            .shared
+            .appends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        appends.iter().copied().collect()
     }
 
     /// The truncations clients asked for, oldest first.
@@ -153,6 +179,7 @@ pub async fn start(bind: SocketAddr, config: MockOpenAiConfig) -> std::io::Resul
         connections: TaskTracker::new(),
         next_connection: AtomicU64::new(1),
         truncations: Mutex::new(Vec::new()),
+        appends: Mutex::default(),
         truncated: watch::channel(0).0,
     });
     let app = server::router(shared.clone());

@@ -367,6 +367,7 @@ impl<'a> Connection<'a> {
                 self.write(socket, &updated).await?;
             }
             ClientEvent::Append(pcm) => {
+                self.shared.record_append(pcm.len());
                 if pcm.is_empty() {
                     return Ok(Ok(()));
                 }
