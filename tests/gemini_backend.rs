@@ -771,18 +771,29 @@ async fn audio_messages_until(upstream: &MockGemini, bytes: usize) -> Vec<usize>
     messages
 }
 
-#[tokio::test]
-async fn microphone_frames_reach_gemini_gathered_into_40_ms_chunks() {
+/// Speaks a clip with `chunk_ms` upstream chunks; the clip, and the bytes of each audio
+/// message Gemini received.
+async fn audio_messages_with_chunks_of(chunk_ms: u64) -> (Vec<u8>, Vec<usize>) {
     let upstream = mock(instant()).await;
     let mut args = gateway_args(&upstream);
-    args.upstream_audio_chunk_ms = 40;
+    args.upstream_audio_chunk_ms = chunk_ms;
     let server = start(args).await;
-    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
-    let mut pcm = fixture_pcm("hello.wav");
-    pcm.extend(silence(1000));
-    client.stream_pcm(&pcm).await;
-    client.frames_until(is_turn_complete).await;
+    let (client, pcm) = say_hello(server.addr).await;
     let messages = audio_messages_until(&upstream, pcm.len()).await;
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+    (pcm, messages)
+}
+
+#[tokio::test]
+async fn microphone_frames_reach_gemini_gathered_into_chunks() {
+    // By default 20 ms frames go as they came.
+    let (pcm, messages) = audio_messages_with_chunks_of(20).await;
+    let frames: Vec<usize> = pcm.chunks(640).map(<[u8]>::len).collect();
+    assert_eq!(messages, frames, "one message per frame, as sent");
+    // 40 ms: two frames to a message.
+    let (pcm, messages) = audio_messages_with_chunks_of(40).await;
     assert_eq!(messages.iter().sum::<usize>(), pcm.len(), "all of it, once");
     let (last, whole) = messages.split_last().expect("audio arrived");
     assert!(
@@ -790,26 +801,6 @@ async fn microphone_frames_reach_gemini_gathered_into_40_ms_chunks() {
         "40 ms (1,280 bytes) per message: {messages:?}"
     );
     assert!(*last <= 1280, "the rest, sent when it fell due: {last}");
-    client.close().await;
-    server.shutdown(WAIT).await;
-    upstream.shutdown().await;
-}
-
-#[tokio::test]
-async fn by_default_20_ms_frames_go_to_gemini_as_they_came() {
-    let upstream = mock(instant()).await;
-    let server = start(gateway_args(&upstream)).await;
-    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
-    let mut pcm = fixture_pcm("hello.wav");
-    pcm.extend(silence(1000));
-    client.stream_pcm(&pcm).await;
-    client.frames_until(is_turn_complete).await;
-    let messages = audio_messages_until(&upstream, pcm.len()).await;
-    let frames: Vec<usize> = pcm.chunks(640).map(<[u8]>::len).collect();
-    assert_eq!(messages, frames, "one message per frame, as sent");
-    client.close().await;
-    server.shutdown(WAIT).await;
-    upstream.shutdown().await;
 }
 
 #[tokio::test]

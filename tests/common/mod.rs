@@ -240,6 +240,17 @@ pub fn fixture_pcm(name: &str) -> Vec<u8> {
         .collect()
 }
 
+/// Connects to `addr` as `u1` / `s1`, says "hello" then a second of silence in 20 ms frames, and
+/// reads up to the end of the answer; the client, and the audio it sent.
+pub async fn say_hello(addr: SocketAddr) -> (Client, Vec<u8>) {
+    let mut client = Client::connect(addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.frames_until(is_turn_complete).await;
+    (client, pcm)
+}
+
 /// `ms` milliseconds of 16 kHz PCM16 silence.
 pub fn silence(ms: usize) -> Vec<u8> {
     vec![0; ms * 32]
