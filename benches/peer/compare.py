@@ -64,6 +64,13 @@ def table(adk, livegate):
                 and key != "turns completed":
             ratio = f"{x / y:.1f}x"
         print(f"| {key} | {fmt(a[key])} | {fmt(l[key])} | {ratio} |")
+    done = "turns completed"
+    if (a[done], a["errors"]) != (l[done], l["errors"]):
+        # A gateway that failed turns did less work in its CPU seconds: only the per-frame
+        # cost compares like with like.
+        print()
+        print(f"not the same work ({a[done]} vs {l[done]} turns, {a['errors']} vs "
+              f"{l['errors']} errors): compare CPU per client frame, not CPU seconds")
 
 
 def capacity(limit, folder, counts):
