@@ -162,7 +162,8 @@ impl Server {
 
     /// Drains: `/readyz` turns false, no new connections are taken, every live run ends, commits
     /// and flushes its recordings, and then its client is closed with 1012 (reconnect); waits up
-    /// to `grace` in all, including giving the sessions' leases back.
+    /// to `grace` in all, including giving the sessions' leases back and storing the runs' last
+    /// resumption handles.
     pub async fn shutdown(self, grace: Duration) {
         let deadline = tokio::time::Instant::now() + grace;
         self.gateway.shutdown.fire();
@@ -170,6 +171,8 @@ impl Server {
         let drained = async {
             self.gateway.connections.wait().await;
             self.gateway.registry.idle().await;
+            // The runs' last resumption handles, for the nodes that take their sessions over.
+            self.gateway.runner.settle().await;
         };
         if tokio::time::timeout_at(deadline, drained).await.is_err() {
             tracing::warn!("connections did not close within the grace period");

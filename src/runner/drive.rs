@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Map;
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 
 use super::handles::HandleKeeper;
 use super::history::{bound_history, history_contents};
@@ -63,6 +64,8 @@ pub(super) struct Drive {
     pub resume: Option<String>,
     /// Where a live run's resumption handles go (set when the run starts).
     pub handles: Option<HandleKeeper>,
+    /// Where the handles' writes run (the runner's, which waits for them at shutdown).
+    pub background: TaskTracker,
 }
 
 impl Drive {
@@ -328,7 +331,9 @@ struct DriveRun {
 impl DriveRun {
     fn new(mut drive: Drive, session: Session, requests: LiveRequestReceiver) -> Self {
         if drive.mode == Mode::Live {
-            drive.handles = Some(HandleKeeper::new(Arc::clone(&drive.sessions), &session));
+            let sessions = Arc::clone(&drive.sessions);
+            let keeper = HandleKeeper::new(sessions, &session, drive.background.clone());
+            drive.handles = Some(keeper);
         }
         DriveRun {
             resume: drive.resume.take(),

@@ -2,6 +2,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio_util::task::TaskTracker;
+
 use crate::session::{Session, SessionService};
 
 /// Keeps a live run's latest resumption handle with its session without holding up the run: a
@@ -14,6 +16,8 @@ pub(super) struct HandleKeeper(Arc<Keeper>);
 
 struct Keeper {
     sessions: Arc<dyn SessionService>,
+    /// Where the writes run.
+    tasks: TaskTracker,
     app_name: String,
     user_id: String,
     session_id: String,
@@ -29,9 +33,14 @@ struct State {
 }
 
 impl HandleKeeper {
-    pub(super) fn new(sessions: Arc<dyn SessionService>, session: &Session) -> Self {
+    pub(super) fn new(
+        sessions: Arc<dyn SessionService>,
+        session: &Session,
+        tasks: TaskTracker,
+    ) -> Self {
         HandleKeeper(Arc::new(Keeper {
             sessions,
+            tasks,
             app_name: session.app_name.clone(),
             user_id: session.user_id.clone(),
             session_id: session.id.clone(),
@@ -45,7 +54,7 @@ impl HandleKeeper {
         state.next = Some(handle.to_owned());
         if !state.writing {
             state.writing = true;
-            tokio::spawn(Arc::clone(&self.0).write());
+            self.0.tasks.spawn(Arc::clone(&self.0).write());
         }
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::Map;
+use tokio_util::task::TaskTracker;
 
 pub use history::{bound_history, history_contents, DEFAULT_HISTORY_BYTES, DEFAULT_HISTORY_EVENTS};
 
@@ -80,6 +81,8 @@ pub struct Runner {
     pub handoff_delay: Duration,
     /// How much of a session's history a run loads and replays to the model.
     pub history: HistoryLimit,
+    /// What runs leave to finish beside them (resumption handles on their way to the store).
+    background: TaskTracker,
 }
 
 /// How much of a session's history a run loads and replays to the model.
@@ -125,7 +128,17 @@ impl Runner {
             artifacts,
             handoff_delay: DEFAULT_HANDOFF_DELAY,
             history: HistoryLimit::default(),
+            background: TaskTracker::new(),
         }
+    }
+
+    /// Waits until what the runs so far left to finish beside them is done: the latest
+    /// resumption handles stored, so that a node shutting down hands its sessions over with
+    /// them. Work that starts meanwhile is waited for too.
+    pub async fn settle(&self) {
+        // Closing only lets `wait` end once nothing is left: tasks still start and are counted.
+        self.background.close();
+        self.background.wait().await;
     }
 
     /// Starts a live run on a session (created if missing), fed by `requests`.
@@ -269,6 +282,7 @@ impl Runner {
             history: self.history,
             resume,
             handles: None,
+            background: self.background.clone(),
         };
         LiveRun {
             invocation_id,
