@@ -18,6 +18,7 @@ pub const BUILD: &str = env!("LIVEGATE_BUILD");
 
 pub mod agent;
 pub mod artifact;
+pub mod cli;
 pub mod event;
 pub mod gateway;
 pub mod live;

@@ -10,27 +10,9 @@ use serde::Deserialize;
 
 use super::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
 use super::codec::AudioEncoding;
+use crate::cli::sim_config;
+pub use crate::cli::{LogFormat, SimPacingArg};
 use crate::model::Modality;
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// `sim` pacing, as a flag value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum SimPacingArg {
-    /// Audio at the speed of speech.
-    #[default]
-    Realtime,
-    /// As fast as possible, like Gemini.
-    Burst,
-}
 
 /// OpenAI Realtime's automatic turn detection, as a flag value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -40,28 +22,6 @@ pub enum OpenAiVadArg {
     Server,
     /// Model-based end of turn (`semantic_vad`).
     Semantic,
-}
-
-/// The `sim` model's settings from the `--sim-*` options of `serve`.
-pub fn sim_config(
-    pacing: SimPacingArg,
-    reply_delay_ms: Option<u64>,
-    chunk_ms: Option<u32>,
-) -> crate::model::sim::SimConfig {
-    let mut sim = crate::model::sim::SimConfig {
-        pacing: match pacing {
-            SimPacingArg::Realtime => crate::model::sim::Pacing::RealTime,
-            SimPacingArg::Burst => crate::model::sim::Pacing::Burst,
-        },
-        ..crate::model::sim::SimConfig::default()
-    };
-    if let Some(ms) = reply_delay_ms {
-        sim.reply_delay = std::time::Duration::from_millis(ms);
-    }
-    if let Some(ms) = chunk_ms {
-        sim.chunk_ms = ms;
-    }
-    sim
 }
 
 /// Options of `livegate serve`.

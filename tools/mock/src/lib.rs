@@ -1,8 +1,7 @@
 //! Offline model servers backed by livegate's `sim` model, for developing and testing clients
 //! with no key and no network: [`gemini`] speaks the Gemini Live wire protocol, [`openai`] the
-//! OpenAI Realtime one. They use only livegate's `event` and `model` layers, never its gateway;
+//! OpenAI Realtime one. They use only livegate's `event`, `model` and `cli` modules, never its gateway;
 //! `livegate mock-gemini` and `livegate mock-openai` run their binaries.
 
-pub mod cli;
 pub mod gemini;
 pub mod openai;

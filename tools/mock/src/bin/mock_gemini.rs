@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
-use livegate_mock::cli::{init_logging, shutdown_signal, sim_config, LogFormat, SimPacingArg};
+use livegate::cli::{init_logging, shutdown_signal, sim_config, LogFormat, SimPacingArg};
 use livegate_mock::gemini::{self, MockGeminiConfig, TlsFiles};
 
 // As in the gateway: many small, short-lived audio and JSON allocations from several threads.

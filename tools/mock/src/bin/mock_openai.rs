@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use clap::Parser;
-use livegate_mock::cli::{init_logging, shutdown_signal, sim_config, LogFormat, SimPacingArg};
+use livegate::cli::{init_logging, shutdown_signal, sim_config, LogFormat, SimPacingArg};
 use livegate_mock::openai::{self, MockOpenAiConfig};
 
 // As in the gateway: many small, short-lived audio and JSON allocations from several threads.

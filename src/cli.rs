@@ -1,11 +1,12 @@
-//! What both servers' commands share: the `--sim-*` and `--log-format` options, logging, and
-//! waiting for Ctrl-C or SIGTERM.
+//! What the command-line programs share (`livegate` and the mock servers): the `--log-format`
+//! and `--sim-*` option values, logging, and waiting for Ctrl-C or SIGTERM.
 
 use clap::ValueEnum;
-use livegate::model::sim::{Pacing, SimConfig};
 use tracing_subscriber::EnvFilter;
 
-/// Log output, as a flag value.
+use crate::model::sim::{Pacing, SimConfig};
+
+/// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -25,8 +26,7 @@ pub enum SimPacingArg {
     Burst,
 }
 
-/// The `sim` model's settings from the `--sim-*` options (the gateway's own `serve` takes the
-/// same ones).
+/// The `sim` model's settings from the `--sim-*` options.
 pub fn sim_config(
     pacing: SimPacingArg,
     reply_delay_ms: Option<u64>,
@@ -48,8 +48,8 @@ pub fn sim_config(
     sim
 }
 
-/// Logs go to stderr (stdout carries the listening address), coloured only when stderr is a
-/// terminal, so a log file or a pipe gets no escape codes.
+/// Logs go to stderr (stdout carries the listening address and reports), coloured only when
+/// stderr is a terminal, so a log file or a pipe gets no escape codes.
 pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
