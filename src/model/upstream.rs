@@ -78,7 +78,6 @@ impl UpstreamWriter {
     where
         M: IntoIterator<Item = Message>,
     {
-        let was_holding = self.chunker.due();
         let now = Instant::now();
         let mut fed = false;
         let mut next = Some(first);
@@ -96,9 +95,13 @@ impl UpstreamWriter {
                 next = inputs.try_recv().ok();
             }
         }
-        match self.chunker.due() {
-            Some(due) if Some(due) != was_holding => self.hold.as_mut().reset(due),
-            _ => {}
+        // Re-armed only when a new hold starts: a timer reset is a timer-wheel update.
+        if let Some(due) = self
+            .chunker
+            .due()
+            .filter(|&due| due != self.hold.deadline())
+        {
+            self.hold.as_mut().reset(due);
         }
         if fed {
             self.sink.flush().await?;
