@@ -10,7 +10,7 @@
 //!   off, logging at most once a second. With none to shed, a reserve descriptor is given up to
 //!   let one waiting connection in: a probe is answered, anything else refused with 503.
 //! - New connections per client address per second, and the client address itself (see
-//!   [`super::limits`]).
+//!   [`crate::gateway::server::limits`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
 
-use super::limits::{ClientAddr, Limits};
-use super::tls::ReloadingTls;
+use crate::gateway::server::limits::{ClientAddr, Limits};
+use crate::gateway::server::tls::ReloadingTls;
 use crate::signal::Signal;
 
 /// Kernel send buffer asked for on accepted sockets (Linux doubles it for its own bookkeeping):
@@ -53,7 +53,7 @@ const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// How the accept loop serves connections.
 #[derive(Debug)]
-pub(super) struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// Longest a client may take to send a request's head (and its TLS handshake).
     pub header_read_timeout: Duration,
     /// Most connections that have not finished their first request.
@@ -118,7 +118,7 @@ struct Shared {
 
 /// The most unfinished connections for a configured cap: at most half the descriptors the
 /// process may open, so the other half stays for connections that did send a request.
-pub(super) fn unfinished_cap(configured: usize) -> usize {
+pub(crate) fn unfinished_cap(configured: usize) -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
@@ -128,7 +128,7 @@ pub(super) fn unfinished_cap(configured: usize) -> usize {
 
 /// Serves `app` on `listener` until `shutdown` fires, then lets requests in flight finish
 /// (bounded by the grace period) and returns.
-pub(super) async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Arc<Limits>,

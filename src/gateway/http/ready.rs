@@ -14,7 +14,7 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How the model is checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ModelCheck {
+pub(crate) enum ModelCheck {
     /// Not at all, or an embedded model that is always there.
     None,
     /// A TCP connect to the model's host.
@@ -26,7 +26,7 @@ pub(super) enum ModelCheck {
 
 impl ModelCheck {
     /// The check for a model name and its WebSocket URL (`ws://` or `wss://`), if asked for.
-    pub(super) fn new(enabled: bool, model: &str, url: &str) -> Self {
+    pub(crate) fn new(enabled: bool, model: &str, url: &str) -> Self {
         if !enabled || model == "sim" || model.is_empty() {
             return ModelCheck::None;
         }
@@ -53,13 +53,13 @@ impl ModelCheck {
 
 /// Answers `/readyz`.
 #[derive(Debug)]
-pub(super) struct Readiness {
+pub(crate) struct Readiness {
     model: ModelCheck,
     cached: Mutex<Option<(Instant, Result<(), String>)>>,
 }
 
 impl Readiness {
-    pub(super) fn new(model: ModelCheck) -> Self {
+    pub(crate) fn new(model: ModelCheck) -> Self {
         Readiness {
             model,
             cached: Mutex::new(None),
@@ -67,7 +67,7 @@ impl Readiness {
     }
 
     /// Ready, or why not.
-    pub(super) async fn check(&self, runner: &Runner) -> Result<(), String> {
+    pub(crate) async fn check(&self, runner: &Runner) -> Result<(), String> {
         if let Some((at, answer)) = self
             .cached
             .lock()

@@ -12,10 +12,11 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::auth::{Denied, Principal};
-use super::{Gateway, PathId};
 use crate::artifact::{ArtifactError, ArtifactScope};
 use crate::event::Blob;
+use crate::gateway::auth::{Denied, Principal};
+use crate::gateway::ids::PathId;
+use crate::gateway::state::Gateway;
 use crate::session::{GetSessionConfig, Session, SessionError};
 
 /// Events per page when the request names no limit.
@@ -25,7 +26,7 @@ const MAX_PAGE: usize = 1000;
 
 /// A failed request: its status and what went wrong, answered as `{"error": message}`.
 #[derive(Debug)]
-pub(super) enum ApiError {
+pub(crate) enum ApiError {
     Failed {
         status: StatusCode,
         message: String,
@@ -59,7 +60,7 @@ fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
 }
 
 /// A JSON error response: `{"error": message}`.
-pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     api_error(status, message).into_response()
 }
 
@@ -105,7 +106,7 @@ fn summary(session: &Session) -> Value {
 
 /// Creates a session for the REST API and ADK's API-server route alike: 201 with the session,
 /// 409 when the id is taken. A session-bound token creates its own session only.
-pub(super) async fn create(
+pub(crate) async fn create(
     gateway: &Gateway,
     principal: &Principal,
     user_id: &str,
@@ -147,7 +148,7 @@ pub(super) async fn create(
 
 /// `GET /api/sessions?user_id=U`: the user's sessions, most recently updated first. A client
 /// token lists its own user's (the default for it), a session-bound one only its session.
-pub(super) async fn list_sessions(
+pub(crate) async fn list_sessions(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     Query(query): Query<HashMap<String, String>>,
@@ -200,7 +201,7 @@ struct CreateSession {
 }
 
 /// `POST /api/sessions` with `{"userId", "sessionId"?, "state"?}`.
-pub(super) async fn create_session(
+pub(crate) async fn create_session(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     body: Bytes,
@@ -279,7 +280,7 @@ fn number<T: std::str::FromStr>(
 }
 
 /// `GET /api/sessions/{user}/{session}?offset=N&limit=M`: state and a page of events, oldest first.
-pub(super) async fn get_session(
+pub(crate) async fn get_session(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
@@ -323,7 +324,7 @@ pub(super) async fn get_session(
 }
 
 /// `DELETE /api/sessions/{user}/{session}`: 204, or 404 for an unknown session.
-pub(super) async fn delete_session(
+pub(crate) async fn delete_session(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
@@ -348,7 +349,7 @@ pub(super) async fn delete_session(
 
 /// `GET /api/sessions/{user}/{session}/artifacts`: names, versions, and the latest version's mime
 /// type and size.
-pub(super) async fn list_artifacts(
+pub(crate) async fn list_artifacts(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     Path((user_id, session_id)): Path<(String, String)>,
@@ -376,7 +377,7 @@ pub(super) async fn list_artifacts(
 }
 
 /// `GET /api/sessions/{user}/{session}/artifacts/{name}?version=N&format=wav|raw`.
-pub(super) async fn download_artifact(
+pub(crate) async fn download_artifact(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     Path((user_id, session_id, name)): Path<(String, String, String)>,

@@ -8,10 +8,10 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, ValueEnum};
 use serde::Deserialize;
 
-use super::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
-use super::codec::AudioEncoding;
 use crate::cli::sim_config;
 pub use crate::cli::{LogFormat, SimPacingArg};
+use crate::gateway::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
+use crate::gateway::ws::codec::AudioEncoding;
 use crate::model::Modality;
 
 /// OpenAI Realtime's automatic turn detection, as a flag value.
@@ -163,13 +163,13 @@ pub struct ServeArgs {
     #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
     pub drain_timeout: u64,
     /// Largest text turn a client may send, in bytes (larger ones get an INVALID_ARGUMENT error event).
-    #[arg(long, env = "LIVEGATE_MAX_TEXT_BYTES", default_value_t = super::codec::DEFAULT_MAX_TEXT_BYTES)]
+    #[arg(long, env = "LIVEGATE_MAX_TEXT_BYTES", default_value_t = crate::gateway::ws::codec::DEFAULT_MAX_TEXT_BYTES)]
     pub max_text_bytes: usize,
     /// Largest binary audio frame a client may send, in bytes.
-    #[arg(long, env = "LIVEGATE_MAX_AUDIO_FRAME_BYTES", default_value_t = super::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES)]
+    #[arg(long, env = "LIVEGATE_MAX_AUDIO_FRAME_BYTES", default_value_t = crate::gateway::ws::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES)]
     pub max_audio_frame_bytes: usize,
     /// Largest image or audio a client may send in a JSON message, in decoded bytes.
-    #[arg(long, env = "LIVEGATE_MAX_MEDIA_BYTES", default_value_t = super::codec::DEFAULT_MAX_MEDIA_BYTES)]
+    #[arg(long, env = "LIVEGATE_MAX_MEDIA_BYTES", default_value_t = crate::gateway::ws::codec::DEFAULT_MAX_MEDIA_BYTES)]
     pub max_media_bytes: usize,
     /// Bytes of media and text a live run may queue before the socket reader waits for the model.
     #[arg(long, env = "LIVEGATE_QUEUE_MAX_BYTES", default_value_t = crate::live::DEFAULT_QUEUE_MAX_BYTES)]
@@ -228,7 +228,7 @@ pub struct ServeArgs {
     pub secrets: AuthSecrets,
     /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
     #[command(flatten)]
-    pub live: super::live_settings::LiveArgs,
+    pub live: crate::gateway::ws::live_settings::LiveArgs,
     /// OpenAI Realtime base URL (`/realtime?model=` is added), e.g. `ws://127.0.0.1:9400` for
     /// `livegate mock-openai`, or `https://RESOURCE.openai.azure.com/openai/v1` for Azure OpenAI
     /// (key from `OPENAI_API_KEY`; Azure: `AZURE_OPENAI_API_KEY` first).
@@ -284,9 +284,9 @@ impl ServeArgs {
             max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
             lease_ttl_ms: 10_000,
             drain_timeout: 10,
-            max_text_bytes: super::codec::DEFAULT_MAX_TEXT_BYTES,
-            max_audio_frame_bytes: super::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES,
-            max_media_bytes: super::codec::DEFAULT_MAX_MEDIA_BYTES,
+            max_text_bytes: crate::gateway::ws::codec::DEFAULT_MAX_TEXT_BYTES,
+            max_audio_frame_bytes: crate::gateway::ws::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES,
+            max_media_bytes: crate::gateway::ws::codec::DEFAULT_MAX_MEDIA_BYTES,
             queue_max_bytes: crate::live::DEFAULT_QUEUE_MAX_BYTES,
             idle_timeout: Duration::from_secs(300),
             max_session_duration: Duration::from_secs(4 * 3600),
@@ -306,7 +306,7 @@ impl ServeArgs {
             openai_base_url: crate::model::openai::DEFAULT_BASE_URL.into(),
             openai_azure: false,
             openai_vad: OpenAiVadArg::Server,
-            live: super::live_settings::LiveArgs {
+            live: crate::gateway::ws::live_settings::LiveArgs {
                 client_settings: Default::default(),
                 ..Default::default()
             },
@@ -389,17 +389,17 @@ impl ServeArgs {
     }
 
     /// Every connection's writer settings.
-    pub fn writer_config(&self) -> super::WriterConfig {
-        super::WriterConfig {
+    pub fn writer_config(&self) -> crate::gateway::ws::writer::WriterConfig {
+        crate::gateway::ws::writer::WriterConfig {
             audio_lead: Duration::from_millis(self.audio_lead_ms),
             send_timeout: self.slow_client_timeout,
-            ..super::WriterConfig::default()
+            ..crate::gateway::ws::writer::WriterConfig::default()
         }
     }
 
     /// Size limits of client messages by kind.
-    pub fn frame_limits(&self) -> super::FrameLimits {
-        super::FrameLimits {
+    pub fn frame_limits(&self) -> crate::gateway::ws::codec::FrameLimits {
+        crate::gateway::ws::codec::FrameLimits {
             text_bytes: self.max_text_bytes,
             audio_frame_bytes: self.max_audio_frame_bytes,
             media_bytes: self.max_media_bytes,
@@ -407,16 +407,16 @@ impl ServeArgs {
     }
 
     /// Idle timeout and maximum duration of a WebSocket connection.
-    pub fn session_limits(&self) -> super::SessionLimits {
-        super::SessionLimits {
+    pub fn session_limits(&self) -> crate::gateway::server::limits::SessionLimits {
+        crate::gateway::server::limits::SessionLimits {
             idle: limit(self.idle_timeout),
             max_duration: limit(self.max_session_duration),
         }
     }
 
     /// Caps on live connections and the rate of new ones.
-    pub fn limit_settings(&self) -> super::limits::LimitSettings {
-        super::limits::LimitSettings {
+    pub fn limit_settings(&self) -> crate::gateway::server::limits::LimitSettings {
+        crate::gateway::server::limits::LimitSettings {
             max_connections: self.max_connections,
             max_sessions_per_user: self.max_sessions_per_user,
             connections_per_second: self.connections_per_second,

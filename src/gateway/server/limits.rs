@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -89,21 +90,21 @@ impl LimitCounters {
         counters
     }
 
-    pub(super) fn refused(&self, why: Refused) {
+    pub(crate) fn refused(&self, why: Refused) {
         self.refusals
             .get_or_create(&[("reason", why.label())])
             .inc();
     }
 
-    pub(super) fn shed(&self) {
+    pub(crate) fn shed(&self) {
         self.shed.inc();
     }
 
-    pub(super) fn accept_error(&self) {
+    pub(crate) fn accept_error(&self) {
         self.accept_errors.inc();
     }
 
-    pub(super) fn connection_error(&self) {
+    pub(crate) fn connection_error(&self) {
         self.header_timeouts.inc();
     }
 }
@@ -303,6 +304,15 @@ fn parse_forwarded(entry: &str) -> Option<IpAddr> {
         .parse::<std::net::SocketAddr>()
         .ok()
         .map(|a| canonical(a.ip()))
+}
+
+/// Per-connection time limits (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionLimits {
+    /// Close a connection whose client sent no frame for this long.
+    pub idle: Option<Duration>,
+    /// Close a connection this long after it opened.
+    pub max_duration: Option<Duration>,
 }
 
 #[cfg(test)]

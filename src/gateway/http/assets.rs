@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::Gateway;
+use crate::gateway::state::Gateway;
 
 #[derive(rust_embed::RustEmbed)]
 #[folder = "static/"]

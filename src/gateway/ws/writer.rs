@@ -10,10 +10,10 @@ use futures::{FutureExt, Sink, SinkExt, Stream, StreamExt};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
-use super::close;
-use super::codec::EncodedEvent;
-use super::metrics::Meter;
-use super::pacing::{Next, Pacer};
+use crate::gateway::telemetry::metrics::Meter;
+use crate::gateway::ws::close;
+use crate::gateway::ws::codec::EncodedEvent;
+use crate::gateway::ws::pacing::{Next, Pacer};
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
 /// a bigger frame is written at once.
@@ -88,7 +88,7 @@ pub enum Abort {
     Echo,
     /// Send this close frame.
     Close {
-        /// WebSocket close code (see [`super::close`]).
+        /// WebSocket close code (see [`crate::gateway::ws::close`]).
         code: u16,
         /// Close reason.
         reason: String,
@@ -514,7 +514,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_audio_or_text_and_the_end_of_each_answer_are_timed() {
-        let metrics = crate::gateway::metrics::Metrics::default();
+        let metrics = crate::gateway::telemetry::metrics::Metrics::default();
         let (sink, out) = fmpsc::unbounded::<Message>();
         let (tx, rx) = mpsc::channel(64);
         let turn_complete = Box::new(EncodedEvent {

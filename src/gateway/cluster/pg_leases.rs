@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Row;
 
-use super::registry::SharedLeases;
+use crate::gateway::cluster::registry::SharedLeases;
 use crate::signal::Signal;
 
 /// The NOTIFY channel of every lease notice.

@@ -14,9 +14,10 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::auth::Principal;
-use super::{Gateway, PathId};
 use crate::event::Content;
+use crate::gateway::auth::Principal;
+use crate::gateway::ids::PathId;
+use crate::gateway::state::Gateway;
 use crate::live::RunConfig;
 use crate::runner::{LiveRun, RunError};
 
@@ -38,7 +39,7 @@ struct RunAgentRequest {
     state_delta: Option<Map<String, Value>>,
 }
 
-use super::rest::error;
+use crate::gateway::http::rest::error;
 
 fn run_error(e: RunError) -> Response {
     let status = match &e {
@@ -95,7 +96,7 @@ async fn start(
 }
 
 /// `POST /run`: runs a turn and answers with every event, once it is over.
-pub(super) async fn run(
+pub(crate) async fn run(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     body: Bytes,
@@ -107,7 +108,7 @@ pub(super) async fn run(
 }
 
 /// `POST /run_sse`: runs a turn and streams each event as it is committed.
-pub(super) async fn run_sse(
+pub(crate) async fn run_sse(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     body: Bytes,
@@ -129,7 +130,7 @@ pub(super) async fn run_sse(
 
 /// `POST /apps/{app}/users/{user}/sessions[/{session}]` with an optional `{"state": {...}}` body:
 /// creates a session (ADK's API server route), 409 if it exists.
-pub(super) async fn create_session(
+pub(crate) async fn create_session(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
     Path(path): Path<Vec<(String, String)>>,
@@ -154,7 +155,8 @@ pub(super) async fn create_session(
     };
     let user_id = get("user_id").unwrap_or_default();
     let mut response =
-        super::rest::create(&gateway, &principal, user_id, get("session_id"), state).await;
+        crate::gateway::http::rest::create(&gateway, &principal, user_id, get("session_id"), state)
+            .await;
     // ADK's API server answers a created session with 200.
     if response.status() == StatusCode::CREATED {
         *response.status_mut() = StatusCode::OK;

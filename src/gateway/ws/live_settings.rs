@@ -13,10 +13,11 @@ use clap::Args;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 
-use super::codec::FrameError;
-use super::connection::ConnectOptions;
+use crate::gateway::ws::codec::AudioEncoding;
+use crate::gateway::ws::codec::FrameError;
 use crate::live::settings::{ClientSettings, LiveSettings, SettingError, DEFAULT_CLIENT_SETTINGS};
 use crate::live::RunConfig;
+use crate::model::Modality;
 
 /// How long a new connection waits for its first frame, which may be a setup message, before
 /// its run starts with the settings it has. Any other first frame starts the run at once.
@@ -234,6 +235,39 @@ where
     let bytes = text.len();
     let _ = stream.next().await;
     Some((setup, bytes))
+}
+
+/// Per-connection choices made in the URL's query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectOptions {
+    /// How model audio reaches the client.
+    pub audio: AudioEncoding,
+    /// Response modality.
+    pub modality: Modality,
+    /// Live settings given as query parameters.
+    pub settings: ClientLayer,
+}
+
+impl ConnectOptions {
+    /// The options a connection's URL query asks for, over the gateway's defaults.
+    pub fn from_query(
+        query: &HashMap<String, String>,
+        audio: AudioEncoding,
+        modality: Modality,
+        allowed: &ClientSettings,
+    ) -> Result<Self, String> {
+        Ok(ConnectOptions {
+            audio: match query.get("audio") {
+                Some(v) => v.parse()?,
+                None => audio,
+            },
+            modality: match query.get("modality") {
+                Some(v) => v.parse()?,
+                None => modality,
+            },
+            settings: query_settings(query, allowed),
+        })
+    }
 }
 
 /// The run config of a connection, and the errors of the client's settings to report.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::codec::EncodedEvent;
+use crate::gateway::ws::codec::EncodedEvent;
 
 /// The encoded events waiting for the socket, in order, and the playback clock of their audio.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! The gateway's Prometheus metrics, served at `/metrics`: connections and live runs, client
 //! frames and bytes each way, the runs' events by kind, errors by code, artifacts saved, upstream
 //! reconnects, slow clients cut off, and how long the gateway takes to forward an answer's audio;
-//! beside them the process's own CPU time and memory (`process_*`, see [`super::process`]).
+//! beside them the process's own CPU time and memory (`process_*`, see [`crate::gateway::telemetry::process`]).
 
 use std::sync::Arc;
 
@@ -144,7 +144,7 @@ pub struct Metrics {
     reconnects: Counter,
     meter: Meter,
     /// What the connection limits refused.
-    pub limits: super::limits::LimitCounters,
+    pub limits: crate::gateway::server::limits::LimitCounters,
     auth_failures: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
@@ -152,7 +152,9 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut root = Registry::default();
         // Prometheus's standard names, without the gateway's prefix.
-        root.register_collector(Box::new(super::process::ProcessCollector));
+        root.register_collector(Box::new(
+            crate::gateway::telemetry::process::ProcessCollector,
+        ));
         let registry = root.sub_registry_with_prefix("livegate");
         // Which code serves these numbers: a load test's report names the gateway's build.
         registry.register(
@@ -214,7 +216,7 @@ impl Default for Metrics {
             turn_end,
             events: Arc::new(events),
         };
-        let limits = super::limits::LimitCounters::register(registry);
+        let limits = crate::gateway::server::limits::LimitCounters::register(registry);
         Metrics {
             registry: root,
             connections,

@@ -15,35 +15,26 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::close;
-use super::codec::{encode_event, AudioEncoding, FrameError, InputAudioBlocks};
-use super::ids::PathId;
-use super::live_settings::{self, ClientLayer};
-use super::metrics::{Meter, RunMeter};
-use super::registry::Lease;
-use super::writer::{close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats};
-use super::Gateway;
 use crate::event::Event;
+use crate::gateway::cluster::registry::Lease;
+use crate::gateway::ids::PathId;
+use crate::gateway::server::limits::SessionLimits;
+use crate::gateway::state::Gateway;
+use crate::gateway::telemetry::metrics::{Meter, RunMeter};
+use crate::gateway::ws::close;
+use crate::gateway::ws::codec::{encode_event, AudioEncoding, FrameError, InputAudioBlocks};
+use crate::gateway::ws::live_settings::{self, ConnectOptions};
+use crate::gateway::ws::writer::{
+    close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats,
+};
 use crate::live::flow::RECORDING_DROPPED;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
-use crate::model::Modality;
 use crate::signal::Signal;
 
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
 /// How long a closing connection waits for its run to end and flush.
 const RUN_DRAIN_GRACE: Duration = Duration::from_secs(10);
-
-/// Per-connection choices made in the URL's query.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConnectOptions {
-    /// How model audio reaches the client.
-    pub audio: AudioEncoding,
-    /// Response modality.
-    pub modality: Modality,
-    /// Live settings given as query parameters.
-    pub settings: ClientLayer,
-}
 
 /// A client frame, read.
 enum Decoded {
@@ -95,15 +86,6 @@ impl End {
             End::Shutdown | End::RunEnded => None,
         }
     }
-}
-
-/// Per-connection time limits (`None`: no limit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SessionLimits {
-    /// Close a connection whose client sent no frame for this long.
-    pub idle: Option<Duration>,
-    /// Close a connection this long after it opened.
-    pub max_duration: Option<Duration>,
 }
 
 /// Serves one WebSocket connection until the client leaves, the session is taken over, the run
