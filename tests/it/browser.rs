@@ -6,10 +6,6 @@
 //! `CHROMEDRIVER` override the binaries' paths. Every wait is a bounded poll of page state
 //! (`window.livegate` and the DOM), never a fixed sleep.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
 use std::panic::AssertUnwindSafe;
@@ -17,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt;
 use livegate::gateway::config::SimPacingArg;

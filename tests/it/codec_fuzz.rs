@@ -1,6 +1,6 @@
 //! Fuzzing the client frame codec with proptest: arbitrary bytes and arbitrary JSON decode to a
 //! request or a typed error, never a panic. Cheap enough to run with every `cargo test`
-//! (`PROPTEST_CASES=10000 cargo test --test codec_fuzz` runs it longer, as CI does).
+//! (`PROPTEST_CASES=10000 cargo test --test it codec_fuzz::` runs it longer, as CI does).
 
 use livegate::gateway::{decode_binary, decode_text, FrameError, FrameLimits, InputAudioBlocks};
 use proptest::prelude::*;

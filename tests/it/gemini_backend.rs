@@ -1,19 +1,14 @@
 //! The gateway on the `gemini` backend against `livegate mock-gemini` over a real socket: the same
 //! scenarios as on the in-process `sim`, plus tool calls, goAway, upstream failures, and the key.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::process::{listening_addr, output_of, spawn};
+use crate::common::*;
 use livegate::gateway::ServeArgs;
 use livegate::model::sim::{Pacing, SimConfig};
 use livegate_mock::gemini::{self as mockgemini, MockGemini, MockGeminiConfig};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::time::timeout;
 
 const MODEL: &str = "gemini-2.5-flash-native-audio-preview-12-2025";
@@ -295,81 +290,6 @@ async fn an_upstream_1011_is_an_error_event_then_the_end() {
     upstream.shutdown().await;
 }
 
-/// A running `livegate` process and everything it printed so far.
-struct Process {
-    child: tokio::process::Child,
-    stdout: tokio::task::JoinHandle<String>,
-    stderr: tokio::task::JoinHandle<String>,
-}
-
-/// What a process printed, by stream.
-struct Output {
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs the real binary with `args`; returns it and the first stdout line containing `marker`.
-async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Process, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("livegate runs");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (found_tx, found_rx) = tokio::sync::oneshot::channel();
-    let marker = marker.to_owned();
-    // One task reads stdout to the end, so the child never blocks on a full pipe.
-    let stdout = tokio::spawn(async move {
-        let mut all = String::new();
-        let mut found = Some(found_tx);
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains(&marker) {
-                if let Some(tx) = found.take() {
-                    let _ = tx.send(line.clone());
-                }
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    // The logs go to stderr: read it as it comes too, or a full pipe would stall the child.
-    let mut pipe = child.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut all = String::new();
-        let _ = pipe.read_to_string(&mut all).await;
-        all
-    });
-    let line = timeout(WAIT, found_rx)
-        .await
-        .expect("starts in time")
-        .expect("prints its address");
-    (
-        Process {
-            child,
-            stdout,
-            stderr,
-        },
-        line,
-    )
-}
-
-/// Stops a process and returns all it printed.
-async fn output_of(mut process: Process) -> Output {
-    let _ = process.child.start_kill();
-    let _ = timeout(WAIT, process.child.wait()).await;
-    let stdout = timeout(WAIT, process.stdout).await.unwrap();
-    let stderr = timeout(WAIT, process.stderr).await.unwrap();
-    Output {
-        stdout: stdout.unwrap_or_default(),
-        stderr: stderr.unwrap_or_default(),
-    }
-}
-
 #[tokio::test]
 async fn the_api_key_reaches_the_model_and_never_the_logs() {
     const KEY: &str = "AIzaTEST-do-not-log-4242";
@@ -397,13 +317,7 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
         "listening on http://",
     )
     .await;
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let addr = listening_addr(&line);
     let mut client = Client::connect(addr, "u1", "s1", "modality=TEXT").await;
     client.send_text("is my key good").await;
     let events = client.events_until_turn_complete().await;

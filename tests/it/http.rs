@@ -1,10 +1,6 @@
 //! The gateway's plain HTTP routes: health, readiness, metrics, and the embedded web client.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn health_readiness_and_the_web_client_are_served() {

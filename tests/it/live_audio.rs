@@ -1,10 +1,6 @@
 //! Speech over the WebSocket: transcription, voice answer, barge-in, and recordings.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use livegate::artifact::ArtifactScope;
 use livegate::gateway::config::{ServeArgs, SimPacingArg};
 use serde_json::{json, Value};

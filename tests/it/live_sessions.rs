@@ -1,10 +1,6 @@
 //! Sessions over the WebSocket: persistence across restarts, takeover, bad input.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use livegate::event::Event;
 use livegate::gateway::ServeArgs;
 use livegate::session::{GetSessionConfig, SessionService, SqliteSessionService};

@@ -1,11 +1,7 @@
 //! Live settings through the real gateway and `sim`: from the client's query and setup message,
 //! the agent file and the gateway's flags, each one observable in what the client receives.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use livegate::gateway::config::SimPacingArg;
 use livegate::gateway::ServeArgs;
 use serde_json::{json, Value};

@@ -1,11 +1,7 @@
 //! Graceful shutdown (a rolling restart's drain): live runs end and flush their recordings, then
 //! their clients are closed with 1012 to reconnect elsewhere.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use common::*;
+use crate::common::*;
 use livegate::artifact::ArtifactScope;
 use livegate::gateway::config::SimPacingArg;
 

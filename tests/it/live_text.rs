@@ -1,13 +1,9 @@
 //! Text turns over the WebSocket: streamed partials, the merged text, turnComplete, in TEXT and
 //! AUDIO modality, with binary and base64 audio frames.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::collections::HashSet;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 #[tokio::test]

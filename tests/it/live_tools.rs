@@ -1,16 +1,12 @@
 //! Tools over the gateway: the default agent's built-in tools on a live socket, HTTP tools from an
 //! agent file against a loopback endpoint, and the turn-based `/run` and `/run_sse` routes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::*;
 use axum::routing::post;
 use axum::{Json, Router};
-use common::*;
 use livegate::session::GetSessionConfig;
 use serde_json::{json, Value};
 use tokio::time::timeout;

@@ -1,12 +1,8 @@
 //! `livegate loadtest` against a real gateway: a small load whose report must add up.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use livegate_loadtest::{self as loadtest, LoadtestArgs};
 use tokio::time::timeout;
 

@@ -1,17 +1,13 @@
 //! `livegate mock-gemini` over real sockets: a Gemini Live client's view of setup, text and audio
 //! turns, tools, history, resumption, the key check, the fault switches, TLS and shutdown.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::{fixture_pcm, silence, WAIT};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 use base64::Engine;
-use common::{fixture_pcm, silence, WAIT};
 use futures::{SinkExt, StreamExt};
 use livegate::model::sim::SimConfig;
 use livegate_mock::gemini::{self as mockgemini, MockGemini, MockGeminiConfig, TlsFiles};

@@ -3,16 +3,12 @@
 //! drain, in small and under load. Run when `LIVEGATE_TEST_POSTGRES_URL` names a server
 //! (`.ci/run` sets it); set but unreachable, they fail.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures::FutureExt;
 use livegate::event::Event;
 use livegate::gateway::close::{SERVICE_RESTART, TAKEN_OVER};

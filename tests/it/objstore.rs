@@ -4,15 +4,11 @@
 //! local disk and saves it later, by the same process or the next one started on the folder.
 //! Skipped when the variable is unset; `.ci/run` sets it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use livegate::gateway::ServeArgs;
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};

@@ -2,19 +2,14 @@
 //! scenarios as on Gemini (a text turn, a spoken turn, barge-in, a tool call, upstream failures,
 //! recordings), seen by the client exactly as on Gemini but for `modelVersion`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::*;
+use crate::common::process::{listening_addr, output_of, spawn};
+use crate::common::*;
 use livegate::gateway::ServeArgs;
 use livegate::model::sim::{Pacing, SimConfig};
 use livegate_mock::openai::{self as mockopenai, MockOpenAi, MockOpenAiConfig};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::time::timeout;
 
 const MODEL: &str = "gpt-realtime";
@@ -314,62 +309,6 @@ async fn a_wrong_key_is_refused_at_connect() {
     upstream.shutdown().await;
 }
 
-/// A running `livegate` process and everything it printed so far.
-struct Process {
-    child: tokio::process::Child,
-    stdout: tokio::task::JoinHandle<String>,
-}
-
-/// Runs the real binary with `args`; returns it and the first stdout line containing `marker`.
-async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Process, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("livegate runs");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (found_tx, found_rx) = tokio::sync::oneshot::channel();
-    let marker = marker.to_owned();
-    let stdout = tokio::spawn(async move {
-        let mut all = String::new();
-        let mut found = Some(found_tx);
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains(&marker) {
-                if let Some(tx) = found.take() {
-                    let _ = tx.send(line.clone());
-                }
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    let line = timeout(WAIT, found_rx)
-        .await
-        .expect("starts in time")
-        .expect("prints its address");
-    (Process { child, stdout }, line)
-}
-
-/// Stops a process and returns all it printed.
-async fn output_of(mut process: Process) -> String {
-    let _ = process.child.start_kill();
-    let mut stderr = String::new();
-    if let Some(mut pipe) = process.child.stderr.take() {
-        let _ = timeout(WAIT, pipe.read_to_string(&mut stderr)).await;
-    }
-    let _ = timeout(WAIT, process.child.wait()).await;
-    let stdout = timeout(WAIT, process.stdout)
-        .await
-        .unwrap()
-        .unwrap_or_default();
-    stdout + &stderr
-}
-
 #[tokio::test]
 async fn the_api_key_reaches_the_model_and_never_the_logs() {
     const KEY: &str = "sk-TEST-do-not-log-4242";
@@ -397,13 +336,7 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
         "listening on http://",
     )
     .await;
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let addr = listening_addr(&line);
     let mut client = Client::connect(addr, "u1", "s1", "modality=TEXT").await;
     client.send_text("is my key good").await;
     let events = client.events_until_turn_complete().await;
@@ -413,7 +346,8 @@ async fn the_api_key_reaches_the_model_and_never_the_logs() {
     );
     let sent: String = client.events.iter().map(Value::to_string).collect();
     client.close().await;
-    let logs = output_of(gateway_process).await;
+    let output = output_of(gateway_process).await;
+    let logs = output.stdout + &output.stderr;
     upstream.shutdown().await;
     assert!(logs.contains("OpenAI"), "debug logs were captured: {logs}");
     assert!(!logs.contains(KEY), "the key is in the logs");

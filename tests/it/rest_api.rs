@@ -1,13 +1,9 @@
 //! The REST API over real HTTP: sessions (list, create, read paginated, delete), artifacts (list,
 //! download raw or as WAV), their 400/404 answers, and serving another web client (`--web-root`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use tokio::time::timeout;
 

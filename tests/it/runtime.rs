@@ -1,8 +1,6 @@
 //! The ADK runtime through `Runner` on the `sim` model: tools, callbacks, multi-agent runs, state
 //! semantics and turn-based runs. (The gateway tests drive the same runtime over sockets.)
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,13 +1,9 @@
 //! Authentication, authorization and origin checks against the real server over real sockets:
 //! what a hostile client or a hostile web page tries, and what each gets.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 
-use common::*;
+use crate::common::*;
 use livegate::gateway::auth::{AuthMode, AuthSecrets, Secret};
 use livegate::gateway::{self, ServeArgs, Server};
 use serde_json::{json, Value};
@@ -99,7 +95,7 @@ async fn create_session(addr: SocketAddr, user: &str, session: &str) {
 async fn upgrade(
     url: &str,
     headers: &[(&str, &str)],
-) -> Result<(common::WsStream, Option<String>), u16> {
+) -> Result<(crate::common::WsStream, Option<String>), u16> {
     let mut request = url.into_client_request().expect("a request");
     for (name, value) in headers {
         let value = HeaderValue::from_str(value).expect("a header value");
@@ -144,7 +140,7 @@ async fn raw_status(addr: SocketAddr, head: &str) -> u16 {
 }
 
 /// A text turn on an open socket gets its answer (the connection is alive and usable).
-async fn answers(ws: common::WsStream) {
+async fn answers(ws: crate::common::WsStream) {
     let mut client = Client::from_stream(ws);
     client.send_text("hello").await;
     client.events_until_turn_complete().await;

@@ -2,16 +2,12 @@
 //! sockets, the fd limit, connection and per-user caps, the per-address rate limit behind trusted
 //! proxies, paged history reads, artifact listing by metadata, `/readyz` write checks, and TLS.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use futures::{SinkExt, StreamExt};
 use livegate::artifact::{Artifact, ArtifactScope};
 use livegate::event::{Content, Event};

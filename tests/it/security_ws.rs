@@ -2,14 +2,10 @@
 //! idle timeout and maximum duration, the close codes a real client sees (1000, 1002, 1007, 1008,
 //! 1009, 1011), a client that stops reading, and logs that a burst of bad frames cannot flood.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};

@@ -2,8 +2,6 @@
 //! binaries (crates of their own): the one next to `livegate`, else the first on `PATH`, with the
 //! arguments untouched and the tool's exit status; a missing tool is an error naming the build.
 #![cfg(unix)]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
