@@ -5,8 +5,8 @@ export const MIC_RATE = 16000;
 export const CHUNK_SAMPLES = 320; // 20 ms at 16 kHz = 640 bytes per binary frame
 export const DEFAULT_PLAY_RATE = 24000;
 
-const RECORDER_URL = new URL("./pcm-recorder-processor.js", import.meta.url);
-const PLAYER_URL = new URL("./pcm-player-processor.js", import.meta.url);
+const RECORDER_URL = new URL("/lib/audio/recorder-worklet.js", import.meta.url);
+const PLAYER_URL = new URL("/lib/audio/player-worklet.js", import.meta.url);
 
 /** The `rate=` parameter of a mime type such as `audio/pcm;rate=24000`, or `fallback`. */
 export function parseRate(mimeType, fallback = DEFAULT_PLAY_RATE) {
