@@ -415,6 +415,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/api/config", get(auth::config))
         .merge(protected)
         .route("/static/{*path}", get(assets::file))
+        .route("/lib/{*path}", get(assets::library))
+        .route("/examples/", get(assets::examples_index))
+        .route("/examples/{*path}", get(assets::example))
         .route("/{file}", get(assets::file))
         .layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
