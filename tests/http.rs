@@ -82,6 +82,53 @@ async fn the_client_library_and_its_examples_are_served() {
     server.shutdown(WAIT).await;
 }
 
+/// `GET /api/live` names the model, its provider's voices and what clients may change, so a page
+/// offers OpenAI's voices for an OpenAI model and Gemini's for Gemini.
+#[tokio::test]
+async fn the_live_info_names_the_model_its_voices_and_the_client_settings() {
+    let server = start(test_args()).await;
+    let info = http_get(server.addr, "/api/live").await;
+    let body: serde_json::Value =
+        serde_json::from_str(info.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["model"], "sim");
+    assert_eq!(body["provider"], "sim");
+    assert_eq!(body["modality"], "AUDIO");
+    assert!(
+        body["voices"].as_array().unwrap().contains(&"Kore".into()),
+        "{body}"
+    );
+    let allowed = body["clientSettings"].as_array().unwrap();
+    assert!(
+        allowed.contains(&"voice".into()) && !allowed.contains(&"save_live_blob".into()),
+        "{body}"
+    );
+    server.shutdown(WAIT).await;
+
+    let mut args = test_args();
+    args.model = "gpt-realtime".into();
+    args.live.client_settings = "voice,vad".parse().unwrap();
+    let server = start(args).await;
+    let info = http_get(server.addr, "/api/live").await;
+    let body: serde_json::Value =
+        serde_json::from_str(info.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        (body["model"].as_str(), body["provider"].as_str()),
+        (Some("gpt-realtime"), Some("openai")),
+        "{body}"
+    );
+    let voices = body["voices"].as_array().unwrap();
+    assert!(
+        voices.contains(&"marin".into()) && !voices.contains(&"Kore".into()),
+        "{body}"
+    );
+    let allowed = body["clientSettings"].as_array().unwrap();
+    assert!(
+        allowed.contains(&"vad".into()) && allowed.contains(&"silence_duration_ms".into()),
+        "{body}"
+    );
+    server.shutdown(WAIT).await;
+}
+
 /// The web client works offline: no file in `static/` points outside the gateway (no CDN, fonts,
 /// analytics). `https://` alone, in a message, names a scheme, not a place.
 #[test]

@@ -9,6 +9,7 @@ pub mod config;
 mod connection;
 mod ids;
 pub mod limits;
+mod live_info;
 pub mod live_settings;
 pub mod metrics;
 mod pacing;
@@ -402,6 +403,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             post(run_api::create_session),
         )
         .route("/api/tokens", post(auth::mint_token))
+        .route("/api/live", get(live_info::live_info))
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
             auth::authorize,
