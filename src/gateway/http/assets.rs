@@ -1,0 +1,93 @@
+//! The web client: embedded in the binary, or read from `--web-root` (e.g. ADK's bidi-demo page);
+//! and the browser client library (`clients/js/lib`, at `/lib/`) with its examples (at
+//! `/examples/`), always embedded, so any page the gateway serves can import the library.
+
+use std::path::{Component, Path as FsPath};
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::gateway::state::Gateway;
+
+#[derive(rust_embed::RustEmbed)]
+#[folder = "static/"]
+struct Assets;
+
+#[derive(rust_embed::RustEmbed)]
+#[folder = "clients/js/lib/"]
+struct Library;
+
+#[derive(rust_embed::RustEmbed)]
+#[folder = "clients/js/examples/"]
+struct Examples;
+
+/// Serves `/`: the web client's page.
+pub async fn index(State(gateway): State<Arc<Gateway>>) -> Response {
+    serve(&gateway, "index.html").await
+}
+
+/// Serves `/{file}` and `/static/{*path}`: the web client's scripts, styles and worklets.
+pub async fn file(State(gateway): State<Arc<Gateway>>, Path(path): Path<String>) -> Response {
+    serve(&gateway, &path).await
+}
+
+/// Serves `/lib/{*path}`: the client library's modules.
+pub async fn library(Path(path): Path<String>) -> Response {
+    respond(
+        &path,
+        Library::get(&path).map(|file| file.data.into_owned()),
+    )
+}
+
+/// Serves `/examples/`: the list of examples.
+pub async fn examples_index() -> Response {
+    example(Path("index.html".to_owned())).await
+}
+
+/// Serves `/examples/{*path}`: the client library's examples.
+pub async fn example(Path(path): Path<String>) -> Response {
+    respond(
+        &path,
+        Examples::get(&path).map(|file| file.data.into_owned()),
+    )
+}
+
+async fn serve(gateway: &Gateway, path: &str) -> Response {
+    let data = match &gateway.web_root {
+        Some(root) => read_under(root, path).await,
+        None => Assets::get(path).map(|file| file.data.into_owned()),
+    };
+    respond(path, data)
+}
+
+fn respond(path: &str, data: Option<Vec<u8>>) -> Response {
+    match data {
+        Some(data) => {
+            // Module scripts and worklets only load with a JavaScript mime type.
+            let mime = mime_guess::from_path(path).first_or_octet_stream();
+            (
+                [
+                    (header::CONTENT_TYPE, mime.as_ref().to_owned()),
+                    (header::CACHE_CONTROL, "no-cache".to_owned()),
+                ],
+                data,
+            )
+                .into_response()
+        }
+        None => (StatusCode::NOT_FOUND, "not found").into_response(),
+    }
+}
+
+/// Reads `path` below `root`; paths that would leave it (`..`, absolute) read as missing.
+async fn read_under(root: &FsPath, path: &str) -> Option<Vec<u8>> {
+    let relative = FsPath::new(path);
+    if !relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)))
+    {
+        return None;
+    }
+    tokio::fs::read(root.join(relative)).await.ok()
+}
