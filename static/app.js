@@ -52,6 +52,8 @@ const livegate = {
   fatal: null,
   live: null, // GET /api/live
   lastExport: null,
+  micChunks: 0, // microphone chunks captured (not muted)
+  sentChunks: 0, // of those, sent to the gateway
 };
 window.livegate = livegate;
 
@@ -211,13 +213,16 @@ function onFatal(fatal) {
 }
 
 function showSignIn(why) {
+  // Closed first: its "closed" status must not overwrite the one below.
+  if (session) session.close();
+  session = null;
+  stopMic();
   livegate.status = "sign-in needed";
   const pill = $("status");
   pill.textContent = "sign-in needed";
   pill.dataset.state = "disconnected";
-  if (session) session.close();
-  stopMic();
   $("account").hidden = true;
+  $("account-line").hidden = true;
   $("signin").hidden = false;
   $("signin-why").replaceChildren(...withCode(why));
   updateControls();
@@ -227,9 +232,11 @@ function showSignIn(why) {
 function showAccount() {
   const claims = signin.claims;
   $("account").hidden = !claims;
+  $("account-line").hidden = !claims;
   if (!claims) return;
   const until = typeof claims.exp === "number" ? ` · until ${new Date(claims.exp * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}` : "";
   $("account-who").textContent = `Signed in as ${claims.sub}${until}`;
+  $("account-line-who").textContent = $("account-who").textContent;
   const note = $("identity-note");
   note.hidden = !state.bound && !signin.required;
   note.textContent = state.bound
@@ -248,10 +255,13 @@ $("signin").addEventListener("submit", (e) => {
   begin();
 });
 
-$("sign-out").addEventListener("click", () => {
-  signin.signOut();
-  showSignIn("You signed out.");
-});
+for (const id of ["sign-out", "sign-out-panel"]) {
+  $(id).addEventListener("click", () => {
+    signin.signOut();
+    panels.closeSheet();
+    showSignIn("You signed out.");
+  });
+}
 
 // ---- the live session ------------------------------------------------------------------------
 
@@ -561,7 +571,12 @@ window.addEventListener("keydown", (e) => {
 window.addEventListener("keyup", (e) => e.code === "Space" && release());
 
 microphone.onChunk = (pcm, level) => {
-  log.sentAudio(pcm.byteLength);
+  livegate.micChunks += 1;
+  // connectAudio sent it, unless push-to-talk is not pressed.
+  if (voice && (voice.mode === "vad" || voice.talking)) {
+    livegate.sentChunks += 1;
+    log.sentAudio(pcm.byteLength);
+  }
   if (level > VOICE_LEVEL) conversation.noteVoice();
 };
 

@@ -8,8 +8,8 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::gateway::state::Gateway;
 use crate::agent::Agent;
+use crate::gateway::state::Gateway;
 use crate::model::{LiveModel, Modality, Provider};
 
 /// The model that answers first: the root agent's, or the first sub-agent's of a sequence.
