@@ -840,20 +840,10 @@ async fn at_phone_width_long_session_ids_truncate_and_new_stays_on_screen() {
 #[tokio::test]
 #[ignore = "needs chromium and chromium-driver"]
 async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without() {
-    use livegate::gateway::auth::{AuthMode, AuthSecrets, Minter, Secret};
-    let secret = Secret::new("browser-test-secret-0123456789abcdef");
-    let mut args = test_args();
-    args.auth = Some(AuthMode::Token);
-    args.secrets = AuthSecrets {
-        token_secret: Some(secret.clone()),
-        api_keys: None,
-    };
+    let (args, secret) = token_args();
     let server = start(args).await;
     let addr = server.addr;
-    let minted = Minter::new(&secret)
-        .expect("a minter")
-        .mint("b-auth", Some("auth-1"), None)
-        .expect("a token");
+    let token = mint(&secret, "b-auth", Some("auth-1"));
     with_browser(|page| async move {
         page.goto(&format!("http://{addr}/"))
             .await
@@ -862,7 +852,7 @@ async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without
         let notice = eval(&page, "document.querySelector('#signin').textContent").await;
         assert!(notice.as_str().unwrap_or_default().contains("needs a sign-in"), "{notice}");
 
-        page.goto(&format!("http://{addr}/?modality=TEXT#token={}", minted.token))
+        page.goto(&format!("http://{addr}/?modality=TEXT#token={token}"))
             .await
             .expect("the signed-in page loads");
         wait_connected(&page).await;
@@ -870,7 +860,7 @@ async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without
         assert_eq!(eval(&page, "location.hash.includes('token')").await, json!(false), "the token left the address bar");
         assert_eq!(
             eval(&page, "localStorage.getItem('livegate.token')").await,
-            json!(minted.token),
+            json!(token),
             "kept for every tab"
         );
         send_text(&page, "hello with a token").await;
@@ -886,18 +876,7 @@ async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without
 #[ignore = "needs chromium and chromium-driver"]
 async fn the_settings_panel_sends_the_voice_in_the_setup_and_it_reaches_the_model() {
     // Behind the gateway, mock-gemini records the setup each run opened the model with.
-    let upstream = livegate_mock::gemini::start(
-        "127.0.0.1:0".parse().unwrap(),
-        livegate_mock::gemini::MockGeminiConfig {
-            sim: livegate::model::sim::SimConfig::instant(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("mock-gemini starts");
-    let mut args = test_args();
-    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
-    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let (upstream, args) = behind_mock_gemini(None).await;
     let server = start(args).await;
     let addr = server.addr;
     with_browser(|page| async move {
@@ -1050,6 +1029,29 @@ async fn on_a_phone_every_panel_is_a_sheet_over_a_long_conversation() {
     })
     .await;
     server.shutdown(WAIT).await;
+}
+
+/// A gateway's args for a Gemini model served by a fresh mock-gemini (which wants `api_key`).
+async fn behind_mock_gemini(
+    api_key: Option<&str>,
+) -> (
+    livegate_mock::gemini::MockGemini,
+    livegate::gateway::ServeArgs,
+) {
+    let upstream = livegate_mock::gemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate_mock::gemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            api_key: api_key.map(str::to_owned),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("mock-gemini starts");
+    let mut args = test_args();
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    (upstream, args)
 }
 
 fn token_args() -> (
@@ -1316,19 +1318,8 @@ async fn sessions_have_titles_export_and_delete() {
 #[tokio::test]
 #[ignore = "needs chromium and chromium-driver"]
 async fn a_model_that_refuses_the_key_shows_one_banner_and_keeps_the_message() {
-    let upstream = livegate_mock::gemini::start(
-        "127.0.0.1:0".parse().unwrap(),
-        livegate_mock::gemini::MockGeminiConfig {
-            sim: livegate::model::sim::SimConfig::instant(),
-            api_key: Some("the-right-key".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("mock-gemini starts");
-    let mut args = test_args();
-    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
-    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    // The gateway presents no key (the tests set none); the model wants one.
+    let (upstream, args) = behind_mock_gemini(Some("the-right-key")).await;
     let server = start(args).await;
     let addr = server.addr;
     with_browser(|page| async move {
