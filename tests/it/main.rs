@@ -6,6 +6,7 @@
 mod common;
 
 mod browser;
+mod cli_errors;
 mod codec_fuzz;
 mod gemini_backend;
 mod gemini_tls;

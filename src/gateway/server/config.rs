@@ -32,7 +32,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LIVEGATE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Listen address (port 0 picks a free port; the chosen address is logged as `listening on ADDR`).
-    #[arg(long, env = "LIVEGATE_BIND", default_value = "127.0.0.1:8080")]
+    /// `localhost:PORT` and `:PORT` mean 127.0.0.1:PORT; 0.0.0.0:PORT listens on every interface.
+    #[arg(long, env = "LIVEGATE_BIND", default_value = "127.0.0.1:8080", value_parser = parse_bind)]
     pub bind: SocketAddr,
     /// Where the default SQLite file and artifact folder live.
     #[arg(long, env = "LIVEGATE_DATA_DIR", default_value = "./data")]
@@ -450,7 +451,7 @@ impl ServeArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {}", path.display())]
+    #[error("cannot read config file {}: {source}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
@@ -471,7 +472,7 @@ pub enum ConfigError {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct FileConfig {
-    bind: Option<SocketAddr>,
+    bind: Option<String>,
     data_dir: Option<PathBuf>,
     session_store: Option<String>,
     artifact_store: Option<String>,
@@ -625,11 +626,15 @@ impl FileConfig {
             path: path.to_owned(),
             message,
         };
-        let table: toml::Table = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| invalid(e.message().trim().to_owned()))?;
         let table: toml::Table = table
             .into_iter()
             .map(|(k, v)| (k.replace('_', "-"), v))
             .collect();
+        if let Some(unknown) = unknown_key(&table, &text) {
+            return Err(invalid(unknown));
+        }
         toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| invalid(e.to_string()))
@@ -638,7 +643,8 @@ impl FileConfig {
     /// Sets every option this file has that `fill` says is unset in `args`.
     fn apply(self, args: &mut ServeArgs, fill: &Fill<'_>) -> Result<(), ConfigError> {
         let file = self;
-        fill!(fill, args, file => bind, data_dir, session_store, artifact_store, spool_dir);
+        fill_parsed!(fill, args, file, parse_bind => bind);
+        fill!(fill, args, file => data_dir, session_store, artifact_store, spool_dir);
         fill!(fill, args, file => app_name, web_root);
         fill!(fill, args, file => model, gemini_base_url, gemini_api_version);
         fill!(fill, args, file => vertex_project, vertex_location, agent);
@@ -687,6 +693,62 @@ impl FileConfig {
         fill!(fill, args, file => openai_base_url, openai_azure);
         fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
         Ok(())
+    }
+}
+
+/// The first key of a config file that names no option, said with its line and the option
+/// nearest to it: a file's keys are the flags' long names (or with `_` for `-`).
+fn unknown_key(table: &toml::Table, text: &str) -> Option<String> {
+    let command = ServeArgs::augment_args(clap::Command::new("livegate"));
+    // `[live]` is the table of the `--voice`-style live settings.
+    let known: Vec<&str> = command
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long()
+                .into_iter()
+                .chain(a.get_all_aliases().unwrap_or_default())
+        })
+        .chain(["live"])
+        .collect();
+    let key = table.keys().find(|key| !known.contains(&key.as_str()))?;
+    let line = text
+        .lines()
+        .position(|line| {
+            let line = line.trim_start().trim_start_matches('[').replace('_', "-");
+            line.strip_prefix(key.as_str())
+                .is_some_and(|rest| rest.trim_start().starts_with(['=', ']']))
+        })
+        .map_or_else(String::new, |i| format!(" at line {}", i + 1));
+    let nearest = known
+        .iter()
+        .map(|name| (strsim::damerau_levenshtein(key, name), *name))
+        .min()
+        .filter(|(distance, _)| *distance <= 3)
+        .map_or_else(String::new, |(_, name)| format!(": did you mean {name:?}?"));
+    Some(format!("unknown option {key:?}{line}{nearest}"))
+}
+
+/// A listen address as people type it: an IP address and a port (`127.0.0.1:8080`,
+/// `[::1]:8080`, `0.0.0.0:8080`), or `localhost:PORT` / `:PORT` for the loopback address.
+pub fn parse_bind(value: &str) -> Result<SocketAddr, String> {
+    let value = value.trim();
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    let example = "e.g. 127.0.0.1:8080 (this machine only) or 0.0.0.0:8080 (every interface)";
+    let Some((host, port)) = value.rsplit_once(':') else {
+        return Err(format!(
+            "{value:?} has no port: give an address and a port, {example}"
+        ));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{port:?} is not a port (0 to 65535), {example}"))?;
+    match host {
+        "" | "localhost" => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        _ => Err(format!(
+            "{host:?} is not an IP address to listen on: {example}"
+        )),
     }
 }
 
@@ -781,6 +843,48 @@ mod tests {
         assert_eq!(args.sim_pacing, SimPacingArg::Burst);
         assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn a_misspelt_key_is_named_with_its_line_and_the_nearest_option() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "model = \"sim\"\n\nbnid = \"127.0.0.1:1\"\n").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("\"bnid\" at line 3"), "{message}");
+        assert!(message.contains("did you mean \"bind\""), "{message}");
+        std::fs::write(&path, "max_conections = 5\n").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("at line 1: did you mean \"max-connections\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn bind_takes_localhost_and_a_bare_port_as_loopback() {
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(parse_bind("localhost:8081"), Ok(loopback(8081)));
+        assert_eq!(parse_bind(":8082"), Ok(loopback(8082)));
+        assert_eq!(
+            parse_bind("0.0.0.0:80"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 80)))
+        );
+        assert_eq!(parse_bind("[::1]:9"), Ok("[::1]:9".parse().unwrap()));
+        for bad in ["example.com:80", "8080", "localhost:http", ":70000"] {
+            let error = parse_bind(bad).unwrap_err();
+            assert!(error.contains("127.0.0.1:8080"), "{bad}: {error}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "bind = \"localhost:9998\"\n").unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(args.bind, loopback(9998), "in the file too");
+        let args = parse(&["livegate", "--bind", ":9997"]).unwrap();
+        assert_eq!(args.bind, loopback(9997));
     }
 
     #[test]

@@ -69,6 +69,44 @@ pub enum StartError {
     },
 }
 
+impl StartError {
+    /// What to change, where the message alone does not say it.
+    pub fn hint(&self) -> Option<String> {
+        use std::io::ErrorKind;
+        match self {
+            StartError::Bind { addr, source } => match source.kind() {
+                ErrorKind::AddrInUse => Some(format!(
+                    "another program listens on port {}: pick another port, or \
+                     --bind 127.0.0.1:0 for any free one",
+                    addr.port()
+                )),
+                ErrorKind::PermissionDenied => Some(
+                    "ports below 1024 need privileges: use a port from 1024 up, e.g. \
+                     --bind 127.0.0.1:8080"
+                        .into(),
+                ),
+                ErrorKind::AddrNotAvailable => Some(format!(
+                    "{} is not an address of this machine: use 127.0.0.1 (this machine only) \
+                     or 0.0.0.0 (every interface)",
+                    addr.ip()
+                )),
+                _ => None,
+            },
+            StartError::Sessions(_) => Some(
+                "--data-dir (LIVEGATE_DATA_DIR) must name a folder livegate can create and \
+                 write, or --session-store a store it can open"
+                    .into(),
+            ),
+            StartError::Artifacts(_) => Some(
+                "--data-dir (LIVEGATE_DATA_DIR) must name a folder livegate can create and \
+                 write, or --artifact-store a store it can open"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// A running gateway.
 #[derive(Debug)]
 pub struct Server {
