@@ -37,7 +37,15 @@ fn main() {
     // Run again when the commit or the tracked files change; nothing else changes the name.
     // Not `.git/index`: every `git status` (the user's, an editor's) may rewrite it without a
     // change, and the tracked files it would catch are watched themselves.
-    for path in ["src", "static", "Cargo.toml", "Cargo.lock", "build.rs"] {
+    for path in [
+        "src",
+        "static",
+        "clients/js/lib",
+        "clients/js/examples",
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+    ] {
         println!("cargo:rerun-if-changed={path}");
     }
     // The commit: HEAD (a checkout) and the branch it names (a commit); in a worktree the

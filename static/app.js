@@ -1,29 +1,25 @@
-// The livegate web client: identity and sessions, the WebSocket, and the wiring between the
-// protocol, the conversation view, the recordings, the event console and audio.
-// Protocol and REST API: docs/PROTOCOL.md in the repository.
+// The livegate web client, built on the client library's public API (/lib/, clients/js in the
+// repository): identity and sign-in, sessions, one LiveSession at a time, and the wiring between
+// its events and the conversation, the recordings, the event console, audio and the agent state.
 
-import { Connection } from "./connection.js";
-import { Conversation } from "./conversation.js";
+import { AgentActivity, GatewayApi, LiveSession, ID_PATTERN, newSessionId, transcript, transcriptToText } from "/lib/index.js";
+import { Microphone, Player, connectAudio, listDevices } from "/lib/audio/index.js";
+import { Conversation, withCode } from "./conversation.js";
 import { EventLog } from "./eventlog.js";
 import { Recordings } from "./recordings.js";
-import { SessionPicker } from "./sessions.js";
+import { SessionList, titleOf } from "./sessions.js";
 import { SettingsPanel } from "./settings.js";
-import { loadHistory } from "./api.js";
-import { authOn, claimsOf, expired, forgetToken, loadAuthMode, takeToken, wsProtocols } from "./auth.js";
-import { Player, Recorder, base64ToBytes, levelFromRms, parseRate, DEFAULT_PLAY_RATE } from "./audio.js";
+import { SignIn } from "./signin.js";
+import { Panels } from "./panels.js";
+import { Waveform } from "./waveform.js";
 
 const $ = (id) => document.getElementById(id);
-const ID_RE = /^[A-Za-z0-9._:@-]{1,128}$/; // what the gateway accepts in /ws/{user}/{session}
-const VOICE_RMS = 0.02; // mic chunks louder than this count as speech (latency anchor)
-const MAX_KEPT_EVENTS = 10000; // window.livegate.events keeps the newest ones (eventCount counts all)
+const VOICE_LEVEL = 0.43; // a microphone chunk louder than this (about -34 dBFS) is speech
+const MAX_KEPT_EVENTS = 10000; // window.livegate.events keeps the newest (eventCount counts all)
+const MAX_EXPORT_EVENTS = 100000;
 
 const params = new URLSearchParams(location.search);
-const validId = (s) => (s && ID_RE.test(s) ? s : null);
-
-function newSessionId() {
-  const [a, b] = crypto.getRandomValues(new Uint32Array(2));
-  return "s-" + a.toString(36) + b.toString(36);
-}
+const validId = (s) => (s && ID_PATTERN.test(s) ? s : null);
 
 const state = {
   userId: validId(params.get("user")) || "demo-user",
@@ -31,6 +27,7 @@ const state = {
   modality: (params.get("modality") || "").toUpperCase() === "TEXT" ? "TEXT" : "AUDIO",
   // ?audio=base64 exercises the ADK-style JSON audio path; binary is the default.
   audio: (params.get("audio") || "").toLowerCase() === "base64" ? "base64" : "binary",
+  bound: false, // the sign-in reaches one session only
 };
 
 // Page state for people debugging and for the headless-browser tests. Read-only by convention.
@@ -38,19 +35,25 @@ const livegate = {
   status: "connecting",
   userId: state.userId,
   sessionId: state.sessionId,
-  events: [], // every parsed downstream event (the newest MAX_KEPT_EVENTS)
+  events: [],
   eventCount: 0,
-  audioBytes: 0, // PCM received
-  playedSamples: 0, // PCM samples the speaker actually played
-  bufferedSamples: 0, // PCM samples waiting in the jitter buffer
-  flushes: 0, // playback buffer flushes done (barge-in)
+  audioBytes: 0,
+  playedSamples: 0,
+  bufferedSamples: 0,
+  flushes: 0,
   interruptions: 0,
-  turns: [], // per finished model turn: {latencyMs, from, first, usage, interrupted}
-  historyLoaded: false, // the current session's stored history is on screen (or there was none)
+  turns: [],
+  historyLoaded: false,
   historyEvents: 0,
-  recordings: [], // rows of the recordings panel: {name, version, mimeType, side, url}
-  errors: [], // uncaught script errors, also listed in the event console
-  setup: null, // the setup message sent on the current connection
+  recordings: [],
+  errors: [],
+  setup: null,
+  agentState: "idle",
+  fatal: null,
+  live: null, // GET /api/live
+  lastExport: null,
+  micChunks: 0, // microphone chunks captured (not muted)
+  sentChunks: 0, // of those, sent to the gateway
 };
 window.livegate = livegate;
 
@@ -59,14 +62,24 @@ function noteError(message) {
   try {
     log.info("error", message);
   } catch {
-    /* the console is not built yet (or building it failed) */
+    /* the console is not built yet */
   }
 }
 window.addEventListener("error", (e) => noteError(`${e.message} (${e.filename}:${e.lineno})`));
 window.addEventListener("unhandledrejection", (e) => noteError(`unhandled: ${(e.reason && e.reason.message) || e.reason}`));
 
+// ---- the pieces ------------------------------------------------------------------------------
+
+let session = null; // the LiveSession of the session on screen
+let voice = null; // its audio wiring
+let activity = null;
+let signin = null;
+const api = new GatewayApi({ token: () => (signin ? signin.token : null) });
+
 const conversation = new Conversation($("messages"), {
   onTurn: (turn) => livegate.turns.push(turn),
+  onUserText: (text) => sessions.setTitle(state.sessionId, titleOf([{ author: "user", content: { role: "user", parts: [{ text }] } }])),
+  onRecordingTurn: () => recordings.relink(),
 });
 const log = new EventLog({
   list: $("log"),
@@ -80,264 +93,274 @@ const recordings = new Recordings({
   list: $("recordings"),
   counter: $("rec-count"),
   status: $("rec-status"),
+  turnOf: (name) => conversation.turnOf(name),
+  showTurn: (el) => {
+    panels.closeSheet();
+    conversation.show(el);
+  },
   onRows: (rows) => (livegate.recordings = rows),
 });
-const picker = new SessionPicker({
-  select: $("session-select"),
+const sessions = new SessionList({
+  list: $("sessions"),
+  api,
   onPick(sessionId) {
     state.sessionId = sessionId;
-    // The console shows one session's events, as the conversation does.
     log.clear();
     log.info("session", `switched to ${sessionId}`);
+    panels.closeSheet();
     openSession({ fresh: false });
   },
   onError: (message) => log.info("error", message),
 });
+const waveform = new Waveform($("waveform"));
+const panels = new Panels({ onOpen: (id) => id === "log-panel" && log.renderCount() });
 
-// ---- audio -------------------------------------------------------------------------------------
+// ---- audio -----------------------------------------------------------------------------------
 
 const player = new Player({
-  // The browser blocked playback of arrived audio (no user gesture yet): offer a button that is one.
+  // The browser blocked playback of arrived audio (no gesture yet): offer a button that is one.
   onState: (s, hasAudio) => ($("enable-audio").hidden = !(s === "suspended" && hasAudio)),
   onStats({ played, buffered, flushes }) {
     livegate.playedSamples = played;
     livegate.bufferedSamples = buffered;
     livegate.flushes = flushes;
     $("speaking").hidden = buffered === 0;
+    if (buffered > 0) waveform.start(player);
+    if (activity) activity.update();
   },
 });
-
-const recorder = new Recorder({
-  onChunk(pcm, rms) {
-    if (connection.send(pcm)) log.sentAudio(pcm.byteLength);
-    $("level").value = levelFromRms(rms);
-    if (rms > VOICE_RMS) conversation.noteVoice();
-  },
+const microphone = new Microphone({
+  onLevel: (level) => ($("level").value = level),
+  onEnded: () => stopMic("The microphone stopped (device removed or permission revoked)."),
 });
-recorder.onEnded = () => stopMic("The microphone stopped (device removed or permission revoked).");
 
-// In binary mode the PCM frame comes first and its event (with the rate) right after it, so the
-// frame waits here for that event. A second frame without an event in between plays at the last rate.
-let pendingPcm = null;
-let lastRate = DEFAULT_PLAY_RATE;
+// ---- status, banner, sign-in -----------------------------------------------------------------
 
-function onAudioFrame(buffer) {
-  livegate.audioBytes += buffer.byteLength;
-  conversation.firstResponse("audio");
-  if (pendingPcm) player.play(pendingPcm, lastRate);
-  pendingPcm = buffer;
-}
-
-/** Plays the audio of one event; returns the number of PCM bytes it carried. */
-function playEventAudio(ev) {
-  let bytes = 0;
-  const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
-  for (const part of parts) {
-    const blob = part.inlineData;
-    if (!blob || !/^audio\//i.test(blob.mimeType || "")) continue;
-    const rate = (lastRate = parseRate(blob.mimeType, lastRate));
-    if (blob.data) {
-      // base64 mode: the audio is inside the JSON.
-      let pcm;
-      try {
-        pcm = base64ToBytes(blob.data);
-      } catch {
-        conversation.system("Could not decode base64 audio in an event.", "error");
-        continue;
-      }
-      bytes += pcm.byteLength;
-      livegate.audioBytes += pcm.byteLength;
-      conversation.firstResponse("audio");
-      player.play(pcm.buffer, rate);
-    } else if (pendingPcm) {
-      bytes += pendingPcm.byteLength;
-      player.play(pendingPcm, rate);
-      pendingPcm = null;
-    }
-  }
-  return bytes;
-}
-
-// ---- downstream --------------------------------------------------------------------------------
-
-const shownIds = new Set(); // ids of stored events already rendered from the history
-
-function onMessage(data) {
-  if (data instanceof ArrayBuffer) {
-    onAudioFrame(data);
-    return;
-  }
-  if (typeof data !== "string") return; // binaryType is arraybuffer: nothing else arrives
-  let ev;
-  try {
-    ev = JSON.parse(data);
-  } catch {
-    log.info("error", "a text frame that is not JSON", { frame: data.slice(0, 2000) });
-    return;
-  }
-  if (!ev || typeof ev !== "object") return;
-  livegate.eventCount += 1;
-  livegate.events.push(ev);
-  if (livegate.events.length > MAX_KEPT_EVENTS) livegate.events.splice(0, livegate.events.length - MAX_KEPT_EVENTS);
-
-  if (ev.interrupted === true) {
-    // Barge-in: the rest of the answer must not be heard. No audio of it follows this event.
-    livegate.interruptions += 1;
-    pendingPcm = null;
-    player.flush();
-  }
-  const bytes = playEventAudio(ev);
-  if (pendingPcm) {
-    // A frame whose event did not follow: play it anyway rather than drop it.
-    player.play(pendingPcm, lastRate);
-    pendingPcm = null;
-  }
-  log.event(ev, bytes);
-  if (ev.id && shownIds.has(ev.id)) return; // already on screen from the history
-  conversation.handleEvent(ev);
-
-  const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
-  if (parts.some((p) => p.fileData)) recordings.refreshSoon();
-  if (ev.turnComplete === true) refreshSessionsSoon();
-}
-
-// ---- connection --------------------------------------------------------------------------------
-
-function wsUrl() {
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const query = new URLSearchParams({ audio: state.audio, modality: state.modality });
-  // Ids are validated against ID_RE, whose characters are all legal in a path segment: sent as-is,
-  // so the gateway sees exactly the id (no reliance on percent-decoding of `@` or `:`).
-  const path = `/ws/${state.userId}/${state.sessionId}`;
-  return `${scheme}//${location.host}${path}?${query}`;
-}
+const STATUS = { connecting: "connecting", open: "connected", reconnecting: "reconnecting", closed: "disconnected", idle: "connecting" };
 
 function showStatus(status) {
-  livegate.status = status;
+  const label = STATUS[status] || status;
+  livegate.status = label;
   const pill = $("status");
-  pill.textContent = status;
-  pill.dataset.state = status;
-  $("reconnect").hidden = status !== "disconnected";
-  if (status !== "disconnected") $("retry-info").textContent = "";
-  $("send").disabled = status !== "connected";
+  pill.textContent = label;
+  pill.dataset.state = label;
+  updateControls();
 }
 
-let quietFailures = false; // after one "disconnected" notice, failed retries stay quiet until open
-let wasDropped = false; // the last socket ended without us asking: say so when it comes back
+function updateControls() {
+  const connected = livegate.status === "connected";
+  const signedIn = !signin || signin.signedIn;
+  $("send").disabled = !connected;
+  $("mic").disabled = !signedIn;
+  $("ptt").disabled = !signedIn;
+  $("user-id").disabled = !signedIn || (signin && signin.required);
+  $("modality").disabled = !signedIn;
+  $("new-session").disabled = !signedIn || state.bound;
+  for (const id of ["export-text", "export-json", "delete-session"]) $(id).disabled = !signedIn;
+  sessions.setDisabled(!signedIn || state.bound);
+}
 
-// Before the connection: its first message is the panel's setup.
-const settings = new SettingsPanel({
-  $,
-  onChange() {
-    $("settings-state").textContent = settings.changed ? "(changed)" : "";
-    conversation.system("Live settings changed; reconnecting.");
-    restart();
-  },
+/** One banner for an error retrying cannot fix: what happened, what to do, one action. */
+function showBanner({ title, text, hint, action, onAction }) {
+  $("banner-title").textContent = title;
+  $("banner-text").replaceChildren(...withCode(text));
+  $("banner-hint").replaceChildren(...withCode(hint || ""));
+  const button = $("banner-action");
+  button.hidden = !action;
+  button.textContent = action || "";
+  button.onclick = onAction || null;
+  $("banner").hidden = false;
+}
+
+function hideBanner() {
+  $("banner").hidden = true;
+}
+$("banner-close").addEventListener("click", hideBanner);
+
+const FATAL_TITLES = {
+  model: "The model refused this session.",
+  unauthorized: "Sign-in needed.",
+  forbidden: "Not allowed.",
+  takenOver: "This session is open elsewhere.",
+  policy: "The gateway closed the connection.",
+  gaveUp: "The gateway cannot be reached.",
+  badRequest: "The gateway refused this session.",
+};
+
+let pendingText = null; // the user's last typed message, until an answer starts
+
+function onFatal(fatal) {
+  livegate.fatal = fatal;
+  if (fatal.kind === "unauthorized" && signin && signin.required) {
+    signin.signOut();
+    showSignIn(signin.reason());
+    return;
+  }
+  // The typed message the failure left unanswered goes back into the box, to send again.
+  if (pendingText && !$("text-input").value) $("text-input").value = pendingText;
+  pendingText = null;
+  const action = fatal.kind === "takenOver" ? "Take it back" : "Try again";
+  showBanner({
+    title: FATAL_TITLES[fatal.kind] || "Disconnected.",
+    text: fatal.message,
+    hint: fatal.hint,
+    action,
+    onAction: () => {
+      hideBanner();
+      openSession({ fresh: false });
+    },
+  });
+}
+
+function showSignIn(why) {
+  // Closed first: its "closed" status must not overwrite the one below.
+  if (session) session.close();
+  session = null;
+  stopMic();
+  livegate.status = "sign-in needed";
+  const pill = $("status");
+  pill.textContent = "sign-in needed";
+  pill.dataset.state = "disconnected";
+  $("account").hidden = true;
+  $("account-line").hidden = true;
+  $("signin").hidden = false;
+  $("signin-why").replaceChildren(...withCode(why));
+  updateControls();
+  $("signin-token").focus();
+}
+
+function showAccount() {
+  const claims = signin.claims;
+  $("account").hidden = !claims;
+  $("account-line").hidden = !claims;
+  if (!claims) return;
+  const until = typeof claims.exp === "number" ? ` · until ${new Date(claims.exp * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}` : "";
+  $("account-who").textContent = `Signed in as ${claims.sub}${until}`;
+  $("account-line-who").textContent = $("account-who").textContent;
+  const note = $("identity-note");
+  note.hidden = !state.bound && !signin.required;
+  note.textContent = state.bound
+    ? `This sign-in reaches session ${state.sessionId} only: other sessions and New are unavailable.`
+    : "The user is the one you signed in as.";
+}
+
+$("signin").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const error = signin.signIn($("signin-token").value);
+  if (error) {
+    $("signin-why").replaceChildren(...withCode(error));
+    return;
+  }
+  $("signin-token").value = "";
+  begin();
 });
-$("settings-state").textContent = settings.changed ? "(changed)" : "";
 
-const connection = new Connection({
-  url: wsUrl,
-  protocols: wsProtocols,
-  onMessage,
-  onStatus: showStatus,
-  onOpen() {
-    // First, before any audio: the gateway starts the run with these settings (and at once,
-    // rather than waiting to see whether a setup comes).
-    livegate.setup = settings.setupMessage();
-    sendJson(livegate.setup);
-    quietFailures = false;
-    if (wasDropped) conversation.system(`Reconnected to session ${state.sessionId}.`);
-    wasDropped = false;
-    log.info("open", wsUrl());
-    // The gateway has created the session now: list it.
-    picker.refresh(state.userId);
-  },
-  onClose({ code, reason }, retryInMs) {
+for (const id of ["sign-out", "sign-out-panel"]) {
+  $(id).addEventListener("click", () => {
+    signin.signOut();
+    panels.closeSheet();
+    showSignIn("You signed out.");
+  });
+}
+
+// ---- the live session ------------------------------------------------------------------------
+
+let dropped = false; // the connection was lost; say so once, and again when it is back
+
+function wire(s) {
+  s.on("status", ({ status, retryInMs }) => {
+    showStatus(status);
+    $("retry-info").textContent = retryInMs !== undefined ? `retrying in ${(retryInMs / 1000).toFixed(1)} s` : "";
+  });
+  s.on("open", ({ reconnected }) => {
+    log.info("open", s.wsUrl());
+    if (reconnected && dropped) conversation.system(`Reconnected to session ${state.sessionId}.`);
+    dropped = false;
+    hideBanner();
+    sessions.refresh(); // the gateway has created the session now
+  });
+  s.on("close", ({ code, reason, retryInMs, fatal }) => {
     log.info("close", `code ${code}${reason ? " · " + reason : ""}`, { code, reason });
-    // A refused upgrade reaches a page only as 1006: an expired token is the likely cause.
-    if (authOn() && expired(signedIn)) {
-      connection.stop();
-      signInNeeded("Your sign-in has expired.");
-      return;
-    }
-    pendingPcm = null;
-    wasDropped = true;
-    conversation.abortTurn();
+    if (fatal || dropped) return;
+    dropped = true;
     const retry = retryInMs === null ? "" : ` Reconnecting in ${(retryInMs / 1000).toFixed(1)} s.`;
-    if (reason) {
-      const kind = code === 1000 || code === 1001 || code === 1012 ? "info" : "error";
-      conversation.system(`Connection closed (${code}): ${reason}.${retry}`, kind);
-    } else if (!quietFailures) {
-      conversation.system(`Disconnected (code ${code}).${retry}`);
-    }
-    quietFailures = true;
-    if (retryInMs === null) {
-      $("retry-info").textContent = "not reconnecting";
-      conversation.system("Press Reconnect to take this session back.");
-    } else {
-      $("retry-info").textContent = `retrying in ${(retryInMs / 1000).toFixed(1)} s`;
-    }
-  },
-});
-
-function sendJson(message) {
-  if (!connection.send(JSON.stringify(message))) return false;
-  log.sent(message);
-  return true;
+    conversation.system(reason ? `Connection closed (${code}): ${reason}.${retry}` : `Disconnected (code ${code}).${retry}`);
+  });
+  s.on("fatal", onFatal);
+  s.on("sent", ({ message }) => {
+    if (message.type === "setup") livegate.setup = message;
+    log.sent(message);
+  });
+  s.on("event", ({ event }) => {
+    livegate.eventCount += 1;
+    livegate.events.push(event);
+    if (livegate.events.length > MAX_KEPT_EVENTS) livegate.events.splice(0, livegate.events.length - MAX_KEPT_EVENTS);
+    if (!hasAudio(event)) log.event(event, 0);
+    conversation.handleEvent(event);
+  });
+  s.on("audio", ({ pcm, sampleRate, event }) => {
+    livegate.audioBytes += pcm.byteLength;
+    if (event) log.event(event, pcm.byteLength);
+    conversation.spoken(pcm.byteLength / 2 / sampleRate);
+  });
+  s.on("text", (t) => !t.fromUser && (pendingText = null));
+  s.on("outputTranscription", () => (pendingText = null));
+  s.on("interrupted", () => (livegate.interruptions += 1));
+  s.on("turnAborted", ({ reason }) => conversation.abortTurn(reason));
+  s.on("recording", () => recordings.refreshSoon());
+  s.on("turnComplete", () => setTimeout(() => sessions.refresh(), 500));
 }
 
-// ---- sessions ----------------------------------------------------------------------------------
-
-function showIdentity() {
-  $("user-id").value = state.userId;
-  $("modality").value = state.modality;
-  livegate.userId = state.userId;
-  livegate.sessionId = state.sessionId;
-  picker.setCurrent(state.sessionId);
-  // Keep the address shareable/reloadable: it names the session (and non-default choices).
-  const p = new URLSearchParams(location.search);
-  p.set("session", state.sessionId);
-  if (state.userId === "demo-user") p.delete("user");
-  else p.set("user", state.userId);
-  if (state.modality === "AUDIO") p.delete("modality");
-  else p.set("modality", state.modality);
-  history.replaceState(null, "", `${location.pathname}?${p}${location.hash}`);
+function hasAudio(ev) {
+  const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
+  return parts.some((p) => p.inlineData && /^audio\//i.test(p.inlineData.mimeType || ""));
 }
 
-let sessionsTimer = 0;
-function refreshSessionsSoon() {
-  clearTimeout(sessionsTimer);
-  sessionsTimer = setTimeout(() => picker.refresh(state.userId), 500);
-}
-
-let opening = 0; // the latest openSession call; older ones stop when they see it changed
+let opening = 0;
 
 /**
  * Shows a session: its stored history (unless it is brand new), its recordings, then connects.
- * The history is loaded before connecting so live events always come after it.
+ * The history is loaded first, so live events come after it and none is shown twice.
  */
 async function openSession({ fresh }) {
   const generation = ++opening;
-  connection.stop();
-  pendingPcm = null;
+  if (session) session.close();
+  if (voice) voice.detach();
+  if (activity) activity.detach();
   player.flush();
+  hideBanner();
   conversation.clear();
   recordings.clear();
-  shownIds.clear();
-  quietFailures = false;
-  wasDropped = false;
   livegate.historyLoaded = false;
   livegate.historyEvents = 0;
-  showStatus("connecting");
+  livegate.fatal = null;
+  dropped = false;
+  pendingText = null;
   showIdentity();
+  session = new LiveSession({
+    userId: state.userId,
+    sessionId: state.sessionId,
+    token: signin.required ? () => signin.token : null,
+    modality: state.modality,
+    audio: state.audio,
+    settings: settingsMessage(),
+  });
+  const s = session;
+  wire(s);
+  voice = connectAudio(s, { microphone, player, mode: settings.audio().mode });
+  activity = new AgentActivity(s, {
+    isPlaying: () => player.playing,
+    isListening: () => microphone.active && !microphone.muted,
+    onChange: showAgentState,
+  });
+  showStatus("connecting");
   if (!fresh) {
     try {
-      const { events, total } = await loadHistory(state.userId, state.sessionId);
+      const { events, total } = await s.loadHistory({ max: 600 });
       if (generation !== opening) return;
-      for (const ev of events) if (ev.id) shownIds.add(ev.id);
       conversation.renderHistory(events, total);
       livegate.historyEvents = events.length;
+      sessions.setTitle(state.sessionId, titleOf(events));
       if (events.length) log.info("history", `${events.length} stored events of ${state.sessionId}`);
     } catch (error) {
       if (generation !== opening) return;
@@ -345,41 +368,89 @@ async function openSession({ fresh }) {
     }
   }
   livegate.historyLoaded = true;
-  connection.reconnect();
-  // A new session has nothing stored yet: listing its recordings would only be a 404.
-  if (fresh) recordings.startEmpty(state.userId, state.sessionId);
-  else recordings.load(state.userId, state.sessionId);
+  s.connect().catch(() => {}); // a fatal error is shown by the banner
+  if (fresh) recordings.startEmpty(s.api, state.userId, state.sessionId);
+  else recordings.load(s.api, state.userId, state.sessionId);
 }
 
-/** Reconnects the same session with new options; the conversation stays. */
-function restart() {
-  pendingPcm = null;
-  wasDropped = false;
-  player.flush();
-  conversation.abortTurn();
-  quietFailures = false;
-  showIdentity();
-  connection.reconnect();
+function settingsMessage() {
+  const message = settings.setupMessage();
+  const { type, ...fields } = message;
+  void type;
+  return fields;
 }
+
+function showIdentity() {
+  $("user-id").value = state.userId;
+  $("modality").value = state.modality;
+  livegate.userId = state.userId;
+  livegate.sessionId = state.sessionId;
+  sessions.setCurrent(state.userId, state.sessionId);
+  // The address names the session (and non-default choices): reloadable, shareable.
+  const p = new URLSearchParams(location.search);
+  p.set("session", state.sessionId);
+  if (state.userId === "demo-user" || (signin && signin.required)) p.delete("user");
+  else p.set("user", state.userId);
+  if (state.modality === "AUDIO") p.delete("modality");
+  else p.set("modality", state.modality);
+  history.replaceState(null, "", `${location.pathname}?${p}${location.hash}`);
+}
+
+function showAgentState(agentState) {
+  livegate.agentState = agentState;
+  const pill = $("agent-state");
+  pill.textContent = agentState;
+  pill.dataset.state = agentState;
+}
+
+// ---- settings --------------------------------------------------------------------------------
+
+const settings = new SettingsPanel({
+  $,
+  onModelChange() {
+    $("settings-state").textContent = settings.changed ? "(changed)" : "";
+    // New settings start a new connection: an answer in progress ends, marked as such.
+    if (session) session.updateSettings(settingsMessage());
+  },
+  async onAudioChange(audio) {
+    if (voice) voice.setMode(audio.mode);
+    $("ptt").hidden = audio.mode !== "pushToTalk";
+    try {
+      await microphone.configure({ deviceId: audio.micDevice, echoCancellation: audio.echoCancellation, noiseSuppression: audio.noiseSuppression });
+      await player.setSinkId(audio.speakerDevice);
+    } catch (error) {
+      conversation.system(`Audio device: ${error.message || error.name}`, "error");
+    }
+  },
+});
+
+async function loadDevices() {
+  const [mics, speakers] = await Promise.all([listDevices("audioinput"), listDevices("audiooutput")]);
+  settings.devices("audioinput", mics);
+  settings.devices("audiooutput", speakers, { supported: "setSinkId" in AudioContext.prototype });
+}
+if (navigator.mediaDevices) navigator.mediaDevices.addEventListener("devicechange", () => loadDevices().catch(() => {}));
+
+// ---- controls --------------------------------------------------------------------------------
 
 $("new-session").addEventListener("click", () => {
   state.sessionId = newSessionId();
   log.clear();
   log.info("session", `new session ${state.sessionId}`);
+  panels.closeSheet();
   openSession({ fresh: true });
   $("text-input").focus();
 });
 
 $("modality").addEventListener("change", (e) => {
   state.modality = e.target.value === "TEXT" ? "TEXT" : "AUDIO";
-  conversation.system(`Replies now as ${state.modality === "TEXT" ? "text" : "voice"}; reconnecting.`);
-  restart();
+  openSession({ fresh: false });
 });
 
 $("user-id").addEventListener("change", (e) => {
   const input = e.target;
   const value = input.value.trim();
-  if (!ID_RE.test(value)) {
+  if (!ID_PATTERN.test(value)) {
     input.setAttribute("aria-invalid", "true");
     conversation.system("User id: 1–128 characters of A–Z a–z 0–9 . _ : @ -", "error");
     return;
@@ -387,32 +458,27 @@ $("user-id").addEventListener("change", (e) => {
   input.removeAttribute("aria-invalid");
   if (value === state.userId) return;
   state.userId = value;
-  // Another user has other sessions: this id under them is another conversation.
   openSession({ fresh: false });
 });
 
-// After a takeover another tab may have gone on with the session: reload it, history and all.
-$("reconnect").addEventListener("click", () => openSession({ fresh: false }));
-
-$("rec-refresh").addEventListener("click", () => recordings.load(state.userId, state.sessionId));
+$("rec-refresh").addEventListener("click", () => session && recordings.load(session.api, state.userId, state.sessionId));
+$("enable-audio").addEventListener("click", () => player.unlock());
+$("clear-log").addEventListener("click", () => log.clear());
 
 // Back online: no need to wait for the backoff.
-window.addEventListener("online", () => {
-  if (!connection.isOpen && livegate.historyLoaded) connection.reconnect();
-});
-
-// ---- composer ----------------------------------------------------------------------------------
+window.addEventListener("online", () => session && session.status === "reconnecting" && session.reconnect());
 
 $("composer").addEventListener("submit", (e) => {
   e.preventDefault();
-  player.unlock(); // a user gesture: the moment the browser lets audio start
+  player.unlock(); // a gesture: the moment the browser lets audio start
   const input = $("text-input");
   const text = input.value.trim();
-  if (!text) return;
-  if (!sendJson({ type: "text", text })) {
+  if (!text || !session) return;
+  if (!session.sendText(text)) {
     conversation.system("Not connected: the message was not sent.", "error");
     return;
   }
+  pendingText = text;
   conversation.userText(text);
   input.value = "";
 });
@@ -421,7 +487,14 @@ function setMicUi(on) {
   const button = $("mic");
   button.setAttribute("aria-pressed", String(on));
   button.querySelector(".label").textContent = on ? "Stop mic" : "Start mic";
-  if (!on) $("level").value = 0;
+  $("mute").disabled = !on;
+  if (!on) {
+    $("level").value = 0;
+    microphone.setMuted(false);
+    $("mute").setAttribute("aria-pressed", "false");
+    $("mute").textContent = "Mute";
+  }
+  if (activity) activity.update();
 }
 
 let micStarting = false;
@@ -430,9 +503,10 @@ async function startMic() {
   micStarting = true;
   $("mic").setAttribute("aria-busy", "true");
   try {
-    await recorder.start();
+    await voice.start();
     setMicUi(true);
-    log.info("mic", "microphone on");
+    log.info("mic", `microphone on${microphone.deviceLabel ? ": " + microphone.deviceLabel : ""}`);
+    loadDevices().catch(() => {}); // labels are known once permission is given
   } catch (error) {
     setMicUi(false);
     conversation.system(`Microphone unavailable: ${error.message || error.name}`, "error");
@@ -443,75 +517,175 @@ async function startMic() {
 }
 
 function stopMic(notice) {
-  recorder.stop();
+  if (!microphone.active) return;
+  if (voice) voice.stop();
+  else microphone.stop();
   setMicUi(false);
   log.info("mic", "microphone off");
-  // Tells the model the audio stream paused, so it does not wait for more speech.
-  sendJson({ type: "audio_stream_end" });
   if (notice) conversation.system(notice);
 }
 
 $("mic").addEventListener("click", () => {
   player.unlock();
   if (micStarting) return;
-  if (recorder.active) stopMic();
+  if (microphone.active) stopMic();
   else startMic();
 });
 
-$("enable-audio").addEventListener("click", () => player.unlock());
-$("clear-log").addEventListener("click", () => log.clear());
+$("mute").addEventListener("click", () => {
+  const muted = !microphone.muted;
+  microphone.setMuted(muted);
+  if (muted && session) session.audioStreamEnd();
+  $("mute").setAttribute("aria-pressed", String(muted));
+  $("mute").textContent = muted ? "Unmute" : "Mute";
+  if (activity) activity.update();
+});
 
-// ---- start -------------------------------------------------------------------------------------
-
-// Phones get the side panels collapsed, so the conversation has the screen; turning a tablet (or
-// resizing a window) across the breakpoint folds or unfolds them again.
-const narrow = window.matchMedia("(max-width: 800px)");
-function fitPanels() {
-  $("log-panel").open = !narrow.matches;
-  $("rec-panel").open = !narrow.matches;
-}
-narrow.addEventListener("change", fitPanels);
-fitPanels();
-
-// With tokens on, the token names the user (and maybe the one session it may reach).
-let signedIn = null;
-
-function signInNeeded(why) {
-  forgetToken();
-  livegate.status = "sign-in needed";
-  const pill = $("status");
-  pill.textContent = "sign-in needed";
-  pill.dataset.state = "disconnected";
-  $("reconnect").hidden = true;
-  $("send").disabled = true;
-  $("mic").disabled = true;
-  conversation.system(
-    `${why} Sign-in needed: open this page with a link that carries a token ` +
-      "(from your site, or `livegate token --user NAME` on the gateway's host).",
-    "error",
-  );
+// Push to talk: hold the button (or the space bar outside the message box).
+async function press() {
+  if (!voice || voice.talking) return;
+  if (!microphone.active) await startMic();
+  if (!microphone.active) return;
+  voice.talk(true);
+  $("ptt").setAttribute("aria-pressed", "true");
 }
 
-async function start() {
-  if ((await loadAuthMode()) === "token") {
-    signedIn = claimsOf(takeToken());
-    if (!signedIn || expired(signedIn) || !validId(signedIn.sub)) {
-      signInNeeded(signedIn ? "This sign-in link has expired or is not valid." : "This gateway needs a token.");
+function release() {
+  if (!voice || !voice.talking) return;
+  voice.talk(false);
+  $("ptt").setAttribute("aria-pressed", "false");
+}
+
+$("ptt").addEventListener("pointerdown", (e) => {
+  e.preventDefault();
+  press();
+});
+for (const type of ["pointerup", "pointercancel", "pointerleave"]) $("ptt").addEventListener(type, release);
+const typing = (e) => e.target.closest && e.target.closest("input, textarea, select, button");
+window.addEventListener("keydown", (e) => {
+  if (e.code === "Space" && !e.repeat && settings.audio().mode === "pushToTalk" && !typing(e)) {
+    e.preventDefault();
+    press();
+  }
+});
+window.addEventListener("keyup", (e) => e.code === "Space" && release());
+
+microphone.onChunk = (pcm, level) => {
+  livegate.micChunks += 1;
+  // connectAudio sent it, unless push-to-talk is not pressed.
+  if (voice && (voice.mode === "vad" || voice.talking)) {
+    livegate.sentChunks += 1;
+    log.sentAudio(pcm.byteLength);
+  }
+  if (level > VOICE_LEVEL) conversation.noteVoice();
+};
+
+// ---- export and delete -----------------------------------------------------------------------
+
+function download(name, type, text) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+  livegate.lastExport = { name, type, text };
+}
+
+async function exportSession(format) {
+  try {
+    const { events } = await api.history(state.userId, state.sessionId, { max: MAX_EXPORT_EVENTS });
+    const base = `livegate-${state.userId}-${state.sessionId}`;
+    if (format === "json") {
+      const body = { userId: state.userId, sessionId: state.sessionId, exportedAt: new Date().toISOString(), events };
+      download(`${base}.json`, "application/json", JSON.stringify(body, null, 2));
+    } else {
+      download(`${base}.txt`, "text/plain", transcriptToText(transcript(events)));
+    }
+  } catch (error) {
+    conversation.system(`Could not export this session: ${error.message}`, "error");
+  }
+}
+
+$("export-json").addEventListener("click", () => exportSession("json"));
+$("export-text").addEventListener("click", () => exportSession("text"));
+
+let deleteArmed = 0;
+$("delete-session").addEventListener("click", async () => {
+  const button = $("delete-session");
+  if (!deleteArmed) {
+    // Two clicks: the second within 5 s confirms.
+    button.textContent = "Delete? Click again";
+    deleteArmed = setTimeout(() => {
+      deleteArmed = 0;
+      button.textContent = "Delete";
+    }, 5000);
+    return;
+  }
+  clearTimeout(deleteArmed);
+  deleteArmed = 0;
+  button.textContent = "Delete";
+  const deleted = state.sessionId;
+  if (session) session.close();
+  try {
+    await api.deleteSession(state.userId, deleted);
+  } catch (error) {
+    if (error.status !== 404) {
+      conversation.system(`Could not delete this session: ${error.message}`, "error");
       return;
     }
-    state.userId = signedIn.sub;
-    $("user-id").readOnly = true;
-    const bound = validId(signedIn.session_id);
-    if (bound) {
-      // The token reaches this one session: other sessions would only be refused.
-      state.sessionId = bound;
-      $("new-session").disabled = true;
-      $("session-select").disabled = true;
-    }
   }
+  log.info("session", `deleted ${deleted}`);
+  state.sessionId = newSessionId();
+  await openSession({ fresh: true });
+});
+
+// ---- start -----------------------------------------------------------------------------------
+
+async function begin() {
+  $("signin").hidden = true;
+  if (signin.required) {
+    const claims = signin.claims;
+    state.userId = claims.sub;
+    const bound = validId(claims.session_id);
+    state.bound = Boolean(bound);
+    if (bound) state.sessionId = bound;
+  }
+  showAccount();
+  try {
+    livegate.live = await api.liveInfo();
+    settings.configure(livegate.live);
+    $("model").textContent = livegate.live.model || "";
+  } catch (error) {
+    log.info("error", `model information unavailable: ${error.message}`);
+  }
+  $("ptt").hidden = settings.audio().mode !== "pushToTalk";
+  loadDevices().catch(() => {});
   const fresh = state.sessionId === null;
   if (fresh) state.sessionId = newSessionId();
+  updateControls();
   openSession({ fresh });
 }
 
+async function start() {
+  signin = new SignIn({
+    api,
+    onChange(why) {
+      if (signin.signedIn) begin();
+      else showSignIn(`You signed out (${why}).`);
+    },
+  });
+  await signin.init();
+  if (!signin.signedIn) {
+    if (!state.sessionId) state.sessionId = newSessionId();
+    showIdentity();
+    showSignIn(signin.reason());
+    return;
+  }
+  begin();
+}
+
+player.unlockOnGesture();
 start();

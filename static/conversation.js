@@ -9,20 +9,27 @@
 //   .interrupted                  the answer was cut off by barge-in
 //   .history                      rendered from the session's stored events, not live
 //   .msg.system(.error)           connection notices and errors
-//   .tool(.pending|.error)        a function call and its response
+//   .msg.agent.voice              a spoken answer without a transcript (transcription off)
+//   .ended[data-ended]            an answer cut by a reconnect ("settings changed", "connection lost")
+//   .tool(.pending|.error|.cancelled)  a function call and its response (or its cancellation)
 //   .caption                      a turn's latency and token usage
 //   .caption .model               which model answered (the events' modelVersion)
 // A bubble's text lives in its span.text, so its textContent is exactly the message; icons, the
 // typing dots and the "interrupted" tag are text-free SVG, CSS or aria-hidden decorations.
 
+import { typedEvents } from "/lib/index.js";
 import { icon } from "./icons.js";
 
-function joinedText(parts) {
-  // Thoughts are the model's reasoning, not its answer.
-  return parts
-    .filter((p) => typeof p.text === "string" && p.thought !== true)
-    .map((p) => p.text)
-    .join("");
+/** `text` with `code` spans as <code> elements (no raw backticks on screen). */
+export function withCode(text) {
+  return String(text)
+    .split(/`([^`]+)`/)
+    .map((piece, i) => {
+      if (i % 2 === 0) return piece;
+      const code = document.createElement("code");
+      code.textContent = piece;
+      return code;
+    });
 }
 
 function clip(s, max) {
@@ -64,11 +71,21 @@ export class Conversation {
    * @param {HTMLElement} element  the messages container
    * @param {object} [o]
    * @param {(turn: object) => void} [o.onTurn]  a model turn ended: {latencyMs, from, first, usage, interrupted}
+   * @param {(text: string) => void} [o.onUserText]  the user said or typed something (a title)
+   * @param {() => void} [o.onRecordingTurn]  a recording's turn became known
    */
-  constructor(element, { onTurn } = {}) {
+  constructor(element, { onTurn, onUserText, onRecordingTurn } = {}) {
     this.el = element;
     this.onTurn = onTurn || (() => {});
+    this.onUserText = onUserText || (() => {});
+    this.onRecordingTurn = onRecordingTurn || (() => {});
     this.clear();
+  }
+
+  /** The element of the turn a recording belongs to, if it is on screen. */
+  turnOf(name) {
+    const el = this.recordings.get(name);
+    return el && el.isConnected ? el : null;
   }
 
   clear() {
@@ -82,10 +99,13 @@ export class Conversation {
     this.anchors = { text: -Infinity, speech: -Infinity, transcript: -Infinity };
     this.consumedAt = performance.now(); // anchors older than the last answer's start are stale
     this.history = false;
+    this.recordings = new Map(); // recording name -> an element of its turn
+    this.lastUser = null; // the latest user bubble (typed or spoken)
+    this.lastSystem = null; // the latest system line, to count repeats instead of stacking them
   }
 
   newTurn() {
-    return { text: null, transcript: null, bubbles: [], firstEl: null, firstAt: null, audioAt: null, anchor: null, usage: null, model: null };
+    return { text: null, transcript: null, voice: null, voiceSeconds: 0, bubbles: [], firstEl: null, firstAt: null, audioAt: null, anchor: null, usage: null, model: null };
   }
 
   // ---- DOM helpers ---------------------------------------------------------------------------
@@ -145,10 +165,22 @@ export class Conversation {
   }
 
   system(text, kind = "info") {
+    const last = this.lastSystem;
+    if (last && last.isConnected && last.dataset.text === text && last === this.el.lastElementChild) {
+      // The same notice again: counted, not stacked.
+      const times = Number(last.dataset.times || 1) + 1;
+      last.dataset.times = String(times);
+      last.querySelector(".times").textContent = ` ×${times}`;
+      return last;
+    }
     const div = document.createElement("div");
     div.className = `msg system ${kind}`;
-    div.textContent = text;
+    div.dataset.text = text;
+    const times = document.createElement("span");
+    times.className = "times";
+    div.append(...withCode(text), times);
     this.place(div);
+    this.lastSystem = div;
     return div;
   }
 
@@ -185,7 +217,8 @@ export class Conversation {
 
   /** The user typed and sent `text`. */
   userText(text) {
-    this.bubble("user final", text);
+    this.lastUser = this.bubble("user final", text);
+    this.onUserText(text);
     this.lastSentText = text;
     this.anchors.text = performance.now();
   }
@@ -261,6 +294,8 @@ export class Conversation {
         if (text) this.setText(b, text);
         this.finalize(b);
         this.userTranscript = null;
+        this.lastUser = b;
+        this.onUserText(b.querySelector(".text").textContent);
         this.anchors.transcript = now;
       } else {
         this.appendText(b, text);
@@ -269,7 +304,17 @@ export class Conversation {
     }
     if (!this.turn.transcript) {
       if (!text) return;
-      this.turn.transcript = this.agentBubble("transcript");
+      const voice = this.turn.voice;
+      if (voice) {
+        // The spoken answer's bubble becomes its transcript.
+        voice.classList.replace("voice", "transcript");
+        voice.querySelector(".lead").replaceWith(icon("speaker", "icon lead"));
+        this.setText(voice, "");
+        this.turn.voice = null;
+        this.turn.transcript = voice;
+      } else {
+        this.turn.transcript = this.agentBubble("transcript");
+      }
     }
     this.firstResponse("text", now);
     const b = this.turn.transcript;
@@ -280,6 +325,22 @@ export class Conversation {
     } else {
       this.appendText(b, text);
     }
+  }
+
+  /**
+   * Audio of the answer arrived (`seconds` long). Until a transcript comes (with transcription
+   * off, none does), a bubble says an answer is being spoken, and how long it was.
+   */
+  spoken(seconds, now = performance.now()) {
+    this.firstResponse("audio", now);
+    const turn = this.turn;
+    if (turn.transcript || turn.text) return;
+    if (!turn.voice) {
+      turn.voice = this.agentBubble("voice");
+      turn.voice.querySelector(".text").before(icon("speaker", "icon lead"));
+    }
+    turn.voiceSeconds += seconds;
+    this.setText(turn.voice, `Spoken answer · ${turn.voiceSeconds.toFixed(1)} s`);
   }
 
   // ---- tools ---------------------------------------------------------------------------------
@@ -314,6 +375,18 @@ export class Conversation {
     if (call.id) this.tools.set(call.id, card);
     else this.tools.set(`name:${call.name}`, card);
     return card;
+  }
+
+  /** The model (or an interruption) cancelled these calls. */
+  toolCancelled(ids) {
+    for (const id of ids) {
+      const card = this.tools.get(id);
+      if (!card) continue;
+      this.tools.delete(id);
+      card.classList.remove("pending");
+      card.classList.add("cancelled");
+      card.querySelector(".tool-result").textContent = "cancelled";
+    }
   }
 
   toolResponse(response) {
@@ -408,9 +481,19 @@ export class Conversation {
     return { latencyMs: t.latency, from: t.from, first: t.first, usage: t.usage || null, interrupted: t.interrupted };
   }
 
-  /** Connection lost mid-turn: stop the typing dots, keep the text, no caption. */
-  abortTurn() {
-    for (const b of this.turn.bubbles) this.finalize(b);
+  /**
+   * The answer ended without turnComplete: a reconnect (new settings) or a lost connection. Its
+   * bubbles keep their text and say why they ended; no caption.
+   */
+  abortTurn(reason = null) {
+    const why = { settings: "ended: settings changed", reconnect: "ended: reconnected", dropped: "cut off: connection lost" }[reason];
+    for (const b of this.turn.bubbles) {
+      this.finalize(b);
+      if (why && !b.classList.contains("interrupted")) {
+        b.classList.add("ended");
+        b.dataset.ended = why;
+      }
+    }
     if (this.userTranscript) this.finalize(this.userTranscript);
     this.userTranscript = null;
     this.turn = this.newTurn();
@@ -445,40 +528,72 @@ export class Conversation {
 
   // ---- dispatch ------------------------------------------------------------------------------
 
-  /** Applies one downstream ADK event (audio is played by the caller, not here). */
+  /** Applies one downstream ADK event (audio is played, and reported with spoken(), by the caller). */
   handleEvent(ev, now = performance.now()) {
-    const parts = (ev.content && Array.isArray(ev.content.parts) && ev.content.parts) || [];
     const fromUser = ev.author === "user" || (ev.content && ev.content.role === "user");
-
-    if (ev.errorCode || ev.errorMessage) {
-      this.system(`${ev.errorCode || "ERROR"}: ${ev.errorMessage || "(no message)"}`, "error");
-    }
-
     // Which model answered: the sim, Gemini or OpenAI, as the agent is configured.
     if (!fromUser && typeof ev.modelVersion === "string" && ev.modelVersion) this.turn.model = ev.modelVersion;
+    for (const t of typedEvents(ev)) this.apply(t, now);
+  }
 
-    const text = joinedText(parts);
-    const hasText = parts.some((p) => typeof p.text === "string" && p.thought !== true);
-    if (hasText) {
-      if (fromUser) {
-        // The user's own typed turn echoed back live: already shown when it was sent.
-        if (this.history || text !== this.lastSentText) this.bubble("user final", text);
-        if (!this.history) this.lastSentText = null;
-      } else {
-        this.agentText(text, ev.partial !== true, now);
-      }
+  apply(t, now) {
+    switch (t.type) {
+      case "error":
+        this.system(`${t.code}: ${t.message || "(no message)"}`, "error");
+        break;
+      case "text":
+        if (t.fromUser) {
+          // The user's own typed turn echoed back live: already shown when it was sent.
+          if (this.history || t.text !== this.lastSentText) {
+            this.lastUser = this.bubble("user final", t.text);
+            this.onUserText(t.text);
+          }
+          if (!this.history) this.lastSentText = null;
+        } else {
+          this.agentText(t.text, !t.partial, now);
+        }
+        break;
+      case "toolCall":
+        this.toolCall({ id: t.id, name: t.name, args: t.args });
+        break;
+      case "toolResult":
+        this.toolResponse({ id: t.id, name: t.name, response: t.response });
+        break;
+      case "toolCancelled":
+        this.toolCancelled(t.ids);
+        break;
+      case "recording":
+        this.noteRecording(t);
+        break;
+      case "inputTranscription":
+      case "outputTranscription":
+        this.transcription(t, t.type === "inputTranscription", now);
+        break;
+      case "usage":
+        this.usage(t.usage);
+        break;
+      case "interrupted":
+        this.interrupted();
+        break;
+      case "turnComplete":
+        if (t.event.interrupted !== true) this.finishTurn();
+        break;
     }
+  }
 
-    for (const p of parts) {
-      if (p.functionCall) this.toolCall(p.functionCall);
-      if (p.functionResponse) this.toolResponse(p.functionResponse);
-    }
+  /** A recording was announced: remember which turn it belongs to. */
+  noteRecording(r) {
+    const turn = this.turn.bubbles.length ? this.turn.bubbles[this.turn.bubbles.length - 1] : null;
+    const el = r.side === "input" ? this.lastUser : turn || (this.lastTurn && this.lastTurn.anchor);
+    if (!el) return;
+    this.recordings.set(r.name, el);
+    this.onRecordingTurn();
+  }
 
-    if (ev.inputTranscription) this.transcription(ev.inputTranscription, true, now);
-    if (ev.outputTranscription) this.transcription(ev.outputTranscription, false, now);
-    if (ev.usageMetadata) this.usage(ev.usageMetadata);
-    // Merged text may carry `interrupted: false`; only `true` means barge-in.
-    if (ev.interrupted === true) this.interrupted();
-    if (ev.turnComplete === true && ev.interrupted !== true) this.finishTurn();
+  /** Scrolls to a turn's element and highlights it for a moment. */
+  show(el) {
+    el.scrollIntoView({ block: "center" });
+    el.classList.add("flash");
+    setTimeout(() => el.classList.remove("flash"), 1600);
   }
 }

@@ -1,35 +1,43 @@
-// The session's recordings panel: ADK's live recordings (`adk_live_audio_storage_{input|output}_audio_{ms}.pcm`)
-// and any other artifacts, newest first, each with a play button (WAV from the REST API) and a
-// download link. One shared <audio> element plays one recording at a time.
+// The session's recordings: ADK's live recordings (`adk_live_audio_storage_{input|output}_audio_{ms}.pcm`)
+// and any other artifacts, newest first, each with its duration, a play button with progress (WAV
+// from the REST API), a link to the turn it belongs to, and a download link. One shared <audio>
+// plays one recording at a time.
 
-import { listArtifacts, artifactUrl } from "./api.js";
+import { recordingOf } from "/lib/index.js";
 import { icon } from "./icons.js";
 import { whenTime } from "./time.js";
 
-const RECORDING_RE = /^adk_live_audio_storage_(input|output)_audio_(\d+)\.pcm$/;
+const RATES = { input: 16000, output: 24000 }; // PCM16 mono, as the gateway records them
 
 function isPcm(mimeType) {
   return /^audio\/(pcm|l16)\b/i.test(mimeType || "");
 }
 
+function seconds(s) {
+  return s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)}:${String(Math.round(s % 60)).padStart(2, "0")}`;
+}
 
-/** One row per artifact version, newest first. */
-export function recordingRows(userId, sessionId, artifacts) {
+/** One row per artifact version, newest first; `url(name, version, format)` gives its address. */
+export async function recordingRows(artifacts, url) {
   const rows = [];
   for (const a of artifacts) {
-    const match = RECORDING_RE.exec(a.name || "");
+    const rec = recordingOf(a.name || "");
     const versions = Array.isArray(a.versions) && a.versions.length ? a.versions : [0];
+    const latest = Math.max(...versions);
     for (const version of versions) {
-      const playable = isPcm(a.mimeType) || /^audio\//i.test(a.mimeType || "");
-      const format = isPcm(a.mimeType) ? "wav" : "raw";
+      const pcm = isPcm(a.mimeType);
+      const rate = pcm && rec ? RATES[rec.side] : null;
+      // The listing has the latest version's size only.
+      const size = version === latest && Number.isFinite(a.size) ? a.size : null;
       rows.push({
         name: a.name,
         version,
         mimeType: a.mimeType || "",
-        side: match ? match[1] : null,
-        at: match ? Number(match[2]) : null,
-        playable,
-        url: artifactUrl(userId, sessionId, a.name, version, format),
+        side: rec ? rec.side : null,
+        at: rec ? rec.at : null,
+        seconds: rate && size !== null ? size / 2 / rate : null,
+        playable: pcm || /^audio\//i.test(a.mimeType || ""),
+        url: await url(a.name, version, pcm ? "wav" : "raw"),
       });
     }
   }
@@ -40,55 +48,60 @@ export function recordingRows(userId, sessionId, artifacts) {
 export class Recordings {
   /**
    * @param {object} o
-   * @param {HTMLElement} o.list    the <ul> of rows
-   * @param {HTMLElement} o.counter where the count goes
-   * @param {HTMLElement} o.status  a polite live region for "loading…" / errors
+   * @param {HTMLElement} o.list
+   * @param {HTMLElement} o.counter
+   * @param {HTMLElement} o.status
+   * @param {(name: string) => HTMLElement | null} o.turnOf  the conversation element of a recording's turn
+   * @param {(el: HTMLElement) => void} o.showTurn
    * @param {(rows: object[]) => void} [o.onRows]
    */
-  constructor({ list, counter, status, onRows }) {
-    this.list = list;
-    this.counter = counter;
-    this.status = status;
+  constructor({ list, counter, status, turnOf, showTurn, onRows }) {
+    Object.assign(this, { list, counter, status, turnOf, showTurn });
     this.onRows = onRows || (() => {});
     this.audio = new Audio();
     this.audio.preload = "none";
     this.playing = null; // the row's button while its recording plays
     this.generation = 0;
     this.timer = 0;
+    this.rows = [];
     this.audio.addEventListener("ended", () => this.setPlaying(null));
     this.audio.addEventListener("pause", () => this.setPlaying(null));
+    this.audio.addEventListener("timeupdate", () => this.progress());
     this.audio.addEventListener("error", () => {
       if (this.playing) this.status.textContent = "Could not play that recording.";
       this.setPlaying(null);
     });
     list.addEventListener("click", (e) => {
-      const button = e.target.closest("button.rec-play");
-      if (button) this.toggle(button);
+      const play = e.target.closest("button.rec-play");
+      if (play) this.toggle(play);
+      const turn = e.target.closest("button.rec-turn");
+      if (turn) {
+        const el = this.turnOf(turn.dataset.name);
+        if (el) this.showTurn(el);
+      }
     });
   }
 
   /** Loads the list for this session (replacing what is shown). */
-  async load(userId, sessionId) {
+  async load(api, userId, sessionId) {
     clearTimeout(this.timer);
     const generation = ++this.generation;
-    this.session = { userId, sessionId };
-    let artifacts;
+    this.session = { api, userId, sessionId };
     try {
-      artifacts = await listArtifacts(userId, sessionId);
+      const artifacts = await api.artifacts(userId, sessionId);
+      const rows = await recordingRows(artifacts, (name, version, format) => api.artifactUrl(userId, sessionId, name, version, format));
+      if (generation === this.generation) this.render(rows);
     } catch (error) {
       if (generation === this.generation) this.status.textContent = `Recordings unavailable: ${error.message}`;
-      return;
     }
-    if (generation !== this.generation) return; // another session was picked meanwhile
-    this.render(recordingRows(userId, sessionId, artifacts));
   }
 
-  /** A recording was announced in the stream: reload soon (several arrive together). */
+  /** A recording was announced: reload soon (several arrive together). */
   refreshSoon() {
     if (!this.session) return;
     clearTimeout(this.timer);
-    const { userId, sessionId } = this.session;
-    this.timer = setTimeout(() => this.load(userId, sessionId), 300);
+    const { api, userId, sessionId } = this.session;
+    this.timer = setTimeout(() => this.load(api, userId, sessionId), 300);
   }
 
   clear() {
@@ -98,11 +111,10 @@ export class Recordings {
     this.render([]);
   }
 
-  /** A session the gateway has not stored yet: nothing to list (asking would be a 404), but its
-   * recordings are loaded as they are announced. */
-  startEmpty(userId, sessionId) {
+  /** A session the gateway has not stored yet: nothing to ask for, but announcements load it. */
+  startEmpty(api, userId, sessionId) {
     this.clear();
-    this.session = { userId, sessionId };
+    this.session = { api, userId, sessionId };
   }
 
   stop() {
@@ -111,12 +123,17 @@ export class Recordings {
     this.setPlaying(null);
   }
 
+  /** Re-renders (the conversation learned which turn a recording belongs to). */
+  relink() {
+    this.render(this.rows);
+  }
+
   render(rows) {
+    this.rows = rows;
     const playingUrl = this.playing ? this.playing.dataset.url : null;
     this.list.replaceChildren(...rows.map((row) => this.row(row)));
     this.counter.textContent = `(${rows.length})`;
     this.status.textContent = rows.length ? "" : "No recordings in this session yet.";
-    // Keep the button of a recording that is playing in step with the new list.
     this.playing = null;
     if (playingUrl && !this.audio.paused) {
       const button = [...this.list.querySelectorAll("button.rec-play")].find((b) => b.dataset.url === playingUrl);
@@ -131,6 +148,7 @@ export class Recordings {
     const who = row.side === "input" ? "You" : row.side === "output" ? "Agent" : row.name;
     const when = row.at ? whenTime(new Date(row.at)) : row.mimeType;
     const version = row.version > 0 ? ` (v${row.version})` : "";
+    const spoken = row.side === "input" ? "your speech" : row.side === "output" ? "the agent's answer" : row.name;
 
     const play = document.createElement("button");
     play.type = "button";
@@ -138,7 +156,6 @@ export class Recordings {
     play.dataset.url = row.url;
     play.disabled = !row.playable;
     play.setAttribute("aria-pressed", "false");
-    const spoken = row.side === "input" ? "your speech" : row.side === "output" ? "the agent's answer" : row.name;
     play.setAttribute("aria-label", `Play ${spoken}${row.at ? " from " + when : ""}${version}`);
     play.append(icon("play"));
 
@@ -149,8 +166,29 @@ export class Recordings {
     const time = document.createElement("span");
     time.className = "muted";
     time.textContent = when;
-    label.append(strong, " ", time);
+    const length = document.createElement("span");
+    length.className = "rec-duration muted";
+    length.textContent = row.seconds !== null ? seconds(row.seconds) : "";
+    const bar = document.createElement("progress");
+    bar.className = "rec-progress";
+    bar.max = 1;
+    bar.value = 0;
+    bar.hidden = true;
+    bar.setAttribute("aria-label", `Playback of ${spoken}`);
+    label.append(strong, " ", time, " ", length, bar);
     label.title = `${row.name} #${row.version} · ${row.mimeType}`;
+    li.append(play, label);
+
+    if (this.turnOf(row.name)) {
+      const turn = document.createElement("button");
+      turn.type = "button";
+      turn.className = "rec-turn small-btn";
+      turn.dataset.name = row.name;
+      turn.setAttribute("aria-label", `Show the turn of ${spoken}${row.at ? " from " + when : ""}`);
+      turn.title = "Show its turn in the conversation";
+      turn.append(icon("link"));
+      li.append(turn);
+    }
 
     const link = document.createElement("a");
     link.className = "rec-download";
@@ -158,8 +196,7 @@ export class Recordings {
     link.download = row.name.replace(/\.pcm$/, "") + (row.url.includes("format=wav") ? ".wav" : "");
     link.textContent = row.url.includes("format=wav") ? "WAV" : "file";
     link.setAttribute("aria-label", `Download ${spoken}${row.at ? " from " + when : ""}`);
-
-    li.append(play, label, link);
+    li.append(link);
     return li;
   }
 
@@ -177,15 +214,24 @@ export class Recordings {
     );
   }
 
+  progress() {
+    const bar = this.playing && this.playing.parentElement.querySelector(".rec-progress");
+    if (bar && this.audio.duration > 0) bar.value = this.audio.currentTime / this.audio.duration;
+  }
+
   setPlaying(button) {
     if (this.playing && this.playing !== button) {
       this.playing.setAttribute("aria-pressed", "false");
       this.playing.replaceChildren(icon("play"));
+      const bar = this.playing.parentElement && this.playing.parentElement.querySelector(".rec-progress");
+      if (bar) bar.hidden = true;
     }
     this.playing = button;
     if (button) {
       button.setAttribute("aria-pressed", "true");
       button.replaceChildren(icon("pause"));
+      const bar = button.parentElement.querySelector(".rec-progress");
+      if (bar) bar.hidden = false;
     }
   }
 }

@@ -403,6 +403,11 @@ impl ClientSettings {
         ClientSettings(SETTINGS.iter().map(|(name, _)| *name).collect())
     }
 
+    /// The settings clients may change, by name.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.0.iter().copied()
+    }
+
     /// True when a client may set `name`.
     pub fn allows(&self, name: &str) -> bool {
         self.0.contains(name)

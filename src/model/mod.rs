@@ -52,8 +52,47 @@ pub trait LiveModel: Send + Sync + std::fmt::Debug {
     /// The model name, as written in `modelVersion`.
     fn name(&self) -> &str;
 
+    /// Who serves the model, for clients that offer its voices.
+    fn provider(&self) -> Provider {
+        Provider::Other
+    }
+
     /// Opens a live session configured by `config`.
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError>;
+}
+
+/// Who serves a live model; clients offer the voice names it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// The embedded `sim` (any voice name is a pitch of its own; Gemini's names are offered).
+    Sim,
+    /// Gemini Live.
+    Gemini,
+    /// OpenAI Realtime.
+    OpenAi,
+    /// Another backend (a test's, a library user's).
+    Other,
+}
+
+impl Provider {
+    /// Its name on the wire: `sim`, `gemini`, `openai` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Sim => "sim",
+            Provider::Gemini => "gemini",
+            Provider::OpenAi => "openai",
+            Provider::Other => "other",
+        }
+    }
+
+    /// The prebuilt voice names the provider takes (none known for `Other`).
+    pub fn voices(self) -> &'static [&'static str] {
+        match self {
+            Provider::Sim | Provider::Gemini => gemini::VOICES,
+            Provider::OpenAi => openai::wire::VOICES,
+            Provider::Other => &[],
+        }
+    }
 }
 
 /// Options that pick and configure a backend by model name.

@@ -26,17 +26,102 @@ async fn health_readiness_and_the_web_client_are_served() {
             .contains("content-type: text/javascript"),
         "module scripts need a JavaScript type"
     );
-    for worklet in ["/pcm-recorder-processor.js", "/pcm-player-processor.js"] {
-        assert!(
-            http_get(server.addr, worklet)
-                .await
-                .starts_with("HTTP/1.1 200"),
-            "{worklet}"
-        );
-    }
     assert!(http_get(server.addr, "/missing.js")
         .await
         .starts_with("HTTP/1.1 404"));
+    server.shutdown(WAIT).await;
+}
+
+/// The client library (`clients/js/lib`) at `/lib/`, its worklets with a JavaScript type, and its
+/// examples at `/examples/`, also behind `--web-root`.
+#[tokio::test]
+async fn the_client_library_and_its_examples_are_served() {
+    let mut args = test_args();
+    args.web_root = Some(std::env::temp_dir());
+    let server = start(args).await;
+    for path in [
+        "/lib/index.js",
+        "/lib/session.js",
+        "/lib/audio/index.js",
+        "/lib/audio/recorder-worklet.js",
+        "/lib/audio/player-worklet.js",
+    ] {
+        let script = http_get(server.addr, path).await;
+        assert!(script.starts_with("HTTP/1.1 200"), "{path}: {script}");
+        assert!(
+            script
+                .to_ascii_lowercase()
+                .contains("content-type: text/javascript"),
+            "{path}: module scripts and worklets need a JavaScript type"
+        );
+    }
+    let index = http_get(server.addr, "/examples/").await;
+    assert!(
+        index.contains("voice-button.html") && index.contains("chat.html"),
+        "{index}"
+    );
+    for page in ["/examples/voice-button.html", "/examples/chat.html"] {
+        let html = http_get(server.addr, page).await;
+        assert!(
+            html.starts_with("HTTP/1.1 200") && html.contains("../lib/index.js"),
+            "{page}"
+        );
+    }
+    for missing in [
+        "/lib/nothing.js",
+        "/lib/../Cargo.toml",
+        "/examples/missing.html",
+    ] {
+        let answer = http_get(server.addr, missing).await;
+        assert!(answer.starts_with("HTTP/1.1 404"), "{missing}: {answer}");
+    }
+    server.shutdown(WAIT).await;
+}
+
+/// `GET /api/live` names the model, its provider's voices and what clients may change, so a page
+/// offers OpenAI's voices for an OpenAI model and Gemini's for Gemini.
+#[tokio::test]
+async fn the_live_info_names_the_model_its_voices_and_the_client_settings() {
+    let server = start(test_args()).await;
+    let info = http_get(server.addr, "/api/live").await;
+    let body: serde_json::Value =
+        serde_json::from_str(info.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["model"], "sim");
+    assert_eq!(body["provider"], "sim");
+    assert_eq!(body["modality"], "AUDIO");
+    assert!(
+        body["voices"].as_array().unwrap().contains(&"Kore".into()),
+        "{body}"
+    );
+    let allowed = body["clientSettings"].as_array().unwrap();
+    assert!(
+        allowed.contains(&"voice".into()) && !allowed.contains(&"save_live_blob".into()),
+        "{body}"
+    );
+    server.shutdown(WAIT).await;
+
+    let mut args = test_args();
+    args.model = "gpt-realtime".into();
+    args.live.client_settings = "voice,vad".parse().unwrap();
+    let server = start(args).await;
+    let info = http_get(server.addr, "/api/live").await;
+    let body: serde_json::Value =
+        serde_json::from_str(info.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(
+        (body["model"].as_str(), body["provider"].as_str()),
+        (Some("gpt-realtime"), Some("openai")),
+        "{body}"
+    );
+    let voices = body["voices"].as_array().unwrap();
+    assert!(
+        voices.contains(&"marin".into()) && !voices.contains(&"Kore".into()),
+        "{body}"
+    );
+    let allowed = body["clientSettings"].as_array().unwrap();
+    assert!(
+        allowed.contains(&"vad".into()) && allowed.contains(&"silence_duration_ms".into()),
+        "{body}"
+    );
     server.shutdown(WAIT).await;
 }
 
@@ -44,10 +129,22 @@ async fn health_readiness_and_the_web_client_are_served() {
 /// analytics). `https://` alone, in a message, names a scheme, not a place.
 #[test]
 fn the_web_client_names_no_external_url() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("static");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dirs = [
+        "static",
+        "clients/js/lib",
+        "clients/js/lib/audio",
+        "clients/js/examples",
+    ];
     let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(root.join(d)).unwrap())
+    {
         let path = entry.unwrap().path();
+        if path.is_dir() {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).unwrap();
         let lower = text.to_ascii_lowercase();
         for (at, _) in lower.match_indices("//") {

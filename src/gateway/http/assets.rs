@@ -1,4 +1,6 @@
-//! The web client: embedded in the binary, or read from `--web-root` (e.g. ADK's bidi-demo page).
+//! The web client: embedded in the binary, or read from `--web-root` (e.g. ADK's bidi-demo page);
+//! and the browser client library (`clients/js/lib`, at `/lib/`) with its examples (at
+//! `/examples/`), always embedded, so any page the gateway serves can import the library.
 
 use std::path::{Component, Path as FsPath};
 use std::sync::Arc;
@@ -13,6 +15,14 @@ use crate::gateway::state::Gateway;
 #[folder = "static/"]
 struct Assets;
 
+#[derive(rust_embed::RustEmbed)]
+#[folder = "clients/js/lib/"]
+struct Library;
+
+#[derive(rust_embed::RustEmbed)]
+#[folder = "clients/js/examples/"]
+struct Examples;
+
 /// Serves `/`: the web client's page.
 pub async fn index(State(gateway): State<Arc<Gateway>>) -> Response {
     serve(&gateway, "index.html").await
@@ -23,11 +33,36 @@ pub async fn file(State(gateway): State<Arc<Gateway>>, Path(path): Path<String>)
     serve(&gateway, &path).await
 }
 
+/// Serves `/lib/{*path}`: the client library's modules.
+pub async fn library(Path(path): Path<String>) -> Response {
+    respond(
+        &path,
+        Library::get(&path).map(|file| file.data.into_owned()),
+    )
+}
+
+/// Serves `/examples/`: the list of examples.
+pub async fn examples_index() -> Response {
+    example(Path("index.html".to_owned())).await
+}
+
+/// Serves `/examples/{*path}`: the client library's examples.
+pub async fn example(Path(path): Path<String>) -> Response {
+    respond(
+        &path,
+        Examples::get(&path).map(|file| file.data.into_owned()),
+    )
+}
+
 async fn serve(gateway: &Gateway, path: &str) -> Response {
     let data = match &gateway.web_root {
         Some(root) => read_under(root, path).await,
         None => Assets::get(path).map(|file| file.data.into_owned()),
     };
+    respond(path, data)
+}
+
+fn respond(path: &str, data: Option<Vec<u8>>) -> Response {
     match data {
         Some(data) => {
             // Module scripts and worklets only load with a JavaScript mime type.

@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::gateway::auth;
-use crate::gateway::http::{access, assets, rest, run_api};
+use crate::gateway::http::{access, assets, live_info, rest, run_api};
 use crate::gateway::state::Gateway;
 use crate::gateway::ws::upgrade::ws_upgrade;
 
@@ -45,6 +45,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             post(run_api::create_session),
         )
         .route("/api/tokens", post(access::mint_token))
+        .route("/api/live", get(live_info::live_info))
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
             access::authorize,
@@ -58,6 +59,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/api/config", get(access::config))
         .merge(protected)
         .route("/static/{*path}", get(assets::file))
+        .route("/lib/{*path}", get(assets::library))
+        .route("/examples/", get(assets::examples_index))
+        .route("/examples/{*path}", get(assets::example))
         .route("/{file}", get(assets::file))
         .layer(axum::middleware::from_fn_with_state(
             gateway.clone(),

@@ -165,6 +165,40 @@ impl GeminiModel {
     }
 }
 
+/// Gemini Live's prebuilt voices (the native-audio models have them all).
+pub const VOICES: &[&str] = &[
+    "Puck",
+    "Charon",
+    "Kore",
+    "Fenrir",
+    "Aoede",
+    "Leda",
+    "Orus",
+    "Zephyr",
+    "Achernar",
+    "Achird",
+    "Algenib",
+    "Algieba",
+    "Alnilam",
+    "Autonoe",
+    "Callirrhoe",
+    "Despina",
+    "Enceladus",
+    "Erinome",
+    "Gacrux",
+    "Iapetus",
+    "Laomedeia",
+    "Pulcherrima",
+    "Rasalgethi",
+    "Sadachbia",
+    "Sadaltager",
+    "Schedar",
+    "Sulafat",
+    "Umbriel",
+    "Vindemiatrix",
+    "Zubenelgenubi",
+];
+
 /// True for model names the `gemini` backend serves.
 pub fn is_gemini_model(name: &str) -> bool {
     let id = name.strip_prefix("models/").unwrap_or(name);
@@ -175,6 +209,10 @@ pub fn is_gemini_model(name: &str) -> bool {
 impl LiveModel for GeminiModel {
     fn name(&self) -> &str {
         &self.model
+    }
+
+    fn provider(&self) -> super::Provider {
+        super::Provider::Gemini
     }
 
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {

@@ -152,6 +152,10 @@ impl LiveModel for OpenAiModel {
         &self.model
     }
 
+    fn provider(&self) -> super::Provider {
+        super::Provider::OpenAi
+    }
+
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {
         let endpoint = Endpoint {
             url: self.options.url(&self.model),

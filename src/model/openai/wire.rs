@@ -29,7 +29,7 @@ pub const OUTPUT_MIME: &str = "audio/pcm;rate=24000";
 /// The transcription model asked for when the user's speech should be transcribed.
 pub const TRANSCRIPTION_MODEL: &str = "gpt-4o-mini-transcribe";
 /// Voices OpenAI Realtime knows; other names (Gemini's) are not sent.
-const VOICES: [&str; 10] = [
+pub const VOICES: &[&str] = &[
     "alloy", "ash", "ballad", "cedar", "coral", "echo", "marin", "sage", "shimmer", "verse",
 ];
 /// Most function calls one response may hold (more are dropped, with a warning).

@@ -63,6 +63,10 @@ impl LiveModel for SimModel {
         "sim"
     }
 
+    fn provider(&self) -> super::Provider {
+        super::Provider::Sim
+    }
+
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {
         if let Some(handle) = config
             .session_resumption
