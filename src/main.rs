@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -72,8 +73,45 @@ struct TokenArgs {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Runs the command; an error is one line on stderr, naming what to change, and exit status 1.
+/// No backtrace for these: they are the user's to fix, and `RUST_BACKTRACE` is often set in a
+/// shell for other programs.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("livegate: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes in one line, each cause once: most of our errors already say their
+/// cause in their own message.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    if let Some(hint) = error
+        .downcast_ref::<gateway::StartError>()
+        .and_then(gateway::StartError::hint)
+    {
+        line.push_str(" (");
+        line.push_str(&hint);
+        line.push(')');
+    }
+    line
+}
+
+async fn run() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches)?;
     let (mut args, arg_matches) = match cli.command {

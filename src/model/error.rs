@@ -4,7 +4,11 @@
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ModelError {
     /// No backend serves this model name.
-    #[error("unknown model {0:?}")]
+    #[error(
+        "unknown model {0:?}: use sim, a Gemini Live model id (gemini-…, e.g. \
+         gemini-2.5-flash-native-audio-preview-12-2025) or an OpenAI Realtime model (openai:…, \
+         gpt-realtime…, gpt-4o-realtime…, gpt-4o-mini-realtime…)"
+    )]
     UnknownModel(String),
     /// The connection could not be opened.
     #[error("could not connect to the model: {0}")]
