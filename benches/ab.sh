@@ -62,6 +62,7 @@ echo "== building the working tree (release)" >&2
 cargo build --release --quiet -p livegate -p livegate-loadtest
 cp "$root/target/release/livegate" "$bins/livegate-head"
 loadtest=$root/target/release/livegate-loadtest
+echo "== base: $("$bins/livegate-$base_sha" --version); head: $("$bins/livegate-head" --version)" >&2
 
 pid=""
 cleanup() { if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; }
