@@ -2,10 +2,9 @@
 //! request queue to a model connection (send loop, receive loop, aggregation, audio recording).
 
 pub mod flow;
-mod queue;
+pub(crate) mod queue;
 mod run_config;
 pub mod settings;
-pub(crate) mod shortcut;
 
 pub use queue::{
     bounded_live_request_queue, live_request_queue, LiveRequest, LiveRequestQueue,

@@ -1,12 +1,11 @@
 //! `LiveRequestQueue`: what a client sends to a live run, bounded, with a close that always gets through.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::byte_channel::{self, TrySendError, Weigh};
 use crate::signal::Signal;
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, Semaphore, SemaphorePermit};
 
-use super::shortcut::{self, InHand, Order, Shortcut, ShortcutOpen};
 use crate::event::{Blob, Content};
 
 /// Default capacity of a live request queue.
@@ -61,46 +60,42 @@ pub struct QueueClosed;
 pub struct LiveRequestQueue {
     // Boxed: a channel allocates room for 32 messages up front, which unboxed requests would
     // cost every connection while idle.
-    tx: mpsc::Sender<Box<LiveRequest>>,
+    tx: byte_channel::Sender<Box<LiveRequest>>,
     closed: Signal,
     order: Arc<Mutex<Order>>,
-    bytes: Option<ByteBudget>,
-}
-
-/// The bytes a queue may still take: a request holds its size in permits from when it is queued
-/// until it is received, so the queue never holds more than the budget however its requests
-/// are sized.
-#[derive(Debug, Clone)]
-struct ByteBudget {
-    permits: Arc<Semaphore>,
-    /// The whole budget; one request bigger than it takes all of it (it waits for an empty queue).
-    max: u32,
-}
-
-impl ByteBudget {
-    fn new(max_bytes: usize) -> Option<Self> {
-        let max = u32::try_from(max_bytes.min(Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
-        (max_bytes < Semaphore::MAX_PERMITS).then(|| ByteBudget {
-            permits: Arc::new(Semaphore::new(max as usize)),
-            max,
-        })
-    }
-
-    /// The permits a request takes.
-    fn weight(&self, request: &LiveRequest) -> u32 {
-        u32::try_from(request.payload_bytes())
-            .unwrap_or(u32::MAX)
-            .min(self.max)
-    }
 }
 
 /// The receiving side of a live request queue, owned by the live flow.
 #[derive(Debug)]
 pub struct LiveRequestReceiver {
-    rx: mpsc::Receiver<Box<LiveRequest>>,
+    rx: byte_channel::Receiver<Box<LiveRequest>>,
     closed: Signal,
     order: Arc<Mutex<Order>>,
-    bytes: Option<ByteBudget>,
+}
+
+/// A way past the queue for realtime media, which the live flow's send loop opens while it runs
+/// (`flow::send::MediaShortcut`): a microphone frame then reaches the model from the task that
+/// read it, without waking the send loop's task (one task hop less per 20 ms frame).
+pub(crate) trait Shortcut: Send + Sync + std::fmt::Debug {
+    /// Does for a media-only request what the send loop would, or gives it back untouched when
+    /// the model has no room or the loop is stopping.
+    fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest>;
+}
+
+/// What keeps the shortcut from overtaking queued requests: media takes it only while every
+/// request put in the queue is done with, so the model sees requests in the order they were sent.
+#[derive(Debug, Default)]
+struct Order {
+    /// Requests put in the queue.
+    queued: u64,
+    /// Requests the send loop has finished with (forwarded, committed or dropped).
+    done: u64,
+    shortcut: Option<Arc<dyn Shortcut>>,
+}
+
+fn lock(order: &Mutex<Order>) -> MutexGuard<'_, Order> {
+    // The counters stay consistent whatever panicked: each change is a single store.
+    order.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl LiveRequest {
@@ -131,6 +126,12 @@ impl LiveRequest {
     }
 }
 
+impl Weigh for LiveRequest {
+    fn weight(&self) -> usize {
+        self.payload_bytes()
+    }
+}
+
 /// Creates a live request queue holding at most `capacity` requests.
 pub fn live_request_queue(capacity: usize) -> (LiveRequestQueue, LiveRequestReceiver) {
     bounded_live_request_queue(capacity, usize::MAX)
@@ -142,23 +143,16 @@ pub fn bounded_live_request_queue(
     capacity: usize,
     max_bytes: usize,
 ) -> (LiveRequestQueue, LiveRequestReceiver) {
-    let (tx, rx) = mpsc::channel(capacity.max(1));
+    let (tx, rx) = byte_channel::channel(capacity, max_bytes);
     let closed = Signal::new();
     let order = Arc::default();
-    let bytes = ByteBudget::new(max_bytes);
     (
         LiveRequestQueue {
             tx,
             closed: closed.clone(),
             order: Arc::clone(&order),
-            bytes: bytes.clone(),
         },
-        LiveRequestReceiver {
-            rx,
-            closed,
-            order,
-            bytes,
-        },
+        LiveRequestReceiver { rx, closed, order },
     )
 }
 
@@ -172,43 +166,27 @@ impl LiveRequestQueue {
         let Some(request) = self.try_shortcut(request) else {
             return Ok(());
         };
-        let permit = self.reserve(&request).await?;
-        if self
-            .closed
-            .send_unless_fired(&self.tx, Box::new(request))
-            .await
-        {
-            // The receiver gives the bytes back when it takes the request.
-            if let Some(permit) = permit {
-                permit.forget();
+        if self.closed.is_fired() {
+            return Err(QueueClosed);
+        }
+        let request = match self.tx.try_send(Box::new(request)) {
+            Ok(()) => {
+                self.queued();
+                return Ok(());
             }
-            self.queued();
-            Ok(())
-        } else {
-            Err(QueueClosed)
-        }
-    }
-
-    /// Waits for room for the request's bytes (nothing to wait for without a byte bound).
-    async fn reserve(
-        &self,
-        request: &LiveRequest,
-    ) -> Result<Option<SemaphorePermit<'_>>, QueueClosed> {
-        let Some(bytes) = &self.bytes else {
-            return Ok(None);
+            Err(TrySendError::Closed(_)) => return Err(QueueClosed),
+            Err(TrySendError::Full(request)) => request,
         };
-        let weight = bytes.weight(request);
-        if weight == 0 {
-            return Ok(None);
-        }
-        if let Ok(permit) = bytes.permits.try_acquire_many(weight) {
-            return Ok(Some(permit));
-        }
-        tokio::select! {
+        let sent = tokio::select! {
             biased;
-            () = self.closed.fired() => Err(QueueClosed),
-            permit = bytes.permits.acquire_many(weight) => permit.map(Some).map_err(|_| QueueClosed),
+            () = self.closed.fired() => false,
+            sent = self.tx.send(request) => sent.is_ok(),
+        };
+        if !sent {
+            return Err(QueueClosed);
         }
+        self.queued();
+        Ok(())
     }
 
     /// Sends a request if there is room now; a full queue drops it (returns false).
@@ -220,21 +198,8 @@ impl LiveRequestQueue {
         let Some(request) = self.try_shortcut(request) else {
             return true;
         };
-        let permit = match &self.bytes {
-            Some(bytes) => match bytes.weight(&request) {
-                0 => None,
-                weight => match bytes.permits.try_acquire_many(weight) {
-                    Ok(permit) => Some(permit),
-                    Err(_) => return false,
-                },
-            },
-            None => None,
-        };
         let sent = !self.closed.is_fired() && self.tx.try_send(Box::new(request)).is_ok();
         if sent {
-            if let Some(permit) = permit {
-                permit.forget();
-            }
             self.queued();
         }
         sent
@@ -246,13 +211,18 @@ impl LiveRequestQueue {
         if !request.is_media_only() || self.closed.is_fired() {
             return Some(request);
         }
-        shortcut::try_forward(&self.order, request)
+        // Held while forwarding, so the loop cannot close the shortcut halfway (it never waits).
+        let order = lock(&self.order);
+        match &order.shortcut {
+            Some(shortcut) if order.queued == order.done => shortcut.try_forward(request),
+            _ => Some(request),
+        }
     }
 
     /// Counts a request put in the queue. Counted after it went in: the same task checks the
     /// count before its next shortcut, and another task's sends have no order to keep with it.
     fn queued(&self) {
-        shortcut::queued(&self.order);
+        lock(&self.order).queued += 1;
     }
 
     /// Sends a complete user turn.
@@ -323,26 +293,15 @@ impl LiveRequestReceiver {
         // the flag would register and unregister a waiter each time. `close` puts a close request
         // in the queue instead, behind what was queued before it.
         if let Ok(request) = self.rx.try_recv() {
-            return self.taken(*request);
+            return *request;
         }
         if !self.closed.is_fired() {
             if let Some(request) = self.rx.recv().await {
-                return self.taken(*request);
+                return *request;
             }
         }
         self.closed.fire();
         CLOSE
-    }
-
-    /// Gives a received request's bytes back to the senders.
-    fn taken(&self, request: LiveRequest) -> LiveRequest {
-        if let Some(bytes) = &self.bytes {
-            let weight = bytes.weight(&request);
-            if weight > 0 {
-                bytes.permits.add_permits(weight as usize);
-            }
-        }
-        request
     }
 
     /// Whether the client closed the queue (sticky: stays true after the close was received).
@@ -352,13 +311,34 @@ impl LiveRequestReceiver {
 
     /// Opens the shortcut for media until the returned guard is dropped.
     pub(crate) fn open_shortcut(&self, shortcut: Arc<dyn Shortcut>) -> ShortcutOpen {
-        shortcut::open(&self.order, shortcut)
+        lock(&self.order).shortcut = Some(shortcut);
+        ShortcutOpen(Arc::clone(&self.order))
     }
 
     /// Marks a received request as finished with once the returned guard is dropped (after it
     /// reached the model, or when the loop gave up on it); until then media waits in the queue.
     pub(crate) fn in_hand(&self) -> InHand {
-        shortcut::in_hand(&self.order)
+        InHand(Arc::clone(&self.order))
+    }
+}
+
+/// Keeps a queue's media shortcut open (see [`LiveRequestReceiver::open_shortcut`]).
+#[derive(Debug)]
+pub(crate) struct ShortcutOpen(Arc<Mutex<Order>>);
+
+impl Drop for ShortcutOpen {
+    fn drop(&mut self) {
+        lock(&self.0).shortcut = None;
+    }
+}
+
+/// A received request the send loop is still working on (see [`LiveRequestReceiver::in_hand`]).
+#[derive(Debug)]
+pub(crate) struct InHand(Arc<Mutex<Order>>);
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        lock(&self.0).done += 1;
     }
 }
 
@@ -367,6 +347,7 @@ mod tests {
     use super::*;
     use crate::event::Blob;
     use std::time::Duration;
+    use tokio::sync::mpsc;
     use tokio::time::timeout;
 
     fn text_turn(bytes: usize) -> LiveRequest {

@@ -328,6 +328,23 @@ pub enum LiveInput {
     AudioStreamEnd,
 }
 
+impl crate::byte_channel::Weigh for LiveInput {
+    fn weight(&self) -> usize {
+        match self {
+            LiveInput::Realtime(blob) => blob.data.len(),
+            LiveInput::Content { content, .. } => content
+                .parts
+                .iter()
+                .map(|p| {
+                    p.text.as_ref().map_or(0, String::len)
+                        + p.inline_data.as_ref().map_or(0, |b| b.data.len())
+                })
+                .sum(),
+            _ => 0,
+        }
+    }
+}
+
 impl LiveInput {
     /// Realtime PCM16 audio at `rate` Hz.
     pub fn audio(data: Bytes, rate: u32) -> Self {

@@ -19,6 +19,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use crate::byte_channel;
+
 pub use chunker::{DEFAULT_AUDIO_CHUNK, MAX_AUDIO_CHUNK};
 pub use config::{
     ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, EndSensitivity,
@@ -35,13 +37,28 @@ pub type ModelMessage = Result<Box<LlmResponse>, ModelError>;
 /// Capacity of the channels between a flow and a backend connection.
 pub const CONNECTION_CHANNEL_CAPACITY: usize = 256;
 
+/// Bytes of media and text a model connection's input may hold: with the live request queue's
+/// own bound, what a connection holds on its way to a slow model stays a few MiB however large
+/// its messages.
+pub const MAX_INPUT_BYTES: usize = 2 * 1024 * 1024;
+
+/// The sending side of a model connection's input.
+pub type InputSender = byte_channel::Sender<LiveInput>;
+/// The receiving side of a model connection's input, read by the backend.
+pub type InputReceiver = byte_channel::Receiver<LiveInput>;
+
+/// A model connection's input channel, bounded in messages and bytes.
+pub fn input_channel() -> (InputSender, InputReceiver) {
+    byte_channel::channel(CONNECTION_CHANNEL_CAPACITY, MAX_INPUT_BYTES)
+}
+
 /// An open live session with a model: send inputs, receive responses.
 ///
 /// Dropping `sender` closes the upstream session; the backend then ends `receiver`.
 #[derive(Debug)]
 pub struct LiveConnection {
     /// Inputs to the model (audio, content, tool responses, activity signals).
-    pub sender: mpsc::Sender<LiveInput>,
+    pub sender: InputSender,
     /// Responses from the model, one per server message; `None` when the session has ended.
     pub receiver: mpsc::Receiver<ModelMessage>,
 }

@@ -7,7 +7,6 @@ use futures::stream::SplitSink;
 use futures::SinkExt;
 use serde_json::Value;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 use tokio::time::{timeout, Duration, Instant, Sleep};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -72,7 +71,7 @@ impl UpstreamWriter {
     pub(crate) async fn send_queued<M>(
         &mut self,
         first: LiveInput,
-        inputs: &mut mpsc::Receiver<LiveInput>,
+        inputs: &mut super::InputReceiver,
         mut encode: impl FnMut(LiveInput) -> M,
     ) -> Result<(), tungstenite::Error>
     where

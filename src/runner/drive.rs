@@ -105,7 +105,7 @@ impl Drive {
                 let (items, end) = run.flow(&llm).run(requests);
                 futures::pin_mut!(items);
                 while let Some((ready, flow_done)) = run.commit_ready(&mut items).await {
-                    for (event, emit) in ready {
+                    for FlowItem { event, emit } in ready {
                         if emit {
                             yield event;
                         }
@@ -234,19 +234,14 @@ impl Drive {
     /// Commits an event (when ADK's live rule says so) and records its state for the run. Returns
     /// the event, then an error event if the commit failed.
     async fn commit(&self, session: &mut RunSession, event: Event) -> Vec<Event> {
-        let item = FlowItem { event, emit: true };
-        let committed = self.commit_all(session, vec![item]).await;
-        committed.into_iter().map(|(event, _)| event).collect()
+        let committed = self.commit_all(session, vec![FlowItem::emit(event)]).await;
+        committed.into_iter().map(|item| item.event).collect()
     }
 
     /// Commits items in order (those ADK's live rule stores, together) and records their state
     /// for the run, in order. Returns each event with whether to yield it, each failed one
     /// followed by an error event (always yielded).
-    async fn commit_all(
-        &self,
-        session: &mut RunSession,
-        items: Vec<FlowItem>,
-    ) -> Vec<(Event, bool)> {
+    async fn commit_all(&self, session: &mut RunSession, items: Vec<FlowItem>) -> Vec<FlowItem> {
         let mut out = Vec::with_capacity(items.len());
         // Where in `out` each stored event goes, with its full delta: `temp:` keys are stripped
         // from what is stored but the rest of the run still sees them.
@@ -270,7 +265,7 @@ impl Drive {
                 stored.push((out.len(), event.actions.state_delta.clone()));
                 to_store.push(event.clone());
             }
-            out.push((event, emit));
+            out.push(FlowItem { event, emit });
         }
         if to_store.is_empty() {
             return out;
@@ -286,21 +281,21 @@ impl Drive {
             match outcome {
                 Ok(event) => {
                     self.invocation.commit_state(&delta);
-                    out[at].0 = event;
+                    out[at].event = event;
                 }
                 Err(error) => {
                     tracing::error!(%error, invocation_id = inv, "committing an event failed");
                     let message = format!("could not save event: {error}");
                     failed.push((
                         at,
-                        Event::error(inv, &out[at].0.author, error.code(), message),
+                        Event::error(inv, &out[at].event.author, error.code(), message),
                     ));
                 }
             }
         }
         // From the back, so the places of earlier failures still hold.
         for (at, error) in failed.into_iter().rev() {
-            out.insert(at + 1, (error, true));
+            out.insert(at + 1, FlowItem::emit(error));
         }
         out
     }
@@ -409,7 +404,7 @@ impl DriveRun {
 
     /// Takes the flow's next event and what it has ready behind it, commits them, and returns
     /// each with whether to yield it, and whether the flow is done; None once it is.
-    async fn commit_ready<S>(&mut self, items: &mut S) -> Option<(Vec<(Event, bool)>, bool)>
+    async fn commit_ready<S>(&mut self, items: &mut S) -> Option<(Vec<FlowItem>, bool)>
     where
         S: Stream<Item = FlowItem> + Unpin,
     {

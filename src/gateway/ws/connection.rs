@@ -281,20 +281,13 @@ impl Connection {
         let shutdown = gateway.shutdown.fired();
         let run_ended = self.run_done.fired();
         let client_gone = self.writer_done.fired();
-        let idle = tokio::time::sleep(gateway.session_limits.idle.unwrap_or(FOREVER));
-        let max_duration =
-            tokio::time::sleep(gateway.session_limits.max_duration.unwrap_or(FOREVER));
-        tokio::pin!(
-            taken_over,
-            shutdown,
-            run_ended,
-            client_gone,
-            idle,
-            max_duration
-        );
-        // The idle timer is not reset per frame (a timer-wheel update 50 times a second):
-        // when it fires, it is moved on to the last frame's time plus the timeout.
-        let mut last_frame = tokio::time::Instant::now();
+        // One timer for both limits, polled with every frame's select: re-armed only when it
+        // fires (never per frame: a timer-wheel update 50 times a second), then to the earlier of
+        // the last frame's time plus the idle timeout and the session's end.
+        let limits = TimeLimits::new(gateway.session_limits, tokio::time::Instant::now());
+        let mut last_frame = limits.started;
+        let deadline = tokio::time::sleep_until(limits.next(last_frame));
+        tokio::pin!(taken_over, shutdown, run_ended, client_gone, deadline);
         let mut audio_blocks = InputAudioBlocks::default();
         let mut bad_frames = LogLimit::default();
         loop {
@@ -304,17 +297,16 @@ impl Connection {
                 () = &mut shutdown => return End::Shutdown,
                 () = &mut run_ended => return End::RunEnded,
                 () = &mut client_gone => return End::ClientGone,
-                () = &mut max_duration => return End::MaxDuration,
-                () = &mut idle => {
-                    let until = last_frame + gateway.session_limits.idle.unwrap_or(FOREVER);
-                    if until <= tokio::time::Instant::now() {
-                        return End::Idle;
+                () = &mut deadline => {
+                    if let Some(end) = limits.expired(last_frame, tokio::time::Instant::now()) {
+                        return end;
                     }
-                    idle.as_mut().reset(until);
+                    deadline.as_mut().reset(limits.next(last_frame));
                     continue;
                 }
                 message = stream.next() => message,
             };
+            // One clock read per frame, for the idle limit and first-audio latency.
             last_frame = tokio::time::Instant::now();
             let decoded = match self.decode(message, &mut audio_blocks) {
                 Decoded::Request(decoded) => decoded,
@@ -325,7 +317,7 @@ impl Connection {
                 Ok(mut request) => {
                     // The moment it was read, give or take a decode: the start of first-audio latency.
                     if let Some(blob) = &mut request.blob {
-                        blob.received = Some(Instant::now());
+                        blob.received = Some(last_frame.into_std());
                     }
                     // Backpressure: a slow model stops us reading the socket.
                     let sent = tokio::select! {
@@ -475,6 +467,45 @@ impl Connection {
 
 /// No limit: far enough ahead never to fire, near enough not to overflow a clock.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A connection's time limits, from when it started reading.
+#[derive(Debug, Clone, Copy)]
+struct TimeLimits {
+    started: tokio::time::Instant,
+    idle: Option<Duration>,
+    /// When the session reaches its maximum duration.
+    ends: Option<tokio::time::Instant>,
+}
+
+impl TimeLimits {
+    fn new(limits: SessionLimits, started: tokio::time::Instant) -> Self {
+        TimeLimits {
+            started,
+            idle: limits.idle,
+            ends: limits.max_duration.map(|d| started + d),
+        }
+    }
+
+    /// When a limit may be reached next, the last frame read at `last_frame`.
+    fn next(&self, last_frame: tokio::time::Instant) -> tokio::time::Instant {
+        let idle = self.idle.map(|idle| last_frame + idle);
+        match (idle, self.ends) {
+            (Some(idle), Some(ends)) => idle.min(ends),
+            (Some(at), None) | (None, Some(at)) => at,
+            (None, None) => self.started + FOREVER,
+        }
+    }
+
+    /// The limit reached by `now` (the maximum duration first), if any.
+    fn expired(&self, last_frame: tokio::time::Instant, now: tokio::time::Instant) -> Option<End> {
+        if self.ends.is_some_and(|ends| ends <= now) {
+            return Some(End::MaxDuration);
+        }
+        self.idle
+            .is_some_and(|idle| last_frame + idle <= now)
+            .then_some(End::Idle)
+    }
+}
 
 fn log_exit(exit: WriterExit, stats: WriterStats) {
     match exit {

@@ -59,7 +59,8 @@ pub struct FlowItem {
 }
 
 impl FlowItem {
-    fn emit(event: Event) -> Self {
+    /// An event to commit and yield.
+    pub fn emit(event: Event) -> Self {
         FlowItem { event, emit: true }
     }
 }

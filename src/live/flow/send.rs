@@ -1,10 +1,9 @@
-//! The send loop: live requests from the client, to the model connection; and its shortcut, which
-//! forwards media-only requests from the sender's task.
+//! The send loop: live requests from the client, to the model connection; and its media
+//! shortcut, which forwards media-only requests from the sender's task.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::Arc;
 
+use crate::byte_channel::TrySendError;
 use crate::signal::Signal;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -12,10 +11,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
 use super::FlowItem;
+use crate::byte_channel::Weigh;
 use crate::event::{Blob, Content, Event};
-use crate::live::shortcut::MediaShortcut;
+use crate::live::queue::Shortcut;
 use crate::live::{LiveRequest, LiveRequestReceiver};
-use crate::model::LiveInput;
+use crate::model::{InputSender, LiveInput};
 
 /// An event the send loop hands to the flow to commit (and maybe yield), and the ack that it was
 /// committed. Boxed: these are rare, and a channel allocates room for 32 messages up front on
@@ -43,7 +43,7 @@ pub(crate) struct SendContext {
 
 impl SendContext {
     /// The model input for a client's media chunk, recorded first when the run records audio.
-    pub(crate) fn media(&self, blob: Blob) -> LiveInput {
+    fn media(&self, blob: Blob) -> LiveInput {
         if self.save_live_blob {
             self.cache.push(AudioSide::Input, &blob);
         }
@@ -51,105 +51,47 @@ impl SendContext {
     }
 }
 
-/// Bytes of media and text the model connection's input channel may hold. The channel is bounded
-/// in messages only; with this and the request queue's own bound, what a connection holds on its
-/// way to a slow model stays a few MiB however large its messages.
-pub(crate) const MAX_BYTES_TO_MODEL: usize = 2 * 1024 * 1024;
-
-/// How often a send loop over the byte bound looks whether the model took something: the
-/// channel tells when a slot frees, not when bytes do.
-const INBOX_POLL: Duration = Duration::from_millis(5);
-
-/// The model connection's input channel, with the bytes in it counted.
+/// The media shortcut: while the send loop runs, a media-only request (a microphone frame) goes
+/// from the task that read it straight into the model connection's input, instead of through
+/// the request queue and a wake-up of the send loop's task, the hottest path of a live run.
+/// Media takes the queue instead whenever a queued request is still on its way (the queue's
+/// `Order`), when the model's input is full, or while the loop is stopping, so the model sees
+/// requests in the order they were sent.
 #[derive(Debug)]
-pub(crate) struct Inbox {
-    pub(crate) tx: mpsc::Sender<LiveInput>,
-    max_bytes: usize,
-    held: Mutex<Held>,
+struct MediaShortcut {
+    model: InputSender,
+    ctx: SendContext,
 }
 
-/// What an inbox holds: the sizes of the inputs sent and not yet known to be taken, oldest first.
-#[derive(Debug, Default)]
-struct Held {
-    sizes: VecDeque<usize>,
-    bytes: usize,
-}
-
-impl Inbox {
-    pub(crate) fn new(tx: mpsc::Sender<LiveInput>, max_bytes: usize) -> Self {
-        Inbox {
-            tx,
-            max_bytes,
-            held: Mutex::default(),
+impl Shortcut for MediaShortcut {
+    fn try_forward(&self, request: LiveRequest) -> Option<LiveRequest> {
+        if self.ctx.stop.is_fired() {
+            return Some(request);
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Held> {
-        // The counts stay consistent whatever panicked: the lock is never held across a panic
-        // point that leaves them half-updated.
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether an input of `size` bytes fits now (one always does into an empty inbox).
-    pub(crate) fn has_room(&self, size: usize) -> bool {
-        let mut held = self.lock();
-        // The channel is first in, first out: all but the newest inputs still in it were taken.
-        let in_channel = self.tx.max_capacity() - self.tx.capacity();
-        while held.sizes.len() > in_channel {
-            let taken = held.sizes.pop_front().unwrap_or(0);
-            held.bytes -= taken;
+        // Room first: a request given back must not have been recorded yet.
+        let Ok(permit) = self.model.try_reserve(request.weight()) else {
+            return Some(request);
+        };
+        self.ctx.hooks.fan_out(&request);
+        if let Some(blob) = request.blob {
+            permit.send(self.ctx.media(blob));
         }
-        held.bytes == 0 || held.bytes + size <= self.max_bytes
-    }
-
-    /// Sends through a reserved slot and counts it (under the lock, so counts keep the channel's
-    /// order whichever task sends).
-    pub(crate) fn send(&self, permit: mpsc::Permit<'_, LiveInput>, input: LiveInput, size: usize) {
-        let mut held = self.lock();
-        permit.send(input);
-        held.sizes.push_back(size);
-        held.bytes += size;
-    }
-}
-
-/// Bytes of media and text an input carries.
-fn input_bytes(input: &LiveInput) -> usize {
-    match input {
-        LiveInput::Realtime(blob) => blob.data.len(),
-        LiveInput::Content { content, .. } => content
-            .parts
-            .iter()
-            .map(|p| {
-                p.text.as_ref().map_or(0, String::len)
-                    + p.inline_data.as_ref().map_or(0, |b| b.data.len())
-            })
-            .sum(),
-        _ => 0,
+        None
     }
 }
 
 /// Forwards requests to the model until the queue closes, the model goes away or `stop` fires;
 /// hands the inputs back so a reconnect can go on with them.
 pub(crate) async fn send_loop(
-    inputs: SendInputs,
-    model: mpsc::Sender<LiveInput>,
-    ctx: SendContext,
-) -> SendInputs {
-    send_loop_bounded(inputs, Inbox::new(model, MAX_BYTES_TO_MODEL), ctx).await
-}
-
-/// [`send_loop`] into an inbox with its own byte bound.
-pub(crate) async fn send_loop_bounded(
     mut inputs: SendInputs,
-    model: Inbox,
+    model: InputSender,
     ctx: SendContext,
 ) -> SendInputs {
-    let model = Arc::new(model);
     // Made once, not per request: a pinned wait polled again costs an atomic load.
     let stopped = ctx.stop.fired();
     tokio::pin!(stopped);
     let _shortcut = inputs.requests.open_shortcut(Arc::new(MediaShortcut {
-        model: Arc::clone(&model),
+        model: model.clone(),
         ctx: ctx.clone(),
     }));
     loop {
@@ -175,7 +117,7 @@ pub(crate) async fn send_loop_bounded(
 /// Sends one client request on: its state changes committed, its realtime input and its
 /// content forwarded. False once the loop ends (the request closes the queue, `stop` fired, or
 /// the model is gone).
-async fn send_request(ctx: &SendContext, model: &Inbox, request: LiveRequest) -> bool {
+async fn send_request(ctx: &SendContext, model: &InputSender, request: LiveRequest) -> bool {
     ctx.hooks.fan_out(&request);
     let is_function_response = request
         .content
@@ -231,7 +173,7 @@ async fn send_request(ctx: &SendContext, model: &Inbox, request: LiveRequest) ->
 /// screened by the before-model callbacks, then forwarded. False once the loop ends.
 async fn send_content(
     ctx: &SendContext,
-    model: &Inbox,
+    model: &InputSender,
     mut content: Content,
     event_delta: Option<Map<String, Value>>,
     turn_complete: bool,
@@ -266,34 +208,22 @@ async fn send_content(
     forward(ctx, model, input).await
 }
 
-/// Sends an input to the model once its inbox has room for its bytes and a slot; false once
+/// Sends an input to the model once its input has room for its bytes and a slot; false once
 /// `stop` fires or the model is gone.
-async fn forward(ctx: &SendContext, model: &Inbox, input: LiveInput) -> bool {
+async fn forward(ctx: &SendContext, model: &InputSender, input: LiveInput) -> bool {
     if ctx.stop.is_fired() {
         return false;
     }
-    let size = input_bytes(&input);
-    while !model.has_room(size) {
-        tokio::select! {
-            biased;
-            () = ctx.stop.fired() => return false,
-            () = tokio::time::sleep(INBOX_POLL) => {}
-        }
-    }
-    let permit = match model.tx.try_reserve() {
-        Ok(permit) => permit,
-        Err(mpsc::error::TrySendError::Closed(())) => return false,
-        Err(mpsc::error::TrySendError::Full(())) => tokio::select! {
-            biased;
-            () = ctx.stop.fired() => return false,
-            permit = model.tx.reserve() => match permit {
-                Ok(permit) => permit,
-                Err(_) => return false,
-            },
-        },
+    let input = match model.try_send(input) {
+        Ok(()) => return true,
+        Err(TrySendError::Closed(_)) => return false,
+        Err(TrySendError::Full(input)) => input,
     };
-    model.send(permit, input, size);
-    true
+    tokio::select! {
+        biased;
+        () = ctx.stop.fired() => false,
+        sent = model.send(input) => sent.is_ok(),
+    }
 }
 
 /// Commits an event through the flow (yielding it too when `emit`) and waits until it is committed.
@@ -316,6 +246,7 @@ mod tests {
     use crate::event::Blob;
     use crate::live::bounded_live_request_queue;
     use crate::live::flow::NoHooks;
+    use std::time::Duration;
 
     fn image(bytes: usize) -> LiveRequest {
         LiveRequest {
@@ -328,7 +259,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_model_that_does_not_read_holds_no_more_bytes_than_the_bounds() {
         // A model whose input channel has room for 256 messages, and never reads it.
-        let (tx, mut model) = mpsc::channel(256);
+        let (tx, mut model) = crate::byte_channel::channel(256, 256 * 1024);
         let (queue, requests) = bounded_live_request_queue(256, 512 * 1024);
         let (persist, _persisted) = mpsc::channel(16);
         let (_internal_tx, internal) = mpsc::channel(16);
@@ -342,7 +273,7 @@ mod tests {
             hooks: Arc::new(NoHooks),
         };
         let inputs = SendInputs { requests, internal };
-        let task = tokio::spawn(send_loop_bounded(inputs, Inbox::new(tx, 256 * 1024), ctx));
+        let task = tokio::spawn(send_loop(inputs, tx, ctx));
         // 64 KiB images, as fast as they are taken: the model's inbox takes 4 (256 KiB), the
         // queue 8 (512 KiB), the send loop holds one waiting for room; then nothing more.
         let mut accepted = 0;

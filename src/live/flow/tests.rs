@@ -28,7 +28,7 @@ fn ok(response: LlmResponse) -> ModelMessage {
 /// One connection the flow opened: its config, what it sends, and a way to answer.
 struct Upstream {
     config: LiveConnectConfig,
-    inputs: mpsc::Receiver<LiveInput>,
+    inputs: crate::model::InputReceiver,
     responses: mpsc::Sender<ModelMessage>,
 }
 
@@ -51,7 +51,7 @@ impl LiveModel for ScriptedModel {
     }
 
     async fn connect(&self, config: LiveConnectConfig) -> Result<LiveConnection, ModelError> {
-        let (sender, inputs) = mpsc::channel(16);
+        let (sender, inputs) = crate::byte_channel::channel(16, usize::MAX);
         let (responses, receiver) = mpsc::channel(16);
         self.connections
             .send(Upstream {

@@ -94,7 +94,7 @@ pub(super) async fn open(
     }
 
     let (sink, stream) = socket.split();
-    let (input_tx, input_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+    let (input_tx, input_rx) = crate::model::input_channel();
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let done = Signal::new();
     let realtime_text = text_as_realtime(&endpoint.model);
@@ -145,7 +145,7 @@ async fn wait_for_setup(socket: &mut Socket, model: &str) -> Result<(), ModelErr
 /// the server's closing handshake completes).
 async fn write_loop(
     mut writer: UpstreamWriter,
-    mut inputs: mpsc::Receiver<LiveInput>,
+    mut inputs: crate::model::InputReceiver,
     realtime_text: bool,
     ping_interval: Duration,
     done: Signal,

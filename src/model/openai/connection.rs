@@ -15,9 +15,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
 use crate::model::upstream::{handshake_error, send_json, Socket, UpstreamWriter};
-use crate::model::{
-    LiveConnection, LiveInput, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY,
-};
+use crate::model::{LiveConnection, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY};
 use crate::signal::{receiver_gone, Signal};
 
 /// How long the TCP/TLS/WebSocket handshake may take.
@@ -102,7 +100,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
     }
 
     let (sink, stream) = socket.split();
-    let (input_tx, input_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+    let (input_tx, input_rx) = crate::model::input_channel();
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let (upstream_tx, upstream_rx) = mpsc::channel(UPSTREAM_CAPACITY);
     let done = Signal::new();
@@ -153,7 +151,7 @@ async fn wait_for_session(socket: &mut Socket, decoder: &mut Decoder) -> Result<
 /// reader ends.
 async fn write_loop(
     mut writer: UpstreamWriter,
-    mut inputs: mpsc::Receiver<LiveInput>,
+    mut inputs: crate::model::InputReceiver,
     mut upstream: mpsc::Receiver<Value>,
     mut encoder: Encoder,
     done: Signal,

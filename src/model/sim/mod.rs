@@ -81,7 +81,7 @@ impl LiveModel for SimModel {
                 });
             }
         }
-        let (sender, inputs) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
+        let (sender, inputs) = crate::model::input_channel();
         let (outputs, receiver) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
         tokio::spawn(session::run(self.config, config, inputs, outputs));
         Ok(LiveConnection { sender, receiver })

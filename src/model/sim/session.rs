@@ -32,7 +32,7 @@ const DEFAULT_INPUT_RATE: u32 = 16_000;
 pub(super) async fn run(
     sim: SimConfig,
     config: LiveConnectConfig,
-    mut inputs: mpsc::Receiver<LiveInput>,
+    mut inputs: crate::model::InputReceiver,
     output: mpsc::Sender<ModelMessage>,
 ) {
     let mut session = Session::new(sim, config);
@@ -85,6 +85,28 @@ pub(super) async fn run(
     }
 }
 
+/// What a realtime input's mime type says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MediaKind {
+    /// Raw PCM at this rate (the default when it names none, or an unusable one).
+    Pcm(u32),
+    /// Anything else, which the sim ignores.
+    Other,
+}
+
+impl MediaKind {
+    fn of(blob: &Blob) -> Self {
+        if !blob.is_pcm() {
+            return MediaKind::Other;
+        }
+        MediaKind::Pcm(
+            blob.sample_rate()
+                .filter(|r| (1_000..=384_000).contains(r))
+                .unwrap_or(DEFAULT_INPUT_RATE),
+        )
+    }
+}
+
 /// The state of one simulated live session.
 struct Session {
     sim: SimConfig,
@@ -94,6 +116,9 @@ struct Session {
     /// User activity interrupts answers (`START_OF_ACTIVITY_INTERRUPTS`, the default).
     activity_interrupts: bool,
     rate: u32,
+    /// The last realtime input's mime type and what it says (PCM or not, its rate): a client
+    /// sends the same one with every frame, so it is parsed when it changes, not per frame.
+    media_kind: (String, MediaKind),
     track: Track,
     vad: Vad,
     vad_events: Vec<VadEvent>,
@@ -297,6 +322,7 @@ impl Session {
         Session {
             vad: Vad::new(vad_settings(&sim, &config), DEFAULT_INPUT_RATE),
             rate: DEFAULT_INPUT_RATE,
+            media_kind: (String::new(), MediaKind::Other),
             sim,
             manual,
             activity_interrupts,
@@ -377,7 +403,9 @@ impl Session {
                 }
             }
             // Raw PCM is the only audio the sim understands.
-            LiveInput::Realtime(blob) if blob.is_pcm() => self.audio(blob),
+            LiveInput::Realtime(blob) if self.media_kind(&blob) != MediaKind::Other => {
+                self.audio(blob)
+            }
             LiveInput::Realtime(blob) => {
                 self.ignored_media += 1;
                 tracing::debug!(
@@ -423,12 +451,19 @@ impl Session {
         }
     }
 
+    /// What the blob's mime type says, parsed only when it differs from the last one's.
+    fn media_kind(&mut self, blob: &Blob) -> MediaKind {
+        if self.media_kind.0 != blob.mime_type {
+            self.media_kind = (blob.mime_type.clone(), MediaKind::of(blob));
+        }
+        self.media_kind.1
+    }
+
     /// Realtime PCM from the user.
     fn audio(&mut self, blob: Blob) {
-        let rate = blob
-            .sample_rate()
-            .filter(|r| (1_000..=384_000).contains(r))
-            .unwrap_or(DEFAULT_INPUT_RATE);
+        let MediaKind::Pcm(rate) = self.media_kind(&blob) else {
+            return;
+        };
         if rate != self.rate {
             tracing::debug!(from = self.rate, to = rate, "sim input sample rate changed");
             self.handle(LiveInput::AudioStreamEnd);

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use super::pcm::samples;
@@ -70,7 +69,7 @@ fn text_turn(text: &str) -> LiveInput {
 }
 
 /// Streams audio in 20 ms chunks from its own task, so the test can read answers meanwhile.
-fn feed(sender: &mpsc::Sender<LiveInput>, audio: Vec<i16>) {
+fn feed(sender: &crate::model::InputSender, audio: Vec<i16>) {
     let sender = sender.clone();
     tokio::spawn(async move {
         for chunk in audio.chunks(320) {

@@ -189,7 +189,7 @@ enum Model {
     /// Set up, but the sim is connected lazily, so leading `clientContent` can become its history.
     Pending(Box<LiveConnectConfig>),
     /// Connected; inputs go here.
-    Live(mpsc::Sender<LiveInput>),
+    Live(livegate::model::InputSender),
 }
 
 /// The state of one client connection.

@@ -208,7 +208,7 @@ struct Answer {
 struct Connection<'a> {
     shared: &'a Shared,
     session: Session,
-    model: Option<mpsc::Sender<LiveInput>>,
+    model: Option<livegate::model::InputSender>,
     responses: Option<mpsc::Receiver<ModelMessage>>,
     /// Items created since the last `response.create`.
     pending: Vec<Item>,
