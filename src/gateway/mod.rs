@@ -19,6 +19,7 @@ mod registry;
 mod rest;
 mod run_api;
 mod serve;
+pub mod telephony;
 mod tls;
 mod writer;
 
@@ -107,6 +108,8 @@ pub struct Gateway {
     pub queue_max_bytes: usize,
     /// Idle timeout and maximum duration of a WebSocket connection.
     pub session_limits: SessionLimits,
+    /// Phone calls' settings and carrier secrets.
+    pub telephony: telephony::Telephony,
 }
 
 /// Errors starting the gateway.
@@ -133,6 +136,9 @@ pub enum StartError {
     /// A default live setting (flags, config file or agent file) is invalid.
     #[error("live settings: {0}")]
     Settings(#[from] crate::live::settings::SettingError),
+    /// A telephony setting is invalid.
+    #[error("telephony: {0}")]
+    Telephony(String),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -203,6 +209,9 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     };
     let metrics = metrics.with_store_reads(runner.sessions.clone());
     let tls = open_tls(args, &metrics)?;
+    let telephony =
+        telephony::Telephony::new(&args.telephony, Duration::from_secs(args.drain_timeout))
+            .map_err(StartError::Telephony)?;
     let limits = Arc::new(limits::Limits::new(
         args.limit_settings(),
         metrics.limits.clone(),
@@ -227,6 +236,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         frame_limits: args.frame_limits(),
         queue_max_bytes: args.queue_max_bytes,
         session_limits: args.session_limits(),
+        telephony,
     });
     let (listener, addr) = bind(args.bind).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -414,6 +424,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/config", get(auth::config))
         .merge(protected)
+        .merge(telephony::routes())
         .route("/static/{*path}", get(assets::file))
         .route("/{file}", get(assets::file))
         .layer(axum::middleware::from_fn_with_state(

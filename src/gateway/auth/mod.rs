@@ -165,6 +165,24 @@ impl Auth {
         &self.origins
     }
 
+    /// Verifies a client token presented some other way than a header (a call's stream token,
+    /// in its URL's path).
+    pub fn verify_token(&self, token: &str) -> Result<Grant, TokenError> {
+        self.verifier.verify(token)
+    }
+
+    /// A token for `user`'s session `session` living `ttl`, if this gateway mints tokens
+    /// (`LIVEGATE_TOKEN_SECRET`).
+    pub fn mint_for_session(
+        &self,
+        user: &str,
+        session: &str,
+        ttl: Duration,
+    ) -> Option<Result<token::Minted, token::MintError>> {
+        let minter = self.minter.as_ref()?;
+        Some(minter.mint(user, Some(session), Some(ttl)))
+    }
+
     /// True when `request`'s bearer credential is an operator API key.
     fn is_operator(&self, headers: &HeaderMap) -> bool {
         bearer(headers).is_some_and(|key| self.keys.matches(key))
