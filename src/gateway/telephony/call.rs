@@ -512,6 +512,8 @@ impl<'c> Reader<'c> {
             self.call.meter.received(false, text.len());
             let parsed = call.carrier.parse(text.as_str());
             match parsed {
+                // Once the run is over (its goodbye playing) the caller's audio has nowhere to go.
+                Ok(Inbound::Media(_)) if run_over => {}
                 Ok(Inbound::Media(payload)) => {
                     if !self.media(&payload, &lease.taken_over).await {
                         return End::RunEnded;
