@@ -3,6 +3,8 @@
 //! with `clear` and truncation at the last mark, DTMF, hang-ups, bad messages, signatures, a
 //! failing model, a draining node, and a Telnyx call.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
