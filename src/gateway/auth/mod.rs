@@ -12,17 +12,11 @@ pub mod token;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use clap::ValueEnum;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 pub use crate::model::gemini::Secret;
@@ -31,7 +25,6 @@ pub use origin::AllowedOrigins;
 pub use token::{Grant, IdentityProvider, Minter, TokenError, Verifier};
 
 use super::ids::PathId;
-use super::Gateway;
 
 /// The WebSocket subprotocol of this gateway's protocol; echoed when a client offers it.
 pub const SUBPROTOCOL: &str = "livegate.v1";
@@ -103,10 +96,10 @@ pub struct Auth {
     mode: AuthMode,
     keys: ApiKeys,
     verifier: Verifier,
-    minter: Option<Minter>,
+    pub(crate) minter: Option<Minter>,
     origins: AllowedOrigins,
     /// `--auth none` on loopback: only loopback `Host` names are answered.
-    loopback_hosts_only: bool,
+    pub(crate) loopback_hosts_only: bool,
 }
 
 impl Auth {
@@ -184,12 +177,12 @@ impl Auth {
     }
 
     /// True when `request`'s bearer credential is an operator API key.
-    fn is_operator(&self, headers: &HeaderMap) -> bool {
+    pub(crate) fn is_operator(&self, headers: &HeaderMap) -> bool {
         bearer(headers).is_some_and(|key| self.keys.matches(key))
     }
 
     /// Who is asking, or why the request is refused before it reaches a handler.
-    fn authenticate(
+    pub(crate) fn authenticate(
         &self,
         method: &Method,
         uri: &Uri,
@@ -329,10 +322,14 @@ pub struct Denied {
 
 /// Marks a response as an auth refusal, so the middleware counts it wherever it was decided.
 #[derive(Debug, Clone, Copy)]
-struct AuthFailure(&'static str);
+pub(crate) struct AuthFailure(pub(crate) &'static str);
 
 impl Denied {
-    fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        status: StatusCode,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         Denied {
             status,
             reason,
@@ -360,57 +357,6 @@ impl IntoResponse for Denied {
     }
 }
 
-/// Counts a refusal carried by `response`.
-fn count(gateway: &Gateway, response: &Response) {
-    if let Some(AuthFailure(reason)) = response.extensions().get::<AuthFailure>() {
-        gateway.metrics.auth_failure(reason);
-    }
-}
-
-/// Authenticates a request to a protected route, hands its [`Principal`] to the handler, and
-/// counts every refusal (its own and the handler's).
-pub(super) async fn authorize(
-    State(gateway): State<Arc<Gateway>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let decided = gateway
-        .auth
-        .authenticate(request.method(), request.uri(), request.headers());
-    let response = match decided {
-        Ok(principal) => {
-            request.extensions_mut().insert(principal);
-            next.run(request).await
-        }
-        Err(denied) => denied.into_response(),
-    };
-    count(&gateway, &response);
-    response
-}
-
-/// With `--auth none` on loopback, answers only requests whose `Host` is a loopback name: a page
-/// on another site that points its own name at 127.0.0.1 (DNS rebinding) is refused.
-pub(super) async fn guard_host(
-    State(gateway): State<Arc<Gateway>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if gateway.auth.loopback_hosts_only {
-        let host = host_of(request.headers(), request.uri()).unwrap_or_default();
-        if !origin::is_loopback_host(host) {
-            let response = Denied::new(
-                StatusCode::FORBIDDEN,
-                "host",
-                "this gateway answers loopback host names only (it runs without auth)",
-            )
-            .into_response();
-            count(&gateway, &response);
-            return response;
-        }
-    }
-    next.run(request).await
-}
-
 /// May this caller read `/metrics`? Loopback callers and operator keys may; a request relayed by
 /// a proxy (which connects from loopback on everyone's behalf) counts as not loopback.
 pub fn metrics_allowed(peer: Option<SocketAddr>, headers: &HeaderMap, operator: bool) -> bool {
@@ -418,90 +364,6 @@ pub fn metrics_allowed(peer: Option<SocketAddr>, headers: &HeaderMap, operator: 
         .iter()
         .any(|name| headers.contains_key(*name));
     operator || (!relayed && peer.is_some_and(|peer| peer.ip().to_canonical().is_loopback()))
-}
-
-/// The refusal for a `/metrics` caller on the main listener that is not [`metrics_allowed`].
-pub(super) fn refuse_metrics(
-    gateway: &Gateway,
-    peer: Option<SocketAddr>,
-    headers: &HeaderMap,
-) -> Option<Response> {
-    let operator = gateway.auth.is_operator(headers);
-    if metrics_allowed(peer, headers, operator) {
-        return None;
-    }
-    let response = Denied::new(
-        StatusCode::FORBIDDEN,
-        "metrics",
-        "metrics are served to loopback callers and operator keys only",
-    )
-    .into_response();
-    count(gateway, &response);
-    Some(response)
-}
-
-/// `GET /api/config`: what the built-in page needs to know before it signs in.
-pub(super) async fn config(State(gateway): State<Arc<Gateway>>) -> Response {
-    let auth = match gateway.auth.mode {
-        AuthMode::None => "none",
-        AuthMode::Token => "token",
-    };
-    Json(json!({ "auth": auth })).into_response()
-}
-
-/// The body of `POST /api/tokens`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct TokenRequest {
-    #[serde(alias = "user_id")]
-    user_id: String,
-    #[serde(default, alias = "session_id")]
-    session_id: Option<String>,
-    #[serde(default, alias = "ttl_seconds")]
-    ttl_seconds: Option<u64>,
-}
-
-/// `POST /api/tokens {"userId", "sessionId"?, "ttlSeconds"?}` (operator keys only):
-/// `{"token", "expiresAt"}`.
-pub(super) async fn mint_token(
-    State(gateway): State<Arc<Gateway>>,
-    Extension(principal): Extension<Principal>,
-    body: Bytes,
-) -> Response {
-    if principal != Principal::Operator {
-        return Denied::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "minting tokens needs an operator API key",
-        )
-        .into_response();
-    }
-    let error = |status: StatusCode, message: String| {
-        (status, Json(json!({ "error": message }))).into_response()
-    };
-    let Some(minter) = &gateway.auth.minter else {
-        return error(
-            StatusCode::NOT_IMPLEMENTED,
-            format!("minting tokens needs {TOKEN_SECRET_ENV}"),
-        );
-    };
-    let request: TokenRequest = match serde_json::from_slice(&body) {
-        Ok(request) => request,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("invalid body: {e}")),
-    };
-    let minted = minter.mint(
-        &request.user_id,
-        request.session_id.as_deref(),
-        request.ttl_seconds.map(Duration::from_secs),
-    );
-    match minted {
-        Ok(minted) => {
-            tracing::info!(user_id = request.user_id, session_id = ?request.session_id, "client token minted");
-            Json(json!({ "token": minted.token, "expiresAt": minted.expires_at })).into_response()
-        }
-        Err(e @ token::MintError::Invalid(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
 }
 
 /// True for a WebSocket upgrade request.
@@ -513,7 +375,7 @@ fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// The request's host: the `Host` header, or the URI's authority (HTTP/2).
-fn host_of<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<&'a str> {
+pub(crate) fn host_of<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<&'a str> {
     headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())

@@ -383,8 +383,8 @@ fn accept_stream(
     upgrade
         .max_message_size(MAX_STREAM_MESSAGE)
         .max_frame_size(MAX_STREAM_MESSAGE)
-        .read_buffer_size(super::SOCKET_READ_BUFFER)
-        .write_buffer_size(super::SOCKET_WRITE_BUFFER)
+        .read_buffer_size(crate::gateway::ws::upgrade::SOCKET_READ_BUFFER)
+        .write_buffer_size(crate::gateway::ws::writer::SOCKET_WRITE_BUFFER)
         .on_upgrade(move |socket| {
             tracker.track_future(call::serve_call(gateway, carrier, socket, grant))
         })

@@ -1,0 +1,996 @@
+//! `livegate serve`'s options: flags, with `LIVEGATE_*` environment variables as fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, Args, ValueEnum};
+use serde::Deserialize;
+
+use crate::cli::sim_config;
+pub use crate::cli::{LogFormat, SimPacingArg};
+use crate::gateway::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
+use crate::gateway::ws::codec::AudioEncoding;
+use crate::model::Modality;
+
+/// OpenAI Realtime's automatic turn detection, as a flag value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OpenAiVadArg {
+    /// Silence-based (`server_vad`).
+    #[default]
+    Server,
+    /// Model-based end of turn (`semantic_vad`).
+    Semantic,
+}
+
+/// Options of `livegate serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// TOML file with any of these options (kebab- or snake-case keys); flags and environment
+    /// variables take precedence over it.
+    #[arg(long, env = "LIVEGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Listen address (port 0 picks a free port; the chosen address is logged as `listening on ADDR`).
+    #[arg(long, env = "LIVEGATE_BIND", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    /// Where the default SQLite file and artifact folder live.
+    #[arg(long, env = "LIVEGATE_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// Session store: `memory:`, `sqlite://PATH` or `postgres://USER@HOST/DB` (shared by several
+    /// nodes) [default: sqlite://{data-dir}/livegate.db].
+    #[arg(long, env = "LIVEGATE_SESSION_STORE")]
+    pub session_store: Option<String>,
+    /// Artifact store: `memory:`, `file://PATH`, or a bucket: `s3://BUCKET/PREFIX`, `gs://…`,
+    /// `az://…` (credentials from the environment) [default: file://{data-dir}/artifacts].
+    #[arg(long, env = "LIVEGATE_ARTIFACT_STORE")]
+    pub artifact_store: Option<String>,
+    /// Local folder where recordings wait on their way to a bucket: spool files while their
+    /// turn runs, and the outbox of uploads that failed, which the next process started on the
+    /// same folder takes up [default: {data-dir}/spool].
+    #[arg(long, env = "LIVEGATE_SPOOL_DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// Model: `sim` (embedded, offline), a Gemini live model id (needs `GOOGLE_API_KEY` or
+    /// `GEMINI_API_KEY`, or Vertex settings), or an OpenAI realtime model id such as
+    /// `gpt-realtime`, or `openai:<id>` (needs `OPENAI_API_KEY`).
+    #[arg(long, env = "LIVEGATE_MODEL", default_value = "sim")]
+    pub model: String,
+    /// Gemini Live base URL, e.g. `ws://127.0.0.1:9300` for `livegate mock-gemini`.
+    #[arg(long, env = "LIVEGATE_GEMINI_BASE_URL", default_value = crate::model::gemini::DEFAULT_BASE_URL)]
+    pub gemini_base_url: String,
+    /// Gemini API version (`v1beta`, `v1alpha`; Vertex: `v1beta1`, `v1`).
+    #[arg(long, env = "LIVEGATE_GEMINI_API_VERSION", default_value = crate::model::gemini::DEFAULT_API_VERSION)]
+    pub gemini_api_version: String,
+    /// Vertex AI project: use Vertex instead of the Developer API (token from `GOOGLE_CLOUD_ACCESS_TOKEN`).
+    #[arg(long, env = "GOOGLE_CLOUD_PROJECT")]
+    pub vertex_project: Option<String>,
+    /// Vertex AI location.
+    #[arg(long, env = "GOOGLE_CLOUD_LOCATION", default_value = "us-central1")]
+    pub vertex_location: String,
+    /// Agent definition (TOML) [default: one assistant with get_current_time and calculate].
+    #[arg(long, env = "LIVEGATE_AGENT")]
+    pub agent: Option<PathBuf>,
+    /// Default response modality (a client may override it per connection with `?modality=`).
+    #[arg(long, env = "LIVEGATE_MODALITY", default_value = "AUDIO", value_parser = parse_modality)]
+    pub modality: Modality,
+    /// Default downstream audio encoding (a client may override it with `?audio=`).
+    #[arg(long, env = "LIVEGATE_AUDIO_FRAMES", default_value = "binary", value_parser = parse_audio_frames)]
+    pub audio_frames: AudioEncoding,
+    /// Record input and output audio to artifacts (ADK's `save_live_blob`, also accepted as the
+    /// flag's name).
+    #[arg(long = "save-audio", alias = "save-live-blob", env = "LIVEGATE_SAVE_AUDIO", default_value_t = true, action = ArgAction::Set)]
+    pub save_live_blob: bool,
+    /// Log output format.
+    #[arg(long, env = "LIVEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// How far model audio may run ahead of real-time playback at the client, in milliseconds.
+    #[arg(long, env = "LIVEGATE_AUDIO_LEAD_MS", default_value_t = 500)]
+    pub audio_lead_ms: u64,
+    /// Largest WebSocket message a client may send, in bytes (larger ones close with 1009).
+    #[arg(long, env = "LIVEGATE_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+    /// Requests a live run may queue before the socket reader waits for the model.
+    #[arg(long, env = "LIVEGATE_QUEUE_CAPACITY", default_value_t = crate::live::DEFAULT_QUEUE_CAPACITY)]
+    pub queue_capacity: usize,
+    /// `sim` model: pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
+    #[arg(long, env = "LIVEGATE_SIM_PACING", value_enum, default_value_t = SimPacingArg::Realtime)]
+    pub sim_pacing: SimPacingArg,
+    /// `sim` model: delay before each answer starts, in milliseconds (default 150).
+    #[arg(long, env = "LIVEGATE_SIM_REPLY_DELAY_MS")]
+    pub sim_reply_delay_ms: Option<u64>,
+    /// `sim` model: length of each answer audio chunk, in milliseconds (default 40).
+    #[arg(long, env = "LIVEGATE_SIM_CHUNK_MS")]
+    pub sim_chunk_ms: Option<u32>,
+    /// Serve the web client from this folder instead of the embedded one (e.g. ADK's bidi-demo
+    /// `app/static`, with `--audio-frames base64`).
+    #[arg(long, env = "LIVEGATE_WEB_ROOT")]
+    pub web_root: Option<PathBuf>,
+    /// Application name (first part of session and artifact keys).
+    #[arg(long, env = "LIVEGATE_APP_NAME", default_value = "livegate")]
+    pub app_name: String,
+    /// Seconds a client may take to send a request's head (and its TLS handshake); an idle
+    /// keep-alive connection is closed after as long.
+    #[arg(long, env = "LIVEGATE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_read_timeout_secs: u64,
+    /// Most connections that have not finished their first request (past it the oldest is closed);
+    /// never more than half the process's file descriptor limit.
+    #[arg(
+        long,
+        env = "LIVEGATE_MAX_UNFINISHED_CONNECTIONS",
+        default_value_t = 1024
+    )]
+    pub max_unfinished_connections: usize,
+    /// Most WebSocket connections at once (beyond it: 503 before the upgrade; 0: no cap).
+    #[arg(long, env = "LIVEGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Most live sessions one user may have at once (beyond it: 429 before the upgrade; 0: no cap).
+    /// User ids are only trustworthy with authentication on.
+    #[arg(long, env = "LIVEGATE_MAX_SESSIONS_PER_USER", default_value_t = 0)]
+    pub max_sessions_per_user: usize,
+    /// New connections one client address may open per second, in bursts of twice as many
+    /// (beyond it: 429; loopback addresses are not limited; 0: no limit).
+    #[arg(long, env = "LIVEGATE_CONNECTIONS_PER_SECOND", default_value_t = 20)]
+    pub connections_per_second: u32,
+    /// Proxies (CIDRs, comma-separated) whose `X-Forwarded-For` names the client address.
+    #[arg(long, env = "LIVEGATE_TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_proxy)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Most recent session events a live run replays to the model as history.
+    #[arg(long, env = "LIVEGATE_HISTORY_MAX_EVENTS", default_value_t = crate::runner::DEFAULT_HISTORY_EVENTS)]
+    pub history_max_events: usize,
+    /// Most bytes of text a live run replays to the model as history (the newest kept).
+    #[arg(long, env = "LIVEGATE_HISTORY_MAX_BYTES", default_value_t = crate::runner::DEFAULT_HISTORY_BYTES)]
+    pub history_max_bytes: usize,
+    /// `/readyz` also checks that the model can be reached (Gemini, OpenAI: a TCP connect to its host).
+    #[arg(long, env = "LIVEGATE_READY_CHECKS_MODEL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub ready_checks_model: bool,
+    /// Serve `https://` and `wss://` with this PEM certificate chain (needs `--tls-key`); the
+    /// files are reloaded when they change.
+    #[arg(long, env = "LIVEGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "LIVEGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Most recording audio one connection holds in memory when it cannot be saved (a full disk);
+    /// beyond it audio is dropped with an error event (0: no cap).
+    #[arg(long, env = "LIVEGATE_MAX_UNSAVED_RECORDING_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES)]
+    pub max_unsaved_recording_bytes: usize,
+    /// With a `postgres://` session store: how long a node's session leases outlive its last
+    /// renewal, in milliseconds (a node that dies loses its sessions to other nodes after this).
+    #[arg(long, env = "LIVEGATE_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// On SIGTERM or Ctrl-C, how long live connections get to end, flush and close with 1012,
+    /// in seconds.
+    #[arg(long, env = "LIVEGATE_DRAIN_TIMEOUT", default_value_t = 10)]
+    pub drain_timeout: u64,
+    /// Largest text turn a client may send, in bytes (larger ones get an INVALID_ARGUMENT error event).
+    #[arg(long, env = "LIVEGATE_MAX_TEXT_BYTES", default_value_t = crate::gateway::ws::codec::DEFAULT_MAX_TEXT_BYTES)]
+    pub max_text_bytes: usize,
+    /// Largest binary audio frame a client may send, in bytes.
+    #[arg(long, env = "LIVEGATE_MAX_AUDIO_FRAME_BYTES", default_value_t = crate::gateway::ws::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES)]
+    pub max_audio_frame_bytes: usize,
+    /// Largest image or audio a client may send in a JSON message, in decoded bytes.
+    #[arg(long, env = "LIVEGATE_MAX_MEDIA_BYTES", default_value_t = crate::gateway::ws::codec::DEFAULT_MAX_MEDIA_BYTES)]
+    pub max_media_bytes: usize,
+    /// Bytes of media and text a live run may queue before the socket reader waits for the model.
+    #[arg(long, env = "LIVEGATE_QUEUE_MAX_BYTES", default_value_t = crate::live::DEFAULT_QUEUE_MAX_BYTES)]
+    pub queue_max_bytes: usize,
+    /// Close a WebSocket whose client sent nothing for this long (1008; `0` for never), e.g. `300s`, `5m`.
+    #[arg(long, env = "LIVEGATE_IDLE_TIMEOUT", default_value = "300s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Close a WebSocket this long after it opened (1008; `0` for never), e.g. `4h`.
+    #[arg(long, env = "LIVEGATE_MAX_SESSION_DURATION", default_value = "4h", value_parser = parse_duration)]
+    pub max_session_duration: Duration,
+    /// Close (1008) a client that has not read what was sent to it for this long.
+    #[arg(long, env = "LIVEGATE_SLOW_CLIENT_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub slow_client_timeout: Duration,
+    /// How long connecting to Gemini (TCP, TLS, WebSocket, setup) may take.
+    #[arg(long, env = "LIVEGATE_GEMINI_CONNECT_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub gemini_connect_timeout: Duration,
+    /// How long Gemini may send nothing, not even a pong to the gateway's pings, before the
+    /// connection counts as lost.
+    #[arg(long, env = "LIVEGATE_GEMINI_SILENCE_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub gemini_silence_timeout: Duration,
+    /// Least microphone audio per message to a model server (Gemini, OpenAI), in milliseconds:
+    /// shorter client frames are gathered into chunks this long, at most 100 (`0`: each frame as
+    /// it came). Fewer messages cost less CPU on both ends; a chunk's first frame waits up to the
+    /// chunk's length less one frame. `sim` runs in process and takes every frame at once.
+    #[arg(long, env = "LIVEGATE_UPSTREAM_AUDIO_CHUNK_MS", default_value_t = 20, value_parser = parse_audio_chunk_ms)]
+    pub upstream_audio_chunk_ms: u64,
+    /// Authentication: `none` (anyone who reaches the port; the default on a loopback bind) or
+    /// `token` (operator API keys and client tokens; the default elsewhere).
+    #[arg(long, env = "LIVEGATE_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// Serve a non-loopback address without authentication, on purpose.
+    #[arg(long, env = "LIVEGATE_ALLOW_ANONYMOUS")]
+    pub allow_anonymous: bool,
+    /// File of operator API keys, one per line (or comma-separated); also `LIVEGATE_API_KEYS`.
+    #[arg(long, env = "LIVEGATE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// PEM public key (RSA, EC P-256 or Ed25519) of an identity provider whose tokens are accepted.
+    #[arg(long, env = "LIVEGATE_AUTH_PUBLIC_KEY")]
+    pub auth_public_key: Option<PathBuf>,
+    /// The `iss` the identity provider's tokens must carry.
+    #[arg(long, env = "LIVEGATE_AUTH_ISSUER")]
+    pub auth_issuer: Option<String>,
+    /// The `aud` the identity provider's tokens must carry.
+    #[arg(long, env = "LIVEGATE_AUTH_AUDIENCE")]
+    pub auth_audience: Option<String>,
+    /// Other origins whose pages may use the gateway, comma-separated (`https://app.example.com`,
+    /// `https://*.example.com`); same-origin pages always may.
+    #[arg(long, env = "LIVEGATE_ALLOWED_ORIGINS")]
+    pub allowed_origins: Option<String>,
+    /// Also serve `/metrics`, to anyone who reaches it, on this address (e.g. an internal one).
+    #[arg(long, env = "LIVEGATE_METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
+    /// Token secret and API keys, read from the environment by [`AuthSecrets::from_env`], never
+    /// from flags.
+    #[arg(skip)]
+    pub secrets: AuthSecrets,
+    /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
+    #[command(flatten)]
+    pub live: crate::gateway::ws::live_settings::LiveArgs,
+    /// Phone calls: the carriers' webhooks and media streams.
+    #[command(flatten)]
+    pub telephony: crate::gateway::telephony::TelephonyArgs,
+    /// OpenAI Realtime base URL (`/realtime?model=` is added), e.g. `ws://127.0.0.1:9400` for
+    /// `livegate mock-openai`, or `https://RESOURCE.openai.azure.com/openai/v1` for Azure OpenAI
+    /// (key from `OPENAI_API_KEY`; Azure: `AZURE_OPENAI_API_KEY` first).
+    #[arg(long, env = "LIVEGATE_OPENAI_BASE_URL", default_value = crate::model::openai::DEFAULT_BASE_URL)]
+    pub openai_base_url: String,
+    /// Send the OpenAI key as Azure's `api-key` header even if the host is not `*.openai.azure.com`.
+    #[arg(long, env = "LIVEGATE_OPENAI_AZURE", default_value_t = false, action = ArgAction::Set)]
+    pub openai_azure: bool,
+    /// OpenAI Realtime turn detection when the agent leaves automatic detection on.
+    #[arg(long, env = "LIVEGATE_OPENAI_VAD", value_enum, default_value_t = OpenAiVadArg::Server)]
+    pub openai_vad: OpenAiVadArg,
+}
+
+impl ServeArgs {
+    /// Defaults for everything, as with no flags and no environment (for tests and embedding).
+    pub fn defaults() -> Self {
+        ServeArgs {
+            config: None,
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./data"),
+            session_store: None,
+            artifact_store: None,
+            spool_dir: None,
+            model: "sim".into(),
+            gemini_base_url: crate::model::gemini::DEFAULT_BASE_URL.into(),
+            gemini_api_version: crate::model::gemini::DEFAULT_API_VERSION.into(),
+            vertex_project: None,
+            vertex_location: "us-central1".into(),
+            agent: None,
+            modality: Modality::Audio,
+            audio_frames: AudioEncoding::Binary,
+            save_live_blob: true,
+            log_format: LogFormat::Text,
+            audio_lead_ms: 500,
+            max_message_bytes: 4 * 1024 * 1024,
+            queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
+            sim_pacing: SimPacingArg::Realtime,
+            sim_reply_delay_ms: None,
+            sim_chunk_ms: None,
+            web_root: None,
+            app_name: "livegate".into(),
+            header_read_timeout_secs: 10,
+            max_unfinished_connections: 1024,
+            max_connections: 10_000,
+            max_sessions_per_user: 0,
+            connections_per_second: 20,
+            trusted_proxies: Vec::new(),
+            history_max_events: crate::runner::DEFAULT_HISTORY_EVENTS,
+            history_max_bytes: crate::runner::DEFAULT_HISTORY_BYTES,
+            ready_checks_model: false,
+            tls_cert: None,
+            tls_key: None,
+            max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
+            lease_ttl_ms: 10_000,
+            drain_timeout: 10,
+            max_text_bytes: crate::gateway::ws::codec::DEFAULT_MAX_TEXT_BYTES,
+            max_audio_frame_bytes: crate::gateway::ws::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES,
+            max_media_bytes: crate::gateway::ws::codec::DEFAULT_MAX_MEDIA_BYTES,
+            queue_max_bytes: crate::live::DEFAULT_QUEUE_MAX_BYTES,
+            idle_timeout: Duration::from_secs(300),
+            max_session_duration: Duration::from_secs(4 * 3600),
+            slow_client_timeout: Duration::from_secs(10),
+            gemini_connect_timeout: Duration::from_secs(15),
+            gemini_silence_timeout: Duration::from_secs(15),
+            upstream_audio_chunk_ms: 20,
+            auth: None,
+            allow_anonymous: false,
+            api_keys_file: None,
+            auth_public_key: None,
+            auth_issuer: None,
+            auth_audience: None,
+            allowed_origins: None,
+            metrics_bind: None,
+            secrets: AuthSecrets::default(),
+            openai_base_url: crate::model::openai::DEFAULT_BASE_URL.into(),
+            openai_azure: false,
+            openai_vad: OpenAiVadArg::Server,
+            live: crate::gateway::ws::live_settings::LiveArgs {
+                client_settings: Default::default(),
+                ..Default::default()
+            },
+            telephony: Default::default(),
+        }
+    }
+
+    /// The auth settings these options ask for.
+    pub fn auth_options(&self) -> AuthOptions<'_> {
+        let provider = self.auth_public_key.as_ref().map(|key| IdentityProvider {
+            public_key: key.clone(),
+            issuer: self.auth_issuer.clone().unwrap_or_default(),
+            audience: self.auth_audience.clone().unwrap_or_default(),
+        });
+        AuthOptions {
+            bind: self.bind,
+            mode: self.auth,
+            allow_anonymous: self.allow_anonymous,
+            api_keys_file: self.api_keys_file.as_ref(),
+            provider,
+            allowed_origins: self.allowed_origins.as_deref(),
+            secrets: &self.secrets,
+        }
+    }
+
+    /// Settings of the `sim` model from the `--sim-*` options.
+    pub fn sim_config(&self) -> crate::model::sim::SimConfig {
+        sim_config(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms)
+    }
+
+    /// How to reach Gemini: these options plus the credentials from the environment, which are
+    /// read here (never stored in the args, which get logged).
+    pub fn gemini_options(&self) -> crate::model::gemini::GeminiOptions {
+        use crate::model::gemini::{GeminiOptions, Secret, VertexOptions};
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let vertex = self.vertex_project.as_ref().map(|project| VertexOptions {
+            project: project.clone(),
+            location: self.vertex_location.clone(),
+            access_token: Secret::new(env("GOOGLE_CLOUD_ACCESS_TOKEN").unwrap_or_default()),
+        });
+        let api_version = match (&vertex, self.gemini_api_version.as_str()) {
+            (Some(_), crate::model::gemini::DEFAULT_API_VERSION) => "v1beta1".to_owned(),
+            (_, version) => version.to_owned(),
+        };
+        GeminiOptions {
+            api_key: env("GOOGLE_API_KEY")
+                .or_else(|| env("GEMINI_API_KEY"))
+                .map(Secret::new),
+            base_url: self.gemini_base_url.clone(),
+            api_version,
+            vertex,
+            connect_timeout: self.gemini_connect_timeout,
+            silence_timeout: self.gemini_silence_timeout,
+            audio_chunk: Duration::from_millis(self.upstream_audio_chunk_ms),
+        }
+    }
+
+    /// How to reach OpenAI Realtime: these options plus the key from the environment, read here
+    /// (never stored in the args, which get logged).
+    pub fn openai_options(&self) -> crate::model::openai::OpenAiOptions {
+        use crate::model::gemini::Secret;
+        use crate::model::openai::{OpenAiOptions, Vad};
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut options = OpenAiOptions {
+            base_url: self.openai_base_url.clone(),
+            azure: self.openai_azure,
+            vad: match self.openai_vad {
+                OpenAiVadArg::Server => Vad::Server,
+                OpenAiVadArg::Semantic => Vad::Semantic,
+            },
+            playout_lead: std::time::Duration::from_millis(self.audio_lead_ms),
+            audio_chunk: Duration::from_millis(self.upstream_audio_chunk_ms),
+            ..OpenAiOptions::default()
+        };
+        let azure_key = options
+            .is_azure()
+            .then(|| env("AZURE_OPENAI_API_KEY"))
+            .flatten();
+        options.api_key = azure_key.or_else(|| env("OPENAI_API_KEY")).map(Secret::new);
+        options
+    }
+
+    /// Every connection's writer settings.
+    pub fn writer_config(&self) -> crate::gateway::ws::writer::WriterConfig {
+        crate::gateway::ws::writer::WriterConfig {
+            audio_lead: Duration::from_millis(self.audio_lead_ms),
+            send_timeout: self.slow_client_timeout,
+            ..crate::gateway::ws::writer::WriterConfig::default()
+        }
+    }
+
+    /// Size limits of client messages by kind.
+    pub fn frame_limits(&self) -> crate::gateway::ws::codec::FrameLimits {
+        crate::gateway::ws::codec::FrameLimits {
+            text_bytes: self.max_text_bytes,
+            audio_frame_bytes: self.max_audio_frame_bytes,
+            media_bytes: self.max_media_bytes,
+        }
+    }
+
+    /// Idle timeout and maximum duration of a WebSocket connection.
+    pub fn session_limits(&self) -> crate::gateway::server::limits::SessionLimits {
+        crate::gateway::server::limits::SessionLimits {
+            idle: limit(self.idle_timeout),
+            max_duration: limit(self.max_session_duration),
+        }
+    }
+
+    /// Caps on live connections and the rate of new ones.
+    pub fn limit_settings(&self) -> crate::gateway::server::limits::LimitSettings {
+        crate::gateway::server::limits::LimitSettings {
+            max_connections: self.max_connections,
+            max_sessions_per_user: self.max_sessions_per_user,
+            connections_per_second: self.connections_per_second,
+            trusted_proxies: self.trusted_proxies.clone(),
+        }
+    }
+
+    /// The folder where a bucket's recordings wait, with the data-dir default filled in.
+    pub fn spool_dir(&self) -> PathBuf {
+        self.spool_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("spool"))
+    }
+
+    /// The session store URL, with the data-dir default filled in.
+    pub fn session_store_url(&self) -> String {
+        self.session_store
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("livegate.db").display()))
+    }
+
+    /// The artifact store URL, with the data-dir default filled in.
+    pub fn artifact_store_url(&self) -> String {
+        self.artifact_store
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", self.data_dir.join("artifacts").display()))
+    }
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown or mistyped option.
+    #[error("invalid config file {}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The options a config file may set; every one is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+struct FileConfig {
+    bind: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    session_store: Option<String>,
+    artifact_store: Option<String>,
+    spool_dir: Option<PathBuf>,
+    model: Option<String>,
+    gemini_base_url: Option<String>,
+    gemini_api_version: Option<String>,
+    vertex_project: Option<String>,
+    vertex_location: Option<String>,
+    agent: Option<PathBuf>,
+    modality: Option<String>,
+    audio_frames: Option<String>,
+    #[serde(rename = "save-audio", alias = "save-live-blob")]
+    save_live_blob: Option<bool>,
+    log_format: Option<String>,
+    audio_lead_ms: Option<u64>,
+    upstream_audio_chunk_ms: Option<u64>,
+    max_message_bytes: Option<usize>,
+    queue_capacity: Option<usize>,
+    sim_pacing: Option<String>,
+    sim_reply_delay_ms: Option<u64>,
+    sim_chunk_ms: Option<u32>,
+    web_root: Option<PathBuf>,
+    app_name: Option<String>,
+    header_read_timeout_secs: Option<u64>,
+    max_unfinished_connections: Option<usize>,
+    max_connections: Option<usize>,
+    max_sessions_per_user: Option<usize>,
+    connections_per_second: Option<u32>,
+    trusted_proxies: Option<Vec<String>>,
+    history_max_events: Option<usize>,
+    history_max_bytes: Option<usize>,
+    ready_checks_model: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    max_unsaved_recording_bytes: Option<usize>,
+    lease_ttl_ms: Option<u64>,
+    drain_timeout: Option<u64>,
+    max_text_bytes: Option<usize>,
+    max_audio_frame_bytes: Option<usize>,
+    max_media_bytes: Option<usize>,
+    queue_max_bytes: Option<usize>,
+    idle_timeout: Option<String>,
+    max_session_duration: Option<String>,
+    slow_client_timeout: Option<String>,
+    gemini_connect_timeout: Option<String>,
+    gemini_silence_timeout: Option<String>,
+    auth: Option<String>,
+    allow_anonymous: Option<bool>,
+    api_keys_file: Option<PathBuf>,
+    auth_public_key: Option<PathBuf>,
+    auth_issuer: Option<String>,
+    auth_audience: Option<String>,
+    allowed_origins: Option<String>,
+    metrics_bind: Option<SocketAddr>,
+    live: Option<crate::live::settings::LiveSettings>,
+    client_settings: Option<String>,
+    openai_base_url: Option<String>,
+    openai_azure: Option<bool>,
+    openai_vad: Option<String>,
+}
+
+impl ServeArgs {
+    /// Fills every option not given as a flag or environment variable from `--config`, if set.
+    /// `matches` are the parsed arguments these args came from (they tell what was explicit).
+    pub fn apply_config_file(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {
+        let Some(path) = self.config.clone() else {
+            return Ok(());
+        };
+        let file = FileConfig::read(&path)?;
+        let fill = Fill {
+            matches,
+            path: &path,
+        };
+        file.apply(self, &fill)
+    }
+}
+
+/// Sets an option from the file where no flag or environment variable did, for each field named
+/// (the same name in [`FileConfig`] and [`ServeArgs`], which is also the option's clap id).
+macro_rules! fill {
+    ($fill:expr, $args:expr, $file:expr => $($field:ident),+ $(,)?) => {
+        $( $fill.value(stringify!($field), $file.$field, &mut $args.$field); )+
+    };
+}
+
+/// Like [`fill!`], through `$parse`, a function of `&str`.
+macro_rules! fill_parsed {
+    ($fill:expr, $args:expr, $file:expr, $parse:expr => $($field:ident),+ $(,)?) => {
+        $( $fill.parsed(stringify!($field), $file.$field, &mut $args.$field, |v: String| $parse(&v))?; )+
+    };
+}
+
+/// What filling options from a config file needs: which options were explicit, and the file's
+/// name for errors.
+struct Fill<'a> {
+    matches: &'a ArgMatches,
+    path: &'a std::path::Path,
+}
+
+impl Fill<'_> {
+    /// True if the option with clap id `id` came from neither a flag nor the environment.
+    fn unset(&self, id: &str) -> bool {
+        matches!(
+            self.matches.value_source(id),
+            None | Some(ValueSource::DefaultValue)
+        )
+    }
+
+    /// Sets `target` to the file's `value`, if it has one and the option is unset.
+    fn value<V: Into<T>, T>(&self, id: &str, value: Option<V>, target: &mut T) {
+        if let Some(value) = value {
+            if self.unset(id) {
+                *target = value.into();
+            }
+        }
+    }
+
+    /// Like [`Fill::value`], through `parse`; a value it refuses is an error naming the option.
+    fn parsed<V, T, E: std::fmt::Display>(
+        &self,
+        id: &str,
+        value: Option<V>,
+        target: &mut T,
+        parse: impl FnOnce(V) -> Result<T, E>,
+    ) -> Result<(), ConfigError> {
+        if let Some(value) = value {
+            if self.unset(id) {
+                *target = parse(value).map_err(|e| self.invalid(format!("{id}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn invalid(&self, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            message,
+        }
+    }
+}
+
+impl FileConfig {
+    /// Reads and checks a config file; snake_case keys mean the same as kebab-case ones.
+    fn read(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let table: toml::Table = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let table: toml::Table = table
+            .into_iter()
+            .map(|(k, v)| (k.replace('_', "-"), v))
+            .collect();
+        toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid(e.to_string()))
+    }
+
+    /// Sets every option this file has that `fill` says is unset in `args`.
+    fn apply(self, args: &mut ServeArgs, fill: &Fill<'_>) -> Result<(), ConfigError> {
+        let file = self;
+        fill!(fill, args, file => bind, data_dir, session_store, artifact_store, spool_dir);
+        fill!(fill, args, file => app_name, web_root);
+        fill!(fill, args, file => model, gemini_base_url, gemini_api_version);
+        fill!(fill, args, file => vertex_project, vertex_location, agent);
+        fill_parsed!(fill, args, file, parse_modality => modality);
+        fill_parsed!(fill, args, file, parse_audio_frames => audio_frames);
+        fill!(fill, args, file => save_live_blob, audio_lead_ms, max_message_bytes, queue_capacity);
+        let chunk = &mut args.upstream_audio_chunk_ms;
+        fill.parsed(
+            "upstream_audio_chunk_ms",
+            file.upstream_audio_chunk_ms,
+            chunk,
+            |ms| parse_audio_chunk_ms(&ms.to_string()),
+        )?;
+        fill_parsed!(fill, args, file, |v| LogFormat::from_str(v, true) => log_format);
+        fill_parsed!(fill, args, file, |v| SimPacingArg::from_str(v, true) => sim_pacing);
+        fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
+        fill!(fill, args, file => header_read_timeout_secs, max_unfinished_connections);
+        fill!(fill, args, file => max_connections, max_sessions_per_user, connections_per_second);
+        let proxies = |list: Vec<String>| list.iter().map(|p| parse_proxy(p)).collect();
+        let trusted_proxies = &mut args.trusted_proxies;
+        fill.parsed(
+            "trusted_proxies",
+            file.trusted_proxies,
+            trusted_proxies,
+            proxies,
+        )?;
+        fill!(fill, args, file => history_max_events, history_max_bytes, ready_checks_model);
+        fill!(fill, args, file => tls_cert, tls_key, max_unsaved_recording_bytes);
+        fill!(fill, args, file => lease_ttl_ms, drain_timeout, queue_max_bytes);
+        fill!(fill, args, file => max_text_bytes, max_audio_frame_bytes, max_media_bytes);
+        fill_parsed!(fill, args, file, parse_duration =>
+            idle_timeout, max_session_duration, slow_client_timeout,
+            gemini_connect_timeout, gemini_silence_timeout);
+        fill_parsed!(fill, args, file, |v| AuthMode::from_str(v, true).map(Some) => auth);
+        fill!(fill, args, file => allow_anonymous, api_keys_file, auth_public_key);
+        fill!(fill, args, file => auth_issuer, auth_audience, allowed_origins, metrics_bind);
+        // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
+        args.live.file = file.live;
+        let client_settings = &mut args.live.client_settings;
+        fill.parsed(
+            "client_settings",
+            file.client_settings,
+            client_settings,
+            |list: String| list.parse(),
+        )?;
+        fill!(fill, args, file => openai_base_url, openai_azure);
+        fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
+        Ok(())
+    }
+}
+
+fn parse_audio_chunk_ms(s: &str) -> Result<u64, String> {
+    let max = crate::model::MAX_AUDIO_CHUNK.as_millis();
+    match s.trim().parse::<u64>() {
+        Ok(ms) if u128::from(ms) <= max => Ok(ms),
+        _ => Err(format!(
+            "expected whole milliseconds from 0 to {max}, got {s:?}"
+        )),
+    }
+}
+
+fn parse_modality(s: &str) -> Result<Modality, String> {
+    s.parse()
+}
+
+fn parse_audio_frames(s: &str) -> Result<AudioEncoding, String> {
+    s.parse()
+}
+
+/// A trusted proxy: a CIDR, or one address.
+fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is not a CIDR or an IP address"))
+}
+
+/// A duration as `250ms`, `10s`, `5m`, `4h` or plain seconds (`10`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 250ms, 10s, 5m, 4h)"))?;
+    let seconds = |factor: u64| {
+        number
+            .checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("duration {s:?} is too long"))
+    };
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(number)),
+        "" | "s" => seconds(1),
+        "m" | "min" => seconds(60),
+        "h" => seconds(3600),
+        other => Err(format!(
+            "unknown unit {other:?} in duration {s:?} (expected ms, s, m or h)"
+        )),
+    }
+}
+
+/// `None` for a zero duration (no limit).
+pub fn limit(duration: Duration) -> Option<Duration> {
+    (!duration.is_zero()).then_some(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<ServeArgs, ConfigError> {
+        let matches = Cli::command().get_matches_from(argv);
+        let mut args = Cli::from_arg_matches(&matches).map(|c| c.args).unwrap();
+        args.apply_config_file(&matches)?;
+        Ok(args)
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "bind = \"127.0.0.1:9999\"\nmodality = \"TEXT\"\nsave_audio = false\nsim-pacing = \"burst\"\nsim-chunk-ms = 200\n").unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--bind", "127.0.0.1:7777"]).unwrap();
+        assert_eq!(
+            args.bind,
+            SocketAddr::from(([127, 0, 0, 1], 7777)),
+            "the flag wins"
+        );
+        assert_eq!(args.modality, Modality::Text, "the file beats the default");
+        assert!(!args.save_live_blob);
+        assert_eq!(args.sim_pacing, SimPacingArg::Burst);
+        assert_eq!(args.sim_config().chunk_ms, 200);
+        assert_eq!(args.model, "sim", "untouched options keep their defaults");
+    }
+
+    #[test]
+    fn save_audio_is_also_accepted_as_save_live_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let config = path.to_str().unwrap();
+        for key in [
+            "save-audio",
+            "save_audio",
+            "save-live-blob",
+            "save_live_blob",
+        ] {
+            std::fs::write(&path, format!("{key} = false\n")).unwrap();
+            let args = parse(&["livegate", "--config", config]).unwrap();
+            assert!(!args.save_live_blob, "{key} in the file");
+        }
+        for flag in ["--save-audio", "--save-live-blob"] {
+            let args = parse(&["livegate", flag, "false"]).unwrap();
+            assert!(!args.save_live_blob, "{flag}");
+            // The flag wins over the file whichever name either uses.
+            std::fs::write(&path, "save-audio = true\n").unwrap();
+            let args = parse(&["livegate", "--config", config, flag, "false"]).unwrap();
+            assert!(!args.save_live_blob, "{flag} over the file");
+        }
+        assert!(
+            parse(&["livegate"]).unwrap().save_live_blob,
+            "on by default"
+        );
+    }
+
+    #[test]
+    fn limits_and_tls_come_from_flags_or_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "max-connections = 7\nmax_sessions_per_user = 3\ntrusted-proxies = [\"10.0.0.0/8\", \"192.0.2.1\"]\nheader-read-timeout-secs = 4\ntls-cert = \"c.pem\"\ntls-key = \"k.pem\"\nmax-unsaved-recording-bytes = 1024\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--max-connections", "9"]).unwrap();
+        assert_eq!(args.max_connections, 9, "the flag wins");
+        assert_eq!(args.max_sessions_per_user, 3);
+        assert_eq!(args.header_read_timeout_secs, 4);
+        assert_eq!(args.max_unsaved_recording_bytes, 1024);
+        assert_eq!(
+            args.trusted_proxies,
+            vec![
+                "10.0.0.0/8".parse::<ipnet::IpNet>().unwrap(),
+                "192.0.2.1/32".parse().unwrap()
+            ]
+        );
+        assert_eq!(args.tls_cert, Some(PathBuf::from("c.pem")));
+        let defaults = parse(&["livegate"]).unwrap();
+        assert_eq!(defaults.connections_per_second, 20);
+        assert_eq!(defaults.tls_cert, None);
+        std::fs::write(&path, "trusted-proxies = [\"not-an-ip\"]").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("trusted_proxies"), "{error}");
+    }
+
+    #[test]
+    fn limits_come_from_flags_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "max-text-bytes = 1000\nidle_timeout = \"2m\"\nslow-client-timeout = \"1500ms\"\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--idle-timeout", "0"]).unwrap();
+        assert_eq!(args.max_text_bytes, 1000);
+        assert_eq!(args.idle_timeout, Duration::ZERO, "the flag wins");
+        assert_eq!(limit(args.idle_timeout), None, "zero is no limit");
+        assert_eq!(args.slow_client_timeout, Duration::from_millis(1500));
+        assert_eq!(args.max_session_duration, Duration::from_secs(4 * 3600));
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn auth_options_come_from_the_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(&path, "auth = \"token\"\nallowed_origins = \"https://app.example.com\"\nauth-issuer = \"https://id.example.com/\"\nmetrics-bind = \"127.0.0.1:9100\"\n").unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(args.auth, Some(AuthMode::Token));
+        assert_eq!(
+            args.allowed_origins.as_deref(),
+            Some("https://app.example.com")
+        );
+        assert_eq!(args.auth_issuer.as_deref(), Some("https://id.example.com/"));
+        assert_eq!(
+            args.metrics_bind,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9100)))
+        );
+        std::fs::write(&path, "auth = \"maybe\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("auth"), "{error}");
+    }
+
+    #[test]
+    fn the_upstream_audio_chunk_is_bounded_wherever_it_is_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let path = path.to_str().unwrap();
+        let args = parse(&["livegate"]).unwrap();
+        let default = crate::model::DEFAULT_AUDIO_CHUNK;
+        assert_eq!(args.gemini_options().audio_chunk, default);
+        assert_eq!(args.openai_options().audio_chunk, default);
+        std::fs::write(path, "upstream_audio_chunk_ms = 60\n").unwrap();
+        let args = parse(&["livegate", "--config", path]).unwrap();
+        assert_eq!(args.gemini_options().audio_chunk, Duration::from_millis(60));
+        assert_eq!(args.openai_options().audio_chunk, Duration::from_millis(60));
+        let args = parse(&[
+            "livegate",
+            "--config",
+            path,
+            "--upstream-audio-chunk-ms",
+            "0",
+        ]);
+        assert_eq!(args.unwrap().upstream_audio_chunk_ms, 0, "the flag wins");
+        std::fs::write(path, "upstream-audio-chunk-ms = 101\n").unwrap();
+        let error = parse(&["livegate", "--config", path]).unwrap_err();
+        assert!(
+            error.to_string().contains("upstream_audio_chunk_ms"),
+            "{error}"
+        );
+        let flag = ["livegate", "--upstream-audio-chunk-ms", "250"];
+        assert!(Cli::command().try_get_matches_from(flag).is_err());
+    }
+
+    #[test]
+    fn a_bad_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "bnid = \"x\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("bnid"), "{error}");
+        std::fs::write(&path, "modality = \"VIDEO\"").unwrap();
+        let error = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap_err();
+        assert!(error.to_string().contains("modality"), "{error}");
+        assert!(parse(&["livegate", "--config", "/nonexistent/livegate.toml"]).is_err());
+    }
+
+    #[test]
+    fn live_settings_come_from_flags_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "client-settings = \"voice,vad\"\n[live]\nvoice = \"Puck\"\nlanguage = \"fr-FR\"\nsilence-duration-ms = 900\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config, "--voice", "Kore"]).unwrap();
+        let live = args.live.settings().unwrap();
+        assert_eq!(live.voice.as_deref(), Some("Kore"), "the flag wins");
+        assert_eq!(live.language.as_deref(), Some("fr-FR"));
+        assert_eq!(live.silence_duration_ms, Some(900));
+        assert!(args.live.client_settings.allows("prefix_padding_ms"));
+        assert!(!args.live.client_settings.allows("language"));
+        let defaults = parse(&["livegate"]).unwrap();
+        assert_eq!(
+            defaults.live.client_settings,
+            ServeArgs::defaults().live.client_settings
+        );
+        assert!(defaults.live.client_settings.allows("barge_in"));
+        std::fs::write(&path, "[live]\ncolour = 1\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("colour"), "{error}");
+        std::fs::write(&path, "client-settings = \"voice,colour\"\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(error.to_string().contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn openai_settings_come_from_flags_and_the_file() {
+        use crate::model::openai::Vad;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "openai-base-url = \"https://contoso.openai.azure.com/openai/v1\"\nopenai_vad = \"semantic\"\n",
+        )
+        .unwrap();
+        let args = parse(&["livegate", "--config", path.to_str().unwrap()]).unwrap();
+        let options = args.openai_options();
+        assert_eq!(options.vad, Vad::Semantic);
+        assert!(options.is_azure(), "recognised by its host");
+        assert_eq!(options.playout_lead, std::time::Duration::from_millis(500));
+        let args = parse(&[
+            "livegate",
+            "--openai-base-url",
+            "ws://127.0.0.1:9400",
+            "--openai-azure",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.openai_options().url("gpt-realtime"),
+            "ws://127.0.0.1:9400/v1/realtime?model=gpt-realtime"
+        );
+        assert!(args.openai_options().is_azure(), "forced by the flag");
+    }
+}

@@ -1,0 +1,309 @@
+//! Starting and stopping a gateway: the stores, the agent's runner, the listener, the accept loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::config::{AgentConfig, AgentConfigError};
+use crate::artifact::open_artifact_service_in;
+use crate::gateway::auth;
+use crate::gateway::cluster::pg_leases::PgLeases;
+use crate::gateway::cluster::registry::SessionRegistry;
+use crate::gateway::http::ready;
+use crate::gateway::http::router::{metrics_open, router};
+use crate::gateway::server::config::ServeArgs;
+use crate::gateway::server::{limits, serve, tls};
+use crate::gateway::state::Gateway;
+use crate::gateway::telemetry::metrics;
+use crate::gateway::ws::live_settings;
+use crate::model::{model_for_name, ModelOptions};
+use crate::runner::Runner;
+use crate::session::{
+    is_postgres_url, open_session_service, PostgresSessionService, SessionService,
+};
+use crate::signal::Signal;
+
+/// How long plain HTTP requests in flight may run on after shutdown begins.
+const HTTP_GRACE: Duration = Duration::from_secs(5);
+
+/// Instruction of the built-in default agent.
+pub const DEFAULT_INSTRUCTION: &str = "You are a helpful, concise voice assistant.";
+
+/// Errors starting the gateway.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The session store could not be opened.
+    #[error("session store: {0}")]
+    Sessions(#[from] crate::session::SessionError),
+    /// The artifact store could not be opened.
+    #[error("artifact store: {0}")]
+    Artifacts(#[from] crate::artifact::ArtifactError),
+    /// The session leases could not be shared through the session store.
+    #[error("session leases: {0}")]
+    Leases(#[source] sqlx::Error),
+    /// The agent file or the agent's model could not be used.
+    #[error("agent: {0}")]
+    Agent(#[from] AgentConfigError),
+    /// The TLS certificate or key could not be used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// Authentication is misconfigured, or missing where it is required.
+    #[error("authentication: {0}")]
+    Auth(String),
+    /// A default live setting (flags, config file or agent file) is invalid.
+    #[error("live settings: {0}")]
+    Settings(#[from] crate::live::settings::SettingError),
+    /// A telephony setting is invalid.
+    #[error("telephony: {0}")]
+    Telephony(String),
+    /// The listen address could not be bound.
+    #[error("could not listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Server {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// `https` with TLS, else `http`.
+    pub scheme: &'static str,
+    gateway: Arc<Gateway>,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    /// The gateway's shared state.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Drains: `/readyz` turns false, no new connections are taken, every live run ends, commits
+    /// and flushes its recordings, and then its client is closed with 1012 (reconnect); waits up
+    /// to `grace` in all, including giving the sessions' leases back and storing the runs' last
+    /// resumption handles.
+    pub async fn shutdown(self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        self.gateway.shutdown.fire();
+        self.gateway.connections.close();
+        let drained = async {
+            self.gateway.connections.wait().await;
+            self.gateway.registry.idle().await;
+            // The runs' last resumption handles, for the nodes that take their sessions over.
+            self.gateway.runner.settle().await;
+        };
+        if tokio::time::timeout_at(deadline, drained).await.is_err() {
+            tracing::warn!("connections did not close within the grace period");
+        }
+        let _ = tokio::time::timeout_at(deadline, self.task).await;
+    }
+}
+
+/// Opens the stores, binds the address and starts serving.
+pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
+    // Checked first: a gateway that would be open to the world must not even open its stores.
+    let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
+    let (sessions, registry) = open_sessions(args).await?;
+    // A bucket's recordings wait on the local disk on their way to it.
+    let spool_root = args.spool_dir();
+    let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
+    let options = ModelOptions {
+        sim: args.sim_config(),
+        gemini: args.gemini_options(),
+        openai: args.openai_options(),
+    };
+    let (runner, live) = build_runner(args, &options, sessions, artifacts)?;
+    crate::live::flow::set_max_unsaved_bytes(args.max_unsaved_recording_bytes);
+    // The sim's delay is known; a load test reads it from here.
+    let metrics = match args.model.as_str() {
+        "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
+        _ => metrics::Metrics::default(),
+    };
+    let metrics = metrics.with_store_reads(runner.sessions.clone());
+    let tls = open_tls(args, &metrics)?;
+    let telephony = crate::gateway::telephony::Telephony::new(
+        &args.telephony,
+        Duration::from_secs(args.drain_timeout),
+    )
+    .map_err(StartError::Telephony)?;
+    let limits = Arc::new(limits::Limits::new(
+        args.limit_settings(),
+        metrics.limits.clone(),
+    ));
+    let gateway = Arc::new(Gateway {
+        runner,
+        registry,
+        shutdown: Signal::new(),
+        writer_config: args.writer_config(),
+        queue_capacity: args.queue_capacity,
+        save_live_blob: args.save_live_blob,
+        modality: args.modality,
+        audio_frames: args.audio_frames,
+        max_message_bytes: args.max_message_bytes,
+        web_root: args.web_root.clone(),
+        metrics,
+        auth,
+        live,
+        connections: TaskTracker::new(),
+        limits: limits.clone(),
+        readiness: readiness(args, &options),
+        frame_limits: args.frame_limits(),
+        queue_max_bytes: args.queue_max_bytes,
+        session_limits: args.session_limits(),
+        telephony,
+    });
+    let (listener, addr) = bind(args.bind).await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, model = %args.model, auth = ?gateway.auth.mode(), "listening on {addr} ({scheme})");
+    if let Some(metrics_bind) = args.metrics_bind {
+        serve_metrics(&gateway, metrics_bind).await?;
+    }
+    let app = router(gateway.clone());
+    let options = serve::ServeOptions {
+        header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+        max_unfinished: serve::unfinished_cap(args.max_unfinished_connections),
+        tls,
+        grace: HTTP_GRACE,
+    };
+    let task = tokio::spawn(serve::serve(
+        listener,
+        app,
+        limits,
+        options,
+        gateway.shutdown.clone(),
+    ));
+    Ok(Server {
+        addr,
+        scheme,
+        gateway,
+        task,
+    })
+}
+
+/// The session store, and the registry that keeps one live run per session. With PostgreSQL
+/// every node shares the sessions, so the one-run-per-session lease is shared too; the other
+/// stores belong to one process and keep it in that process.
+async fn open_sessions(
+    args: &ServeArgs,
+) -> Result<(Arc<dyn SessionService>, SessionRegistry), StartError> {
+    let store_url = args.session_store_url();
+    if is_postgres_url(&store_url) {
+        let store = PostgresSessionService::open(&store_url).await?;
+        let ttl = Duration::from_millis(args.lease_ttl_ms);
+        let leases = PgLeases::start(store.pool().clone(), &args.app_name, ttl)
+            .await
+            .map_err(StartError::Leases)?;
+        Ok((Arc::new(store), SessionRegistry::shared(leases)))
+    } else {
+        let store = open_session_service(&store_url).await?;
+        Ok((store, SessionRegistry::local()))
+    }
+}
+
+/// The agent (from `--agent` or the built-in one) on its model, in a runner, and the live
+/// settings every connection starts from (flags over the agent file's `[live]`).
+fn build_runner(
+    args: &ServeArgs,
+    options: &ModelOptions,
+    sessions: Arc<dyn SessionService>,
+    artifacts: Arc<dyn crate::artifact::ArtifactService>,
+) -> Result<(Runner, live_settings::LiveDefaults), StartError> {
+    let agent_config = match &args.agent {
+        Some(path) => AgentConfig::load(path)?,
+        None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
+    };
+    let agent = agent_config.build(&args.model, &|name| model_for_name(name, options))?;
+    let live = live_settings::LiveDefaults {
+        settings: args
+            .live
+            .settings()?
+            .overlay(&agent_config.live.clone().unwrap_or_default()),
+        client: args.live.client_settings.clone(),
+    };
+    tracing::info!(agent = agent.name(), model = args.model, "agent ready");
+    let mut runner = Runner::new(args.app_name.clone(), agent, sessions, artifacts);
+    runner.history = crate::runner::HistoryLimit {
+        events: args.history_max_events,
+        bytes: args.history_max_bytes,
+    };
+    Ok((runner, live))
+}
+
+/// The TLS certificate and key, reloaded when they change; `None` without `--tls-cert`.
+fn open_tls(
+    args: &ServeArgs,
+    metrics: &metrics::Metrics,
+) -> Result<Option<Arc<tls::ReloadingTls>>, StartError> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Ok(Some(Arc::new(
+            tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
+                .map_err(|e| StartError::Tls(e.to_string()))?,
+        ))),
+        (None, None) => Ok(None),
+        _ => Err(StartError::Tls(
+            "--tls-cert and --tls-key go together".into(),
+        )),
+    }
+}
+
+/// What `/readyz` checks: the model's host, if `--ready-checks-model`.
+fn readiness(args: &ServeArgs, options: &ModelOptions) -> ready::Readiness {
+    // The host to check is the one the gateway's model lives on.
+    let model_url = if crate::model::openai::is_openai_model(&args.model) {
+        let id = args.model.strip_prefix(crate::model::openai::PREFIX);
+        options.openai.url(id.unwrap_or(&args.model))
+    } else {
+        options.gemini.url()
+    };
+    ready::Readiness::new(ready::ModelCheck::new(
+        args.ready_checks_model,
+        &args.model,
+        &model_url,
+    ))
+}
+
+/// Binds the listen address; returns the listener and the address it got (port 0: any).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok((listener, bound))
+}
+
+/// Serves `/metrics` alone on `addr`, to anyone who reaches it, until shutdown.
+async fn serve_metrics(gateway: &Arc<Gateway>, addr: SocketAddr) -> Result<(), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    tracing::info!(addr = %bound, "serving /metrics on {bound}");
+    let app = Router::new()
+        .route("/metrics", get(metrics_open))
+        .with_state(gateway.clone());
+    let shutdown = gateway.shutdown.clone();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.fired().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "metrics server failed");
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! The WebSocket route: checks the path, the caller and the limits, then upgrades and hands the
+//! socket to a `Connection`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+
+use crate::gateway::auth;
+use crate::gateway::ids::PathId;
+use crate::gateway::server::limits;
+use crate::gateway::state::Gateway;
+use crate::gateway::ws::connection;
+use crate::gateway::ws::live_settings::ConnectOptions;
+use crate::gateway::ws::writer::SOCKET_WRITE_BUFFER;
+
+/// Bytes read from a client socket at a time (larger messages still arrive whole).
+pub(crate) const SOCKET_READ_BUFFER: usize = 2048;
+
+/// A JSON error response.
+fn bad_request(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({"error": message})),
+    )
+        .into_response()
+}
+
+pub(crate) async fn ws_upgrade(
+    State(gateway): State<Arc<Gateway>>,
+    axum::Extension(principal): axum::Extension<auth::Principal>,
+    Path((user_id, session_id)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let ids =
+        PathId::parse("user id", &user_id).and_then(|u| Ok((u, PathId::new_session(&session_id)?)));
+    let (user_id, session_id) = match ids {
+        Ok(ids) => ids,
+        Err(message) => return bad_request(message),
+    };
+    if let Err(denied) = principal.check_session(user_id.as_str(), session_id.as_str()) {
+        return denied.into_response();
+    }
+    let options = match ConnectOptions::from_query(
+        &query,
+        gateway.audio_frames,
+        gateway.modality,
+        &gateway.live.client,
+    ) {
+        Ok(options) => options,
+        Err(message) => return bad_request(message),
+    };
+    if gateway.shutdown.is_fired() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    let slot = match gateway.limits.admit(user_id.as_str(), session_id.as_str()) {
+        Ok(slot) => slot,
+        Err(refused) => return limit_response(refused),
+    };
+    let tracker = gateway.connections.clone();
+    upgrade
+        // Echoed when offered; a token offered beside it (`livegate.bearer.…`) never is.
+        .protocols([auth::SUBPROTOCOL])
+        .max_message_size(gateway.max_message_bytes)
+        .max_frame_size(gateway.max_message_bytes)
+        // tungstenite's default 128 KiB read buffer is zeroed as it is refilled and held per
+        // connection; client messages are 640-byte audio frames and small JSON.
+        .read_buffer_size(SOCKET_READ_BUFFER)
+        .write_buffer_size(SOCKET_WRITE_BUFFER)
+        .on_upgrade(move |socket| {
+            let (sink, stream) = socket.split();
+            tracker.track_future(async move {
+                // Counted under the caps for as long as the connection lives.
+                let _slot = slot;
+                connection::serve_connection(gateway, sink, stream, user_id, session_id, options)
+                    .await
+            })
+        })
+}
+
+/// The answer to a live connection a limit refused, before the upgrade.
+fn limit_response(refused: limits::Refused) -> Response {
+    let (status, message) = match refused {
+        limits::Refused::Connections => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway has its most connections; try again later",
+        ),
+        limits::Refused::UserSessions => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "this user has its most live sessions",
+        ),
+        limits::Refused::Rate => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many new connections from this address",
+        ),
+    };
+    (
+        status,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        Json(serde_json::json!({ "error": message })),
+    )
+        .into_response()
+}

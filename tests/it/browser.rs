@@ -1,0 +1,951 @@
+//! The web client in a real browser: headless Chromium driven over WebDriver (chromedriver), with
+//! a fake microphone that plays `tests/fixtures/hello.wav`, against a real gateway on `sim`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver`, so the tests are ignored in a plain
+//! `cargo test`; `.ci/run` installs both and runs them with `--include-ignored`. `CHROMIUM` and
+//! `CHROMEDRIVER` override the binaries' paths. Every wait is a bounded poll of page state
+//! (`window.livegate` and the DOM), never a fixed sleep.
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures::FutureExt;
+use livegate::gateway::config::SimPacingArg;
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+/// How often page state is polled.
+const POLL: Duration = Duration::from_millis(50);
+
+/// One browser at a time: they share two cores, and real-time audio must not starve.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// `target/screenshots` (under `CARGO_TARGET_DIR` when it is set).
+fn screenshot_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).join("screenshots")
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// chromedriver and the Chromium it drives, with a fresh profile.
+struct Browser {
+    client: Client,
+    _driver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn launch() -> Browser {
+        let driver_bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+        let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        let port = free_port();
+        let driver = Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{driver_bin} starts (install chromium-driver): {e}"));
+        let driver_addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(driver_addr).await.is_err() {
+            assert!(started.elapsed() < WAIT, "chromedriver listens in time");
+            tokio::time::sleep(POLL).await;
+        }
+
+        let profile = tempfile::tempdir().expect("a profile directory");
+        let wav = fixture("hello.wav");
+        let args = [
+            "--headless=new".to_owned(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-background-networking".into(),
+            "--disable-component-update".into(),
+            "--disable-dev-shm-usage".into(),
+            "--no-first-run".into(),
+            format!("--user-data-dir={}", profile.path().display()),
+            "--use-fake-ui-for-media-stream".into(),
+            "--use-fake-device-for-media-stream".into(),
+            format!("--use-file-for-fake-audio-capture={}%noloop", wav.display()),
+            "--autoplay-policy=no-user-gesture-required".into(),
+            // A 12-hour locale, so a time written without the locale (24-hour) stands out.
+            "--lang=en-US".into(),
+            "--window-size=1280,800".into(),
+        ];
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": chromium, "args": args}),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://{driver_addr}"))
+            .await
+            .expect("a Chromium session (install chromium)");
+        Browser {
+            client,
+            _driver: driver,
+            _profile: profile,
+        }
+    }
+}
+
+/// Runs `body` with a fresh browser and always closes the browser afterwards, even when the body
+/// panics (a killed chromedriver would leave Chromium running).
+async fn with_browser<F, Fut>(body: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Browser::launch().await;
+    let page = browser.client.clone();
+    let outcome = AssertUnwindSafe(async move {
+        body(page.clone()).await;
+        let errors = eval(&page, "window.livegate ? livegate.errors : []").await;
+        assert_eq!(errors, json!([]), "no script errors in the page");
+    })
+    .catch_unwind()
+    .await;
+    let _ = browser.client.clone().close().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Evaluates `expr` in the page.
+async fn eval(page: &Client, expr: &str) -> Value {
+    page.execute(&format!("return ({expr});"), vec![])
+        .await
+        .unwrap_or_else(|e| panic!("script `{expr}` runs: {e}"))
+}
+
+/// Polls `expr` every 50 ms until it is truthy, up to `timeout`; returns its value.
+async fn wait_until(page: &Client, what: &str, expr: &str, timeout: Duration) -> Value {
+    let started = Instant::now();
+    loop {
+        let value = eval(page, expr).await;
+        let truthy = match &value {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(s) => !s.is_empty(),
+            _ => true,
+        };
+        if truthy {
+            return value;
+        }
+        if started.elapsed() > timeout {
+            let state = eval(page, DIAGNOSTICS).await;
+            panic!("timed out waiting for {what} (`{expr}` = {value}); page: {state:#}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// What the page looked like, for failure messages.
+const DIAGNOSTICS: &str = r##"(() => {
+  const lg = window.livegate || {};
+  return {
+    status: lg.status, session: lg.sessionId, playedSamples: lg.playedSamples,
+    audioBytes: lg.audioBytes,
+    kinds: (lg.events || []).slice(-40).map((e) => Object.keys(e).filter((k) => !["id","invocationId","author","actions","nodeInfo","timestamp","modelVersion"].includes(k)).join("+")),
+    messages: [...document.querySelectorAll("#messages > *")].map((m) => m.className + ": " + m.textContent.slice(0, 80)),
+  };
+})()"##;
+
+async fn open(page: &Client, addr: SocketAddr, query: &str) {
+    page.goto(&format!("http://{addr}/?{query}"))
+        .await
+        .expect("the page loads");
+    wait_connected(page).await;
+}
+
+async fn wait_connected(page: &Client) {
+    wait_until(
+        page,
+        "the connection",
+        "window.livegate && livegate.status === 'connected' && livegate.historyLoaded",
+        WAIT,
+    )
+    .await;
+}
+
+/// Makes the page's viewport exactly `width` × `height` (emulated through DevTools: resizing the
+/// window raced the page's reading of its own size, and headless windows have a minimum width).
+async fn set_viewport(page: &Client, width: u32, height: u32) {
+    let params = json!({"width": width, "height": height, "deviceScaleFactor": 0, "mobile": false});
+    page.issue_cmd(Cdp {
+        cmd: "Emulation.setDeviceMetricsOverride",
+        params,
+    })
+    .await
+    .expect("viewport emulation");
+    wait_until(
+        page,
+        "the viewport size",
+        &format!("innerWidth === {width} && innerHeight === {height}"),
+        WAIT,
+    )
+    .await;
+}
+
+/// A Chrome DevTools Protocol command, through chromedriver's `goog/cdp/execute`.
+#[derive(Debug)]
+struct Cdp {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({"cmd": self.cmd, "params": self.params});
+        (http::Method::POST, Some(body.to_string()))
+    }
+}
+
+/// Makes the page see `prefers-color-scheme: light` or `dark`.
+async fn color_scheme(page: &Client, scheme: &str) {
+    let params = json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]});
+    page.issue_cmd(Cdp {
+        cmd: "Emulation.setEmulatedMedia",
+        params,
+    })
+    .await
+    .expect("media emulation");
+    let matches = eval(
+        page,
+        &format!("matchMedia('(prefers-color-scheme: {scheme})').matches"),
+    )
+    .await;
+    assert_eq!(matches, json!(true), "{scheme} scheme emulated");
+}
+
+async fn save_screenshot(page: &Client, name: &str) {
+    let png = page.screenshot().await.expect("a screenshot");
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir).expect("screenshot directory");
+    std::fs::write(dir.join(name), png).expect("screenshot saved");
+}
+
+async fn click(page: &Client, css: &str) {
+    page.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css} is on the page: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("{css} can be clicked: {e}"));
+}
+
+/// Types `text` into the message box and presses Send, as a person would.
+async fn send_text(page: &Client, text: &str) {
+    let input = page
+        .find(Locator::Css("#text-input"))
+        .await
+        .expect("the message box");
+    input.send_keys(text).await.expect("typing works");
+    click(page, "#send").await;
+}
+
+/// How many `turnComplete` events the page has received.
+const TURNS_COMPLETE: &str = "livegate.events.filter((e) => e.turnComplete === true).length";
+
+/// The conversation's bubbles as `[class list, text]`.
+const BUBBLES: &str = "[...document.querySelectorAll('#messages .msg:not(.system)')].map((b) => [b.className, b.querySelector('.text').textContent])";
+
+/// `{checked, bad}`: how many elements with their own text were checked, and those whose contrast
+/// with the background behind them is below 4.5:1 (3:1 for large text). Disabled controls are
+/// exempt, as WCAG says.
+const LOW_CONTRAST: &str = r##"(() => {
+  const rgba = (c) => (c.match(/[\d.]+/g) || [0, 0, 0, 0]).map(Number).concat([1]).slice(0, 4);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const over = (top, bottom) => top.slice(0, 3).map((v, i) => v * top[3] + bottom[i] * (1 - top[3])).concat([1]);
+  const background = (el) => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c[3] > 0) layers.push(c);
+      if (c[3] >= 1) break;
+    }
+    let color = [255, 255, 255, 1];
+    for (const layer of layers.reverse()) color = over(layer, color);
+    return color;
+  };
+  const bad = [];
+  let checked = 0;
+  for (const el of document.querySelectorAll("body *")) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    if (!own || !el.getClientRects().length || el.closest(":disabled, .visually-hidden, [hidden]")) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility !== "visible" || Number(style.opacity) === 0) continue;
+    checked += 1;
+    const bg = background(el);
+    const fg = over(rgba(style.color), bg);
+    const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    const ratio = (a + 0.05) / (b + 0.05);
+    const size = parseFloat(style.fontSize);
+    const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+    if (ratio < (large ? 3 : 4.5)) bad.push(`${el.tagName.toLowerCase()}.${el.className} "${el.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}`);
+  }
+  return { checked, bad };
+})()"##;
+
+/// Asserts the page's text contrast (see `LOW_CONTRAST`).
+async fn assert_contrast(page: &Client, when: &str) {
+    let report = eval(page, LOW_CONTRAST).await;
+    assert!(report["checked"].as_u64() > Some(20), "{when}: {report}");
+    assert_eq!(report["bad"], json!([]), "text contrast {when}");
+}
+
+/// `[console time, recordings time]` with digits as 0 and the console's milliseconds dropped.
+const TIME_SHAPES: &str = r##"(() => {
+  const shape = (s) => s.replace(/[.,]\d{3}/, "").replace(/\d/g, "0").trim();
+  const log = document.querySelector("#log .entry .time").textContent;
+  const rec = document.querySelector("#recordings .rec .rec-label .muted").textContent;
+  return [shape(log), shape(rec)];
+})()"##;
+
+/// How far `#log-panel` (the element that scrolls the console) is from its bottom, in pixels,
+/// and how much it can scroll at all.
+const CONSOLE_SCROLL: &str = "(() => { const p = document.querySelector('#log-panel'); return { fromBottom: p.scrollHeight - p.scrollTop - p.clientHeight, overflow: p.scrollHeight - p.clientHeight, top: p.scrollTop }; })()";
+
+/// Horizontal overflow: elements wider than the viewport (the page must work at phone width).
+const OVERFLOWING: &str = r##"[...document.querySelectorAll("body *")].filter((el) => {
+  const r = el.getBoundingClientRect();
+  return r.width > 0 && (r.right > innerWidth + 1 || r.left < -1) && !el.closest(".visually-hidden, .skip-link, .panel:not([open])");
+}).map((el) => el.tagName.toLowerCase() + "#" + el.id + "." + el.className)"##;
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_text_turn_streams_into_one_final_answer() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b1&session=text-1&modality=TEXT").await;
+        send_text(&page, "hello there").await;
+        wait_until(&page, "the turn end", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        wait_until(&page, "the turn's caption", "livegate.turns.length === 1", WAIT).await;
+
+        let partials = eval(&page, "livegate.events.filter((e) => e.partial === true && e.content).length").await;
+        assert!(partials.as_u64() >= Some(2), "the answer streamed in pieces: {partials}");
+        let merged = eval(
+            &page,
+            "livegate.events.filter((e) => e.partial === false && e.content).map((e) => e.content.parts.map((p) => p.text || '').join(''))",
+        )
+        .await;
+        let merged = merged.as_array().expect("an array");
+        assert_eq!(merged.len(), 1, "one merged answer: {merged:?}");
+        let answer = merged[0].as_str().expect("text");
+        assert!(answer.contains("hello there"), "{answer}");
+
+        let bubbles = eval(&page, BUBBLES).await;
+        assert_eq!(
+            bubbles,
+            json!([["msg user final", "hello there"], ["msg agent final", answer]]),
+            "the user's message and exactly one finalized answer, shown once"
+        );
+        let typing = eval(&page, "document.querySelectorAll('#messages .typing, #messages [aria-busy]').length").await;
+        assert_eq!(typing, json!(0), "nothing is still streaming");
+
+        let turn = eval(&page, "livegate.turns[0]").await;
+        assert_eq!(turn["from"], "text", "{turn}");
+        assert!(turn["latencyMs"].as_u64().is_some(), "{turn}");
+        assert!(turn["usage"]["totalTokenCount"].as_u64() > Some(0), "{turn}");
+        let caption = eval(&page, "document.querySelector('#messages .caption').textContent").await;
+        let caption = caption.as_str().unwrap_or_default();
+        assert!(
+            caption.contains("ms from sending to first text") && caption.contains("tokens"),
+            "{caption}"
+        );
+        let model = eval(&page, "document.querySelector('#messages .caption .model').textContent").await;
+        assert_eq!(model, json!("sim"), "the caption names the model that answered");
+
+        // The event console: an entry expands to its JSON, and kinds can be filtered out.
+        click(&page, "#log .k-turnComplete .entry-head").await;
+        let json = eval(&page, "document.querySelector('#log .k-turnComplete pre').textContent").await;
+        assert!(json.as_str().unwrap_or_default().contains("\"turnComplete\": true"), "{json}");
+        let visible_text = "[...document.querySelectorAll('#log .g-text')].filter((e) => e.getClientRects().length).length";
+        assert!(eval(&page, visible_text).await.as_u64() > Some(0));
+        click(&page, "#log-filters input[value=text]").await;
+        // The filter applies as the console re-renders; wait for it rather than race it.
+        wait_until(&page, "text events filtered out", &format!("({visible_text}) === 0"), WAIT).await;
+        wait_until(
+            &page,
+            "the console count shows the filter",
+            "document.querySelector('#log-count').textContent.includes(' of ')",
+            WAIT,
+        )
+        .await;
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn speech_from_the_microphone_is_transcribed_answered_and_played() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b2&session=voice-1").await;
+        click(&page, "#mic").await;
+        wait_until(&page, "the microphone", "document.querySelector('#mic').getAttribute('aria-pressed') === 'true'", WAIT).await;
+
+        let heard = wait_until(
+            &page,
+            "the user's transcript",
+            "[...document.querySelectorAll('#messages .msg.user.transcript.final')].map((b) => b.textContent).join('')",
+            WAIT,
+        )
+        .await;
+        assert!(heard.as_str().unwrap_or_default().contains("speech"), "{heard}");
+        let said = wait_until(
+            &page,
+            "the agent's transcript",
+            "[...document.querySelectorAll('#messages .msg.agent.transcript.final')].map((b) => b.textContent).join('')",
+            WAIT,
+        )
+        .await;
+        assert!(said.as_str().unwrap_or_default().contains("You said something"), "{said}");
+        // The voice echo is as long as the utterance: at least a second of it is heard.
+        wait_until(&page, "the answer played", "livegate.playedSamples >= 24000", WAIT).await;
+        let (played, received) = {
+            let v = eval(&page, "[livegate.playedSamples, livegate.audioBytes]").await;
+            (v[0].as_u64().unwrap(), v[1].as_u64().unwrap())
+        };
+        assert!(played <= received / 2, "played {played} of {} samples", received / 2);
+        wait_until(&page, "the turn's caption", "livegate.turns.length >= 1", WAIT).await;
+        let turn = eval(&page, "livegate.turns[0]").await;
+        assert_eq!((turn["from"].as_str(), turn["first"].as_str()), (Some("speech"), Some("audio")), "{turn}");
+
+        // Audio chunks are counted but not listed in the console by default.
+        assert_eq!(eval(&page, "document.querySelectorAll('#log .g-audio').length").await, json!(0));
+        // The counters are redrawn once per animation frame, so wait for the drawing.
+        wait_until(
+            &page,
+            "the audio chunk counters",
+            "document.querySelector('#audio-stats').textContent.includes('↓ audio')",
+            WAIT,
+        )
+        .await;
+
+        // The same button stops the microphone.
+        click(&page, "#mic").await;
+        wait_until(&page, "the microphone off", "document.querySelector('#mic').getAttribute('aria-pressed') === 'false'", WAIT).await;
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn speaking_over_the_answer_stops_playback_and_marks_it_interrupted() {
+    let mut args = test_args();
+    args.sim_pacing = SimPacingArg::Realtime;
+    let server = start(args).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b3&session=barge-1").await;
+        send_text(&page, "tell me a long story about a lighthouse keeper please").await;
+        wait_until(&page, "the answer to play", "livegate.playedSamples >= 4800", WAIT).await;
+
+        click(&page, "#mic").await;
+        wait_until(&page, "the barge-in", "livegate.interruptions >= 1", WAIT).await;
+        // The flush is acknowledged by the player: nothing of the old answer is left to play.
+        let at_flush = wait_until(
+            &page,
+            "playback to stop",
+            "livegate.flushes >= 1 && livegate.bufferedSamples === 0 && [livegate.playedSamples, livegate.audioBytes]",
+            Duration::from_secs(2),
+        )
+        .await;
+        let story = eval(&page, "(() => { const b = document.querySelector('#messages .msg.agent'); return [b.className, b.textContent]; })()").await;
+        let class = story[0].as_str().unwrap_or_default();
+        assert!(class.contains("interrupted") && class.contains("final"), "{story}");
+
+        // The barge-in utterance is transcribed and answered, and that answer is not interrupted.
+        wait_until(
+            &page,
+            "the answer to the barge-in",
+            "document.querySelectorAll('#messages .msg.agent.transcript.final:not(.interrupted)').length === 1 && document.querySelector('#messages .msg.user.transcript.final')",
+            WAIT,
+        )
+        .await;
+        wait_until(&page, "its turn end", &format!("{TURNS_COMPLETE} >= 1"), WAIT).await;
+        let after = wait_until(
+            &page,
+            "the new answer to play out",
+            "livegate.bufferedSamples === 0 && livegate.playedSamples > 0 && [livegate.playedSamples, livegate.audioBytes]",
+            WAIT,
+        )
+        .await;
+        // After the flush only audio that arrived after `interrupted` was played.
+        let played_since = after[0].as_u64().unwrap() - at_flush[0].as_u64().unwrap();
+        let received_since = (after[1].as_u64().unwrap() - at_flush[1].as_u64().unwrap()) / 2;
+        assert!(played_since > 0, "the new answer was heard");
+        assert!(
+            played_since <= received_since,
+            "played {played_since} samples after the flush, but only {received_since} arrived after it"
+        );
+        let order = eval(&page, BUBBLES).await;
+        let classes: Vec<&str> = order
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[0].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(classes.len(), 4, "{order}");
+        assert!(classes[0].starts_with("msg user final"), "{order}");
+        assert!(classes[1].contains("agent") && classes[1].contains("interrupted"), "{order}");
+        assert!(classes[2].contains("user transcript"), "{order}");
+        assert!(classes[3].contains("agent") && !classes[3].contains("interrupted"), "{order}");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_reload_shows_the_history_and_playable_recordings() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        set_viewport(&page, 1280, 800).await;
+        open(&page, addr, "user=b4&session=reload-1").await;
+
+        // A tool call...
+        send_text(&page, "what time is it in Tokyo?").await;
+        wait_until(&page, "the tool turn", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        let tool = wait_until(
+            &page,
+            "the tool card",
+            "(() => { const t = document.querySelector('#messages .tool:not(.pending)'); return t && t.textContent; })()",
+            WAIT,
+        )
+        .await;
+        let tool = tool.as_str().unwrap_or_default().to_owned();
+        assert!(tool.contains("get_current_time") && tool.contains("Asia/Tokyo"), "{tool}");
+        // ...and a voice turn.
+        click(&page, "#mic").await;
+        wait_until(&page, "the voice turn", &format!("{TURNS_COMPLETE} === 2"), WAIT).await;
+        wait_until(&page, "the spoken answer to play", "livegate.playedSamples > 0 && livegate.bufferedSamples === 0", WAIT).await;
+        click(&page, "#mic").await;
+        wait_until(&page, "the recordings", "livegate.recordings.filter((r) => r.side === 'input').length >= 1 && livegate.recordings.filter((r) => r.side === 'output').length >= 2", WAIT).await;
+        eval(&page, "document.querySelector('#text-input').blur() || true").await;
+
+        assert_contrast(&page, "at desktop width").await;
+        save_screenshot(&page, "desktop.png").await;
+        color_scheme(&page, "dark").await;
+        assert_contrast(&page, "in the dark theme").await;
+        save_screenshot(&page, "desktop-dark.png").await;
+        color_scheme(&page, "light").await;
+        set_viewport(&page, 390, 844).await;
+        wait_until(&page, "the panels to fold", "!document.querySelector('#log-panel').open", WAIT).await;
+        assert_eq!(eval(&page, OVERFLOWING).await, json!([]), "nothing wider than a phone");
+        assert_contrast(&page, "at phone width").await;
+        save_screenshot(&page, "phone.png").await;
+        set_viewport(&page, 1280, 800).await;
+
+        let live = eval(&page, BUBBLES).await;
+        page.refresh().await.expect("the page reloads");
+        wait_connected(&page).await;
+        assert_eq!(eval(&page, "livegate.sessionId").await, json!("reload-1"));
+        let history: Vec<Value> = eval(&page, BUBBLES)
+            .await
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| json!([b[0].as_str().unwrap().replace(" history", ""), b[1]]))
+            .collect();
+        assert_eq!(Value::Array(history), live, "the same conversation, from the stored events");
+        let tool_again = eval(&page, "document.querySelector('#messages .tool.history').textContent").await;
+        assert_eq!(tool_again.as_str(), Some(tool.as_str()), "the tool call is in the history");
+        let picked = eval(&page, "document.querySelector('#session-select').value").await;
+        assert_eq!(picked, json!("reload-1"));
+
+        // The recordings list has playable WAVs.
+        let rows = wait_until(&page, "the recordings list", "document.querySelectorAll('#recordings .rec').length >= 3 && livegate.recordings", WAIT).await;
+        let http = reqwest::Client::new();
+        for row in rows.as_array().unwrap() {
+            let url = format!("http://{addr}{}", row["url"].as_str().unwrap());
+            let wav = http.get(&url).send().await.unwrap();
+            assert_eq!(wav.headers()["content-type"], "audio/wav", "{url}");
+            let wav = wav.bytes().await.unwrap();
+            let raw = http
+                .get(url.replace("format=wav", "format=raw"))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            let le32 = |at: usize| u32::from_le_bytes(wav[at..at + 4].try_into().unwrap()) as usize;
+            assert_eq!((&wav[0..4], &wav[8..16]), (&b"RIFF"[..], &b"WAVEfmt "[..]), "{url}");
+            assert_eq!(le32(4), wav.len() - 8, "RIFF size of {url}");
+            assert_eq!(&wav[36..40], b"data");
+            assert_eq!(le32(40), raw.len(), "data size of {url}");
+            assert_eq!(wav.len(), 44 + raw.len(), "{url}");
+            assert!(!raw.is_empty(), "{url}");
+            let rate = if row["side"] == "input" { 16_000 } else { 24_000 };
+            assert_eq!(le32(24), rate, "sample rate of {url}");
+        }
+        // One time format, the user's locale, in the event console and the recordings panel.
+        let shapes = eval(&page, TIME_SHAPES).await;
+        assert_eq!(shapes[0], shapes[1], "console and recordings times: {shapes}");
+        assert!(shapes[0].as_str().is_some_and(|s| s.contains("00:00:00")), "{shapes}");
+
+        // And the browser plays one.
+        click(&page, "#recordings .rec.input .rec-play").await;
+        wait_until(&page, "a recording to play", "document.querySelector('#recordings .rec.input .rec-play').getAttribute('aria-pressed') === 'true'", WAIT).await;
+
+        // A new session starts empty; picking the old one again brings its history back.
+        click(&page, "#new-session").await;
+        wait_connected(&page).await;
+        let fresh = eval(&page, "livegate.sessionId").await;
+        assert_ne!(fresh, json!("reload-1"));
+        assert_eq!(eval(&page, "document.querySelectorAll('#messages > *').length").await, json!(0));
+        assert_eq!(eval(&page, "document.querySelector('#session-select').value").await, fresh);
+        // The console starts over too, and nothing asked for the new session's recordings (the
+        // gateway has not stored it yet: a 404 in the browser's console).
+        let old_entries = "document.querySelectorAll('#log .k-turnComplete, #log .k-file, #log .k-history').length";
+        assert_eq!(eval(&page, old_entries).await, json!(0), "the old session's events are gone");
+        let failed = format!(
+            "performance.getEntriesByType('resource').filter((r) => r.responseStatus >= 400 || r.name.includes({fresh}))\
+               .filter((r) => r.name.includes('/artifacts')).map((r) => r.name + ' ' + r.responseStatus)"
+        );
+        assert_eq!(eval(&page, &failed).await, json!([]), "no request for the new session's recordings");
+        let old = page
+            .find(Locator::Css("#session-select"))
+            .await
+            .expect("the session picker");
+        wait_until(&page, "the old session in the picker", "document.querySelector('#session-select option[value=\"reload-1\"]')", WAIT).await;
+        old.select_by_value("reload-1").await.expect("the old session can be picked");
+        wait_until(&page, "the old session", "livegate.sessionId === 'reload-1' && livegate.historyLoaded && livegate.status === 'connected'", WAIT).await;
+        assert_eq!(eval(&page, "document.querySelectorAll('#messages .msg.history').length").await, json!(live.as_array().unwrap().len()));
+        // The microphone's silence after the voice turn, until it was stopped and the page left
+        // the session, is no recording of its own: one turn spoken, one input recording. (The old
+        // run has ended: the session was only taken up again after it had.)
+        let inputs = wait_until(&page, "the old session's recordings", "livegate.recordings.length >= 3 && livegate.recordings.filter((r) => r.side === 'input').length", WAIT).await;
+        assert_eq!(inputs, json!(1), "{:#}", eval(&page, "livegate.recordings").await);
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_page_reconnects_to_the_same_session_when_the_gateway_comes_back() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    let restarted = std::sync::Arc::new(tokio::sync::Mutex::new(Some(server)));
+    let handle = restarted.clone();
+    with_browser(|page| async move {
+        // This page gets its audio inside the JSON (ADK's base64 mode) instead of binary frames.
+        open(&page, addr, "user=b5&session=again-1&audio=base64").await;
+        let server = handle.lock().await.take().expect("the first gateway");
+        server.shutdown(WAIT).await;
+        wait_until(&page, "the drop to show", "livegate.status === 'disconnected' && document.querySelector('#retry-info').textContent.includes('retrying')", WAIT).await;
+        // A drain says "restarting" (1012): the page retries within a second, not after a backoff.
+        let notice = eval(&page, "[...document.querySelectorAll('#messages .msg.system')].map((m) => m.textContent).join(' | ')").await;
+        assert!(notice.as_str().unwrap_or_default().contains("(1012)"), "{notice}");
+        let retry = eval(&page, "document.querySelector('#retry-info').textContent").await;
+        let seconds: f64 = retry.as_str().unwrap_or_default().trim_start_matches("retrying in ").trim_end_matches(" s").parse().unwrap_or(f64::MAX);
+        assert!(seconds <= 1.0, "{retry}");
+
+        let mut args = test_args();
+        args.bind = addr;
+        *handle.lock().await = Some(start(args).await);
+        wait_until(&page, "the automatic reconnect", "livegate.status === 'connected'", WAIT).await;
+        assert_eq!(eval(&page, "livegate.sessionId").await, json!("again-1"));
+        let notice = eval(&page, "[...document.querySelectorAll('#messages .msg.system')].map((m) => m.textContent).join(' | ')").await;
+        assert!(notice.as_str().unwrap_or_default().contains("Reconnected to session again-1"), "{notice}");
+        send_text(&page, "still there?").await;
+        wait_until(&page, "an answer on the new connection", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        wait_until(&page, "its base64 audio to play", "livegate.playedSamples > 0 && livegate.bufferedSamples === 0", WAIT).await;
+        let base64_audio = eval(&page, "livegate.events.filter((e) => e.content && e.content.parts.some((p) => p.inlineData && p.inlineData.data)).length").await;
+        assert!(base64_audio.as_u64() > Some(0), "audio came as base64: {base64_audio}");
+    })
+    .await;
+    let last = restarted.lock().await.take();
+    if let Some(server) = last {
+        server.shutdown(WAIT).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_second_tab_takes_the_session_over_and_reconnect_takes_it_back() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b6&session=tabs-1").await;
+        let first = page.window().await.expect("the first tab");
+        let second = page.new_window(true).await.expect("a second tab").handle;
+        page.switch_to_window(second.clone()).await.expect("to the second tab");
+        open(&page, addr, "user=b6&session=tabs-1").await;
+        send_text(&page, "hello from the second tab").await;
+        wait_until(&page, "the second tab's answer", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+
+        page.switch_to_window(first.clone()).await.expect("back to the first tab");
+        wait_until(&page, "the takeover notice", "livegate.status === 'disconnected' && !document.querySelector('#reconnect').hidden", WAIT).await;
+        let notice = eval(&page, "document.querySelector('#messages').textContent").await;
+        assert!(notice.as_str().unwrap_or_default().contains("4000"), "{notice}");
+        // No automatic retry: the two tabs would take the session from each other forever.
+        assert_eq!(eval(&page, "document.querySelector('#retry-info').textContent").await, json!("not reconnecting"));
+
+        click(&page, "#reconnect").await;
+        wait_connected(&page).await;
+        let shown = wait_until(&page, "the other tab's turn", "[...document.querySelectorAll('#messages .msg.user.history')].map((b) => b.textContent).join('')", WAIT).await;
+        assert_eq!(shown, json!("hello from the second tab"));
+        page.switch_to_window(second).await.expect("to the second tab");
+        page.close_window().await.expect("the second tab closes");
+        page.switch_to_window(first).await.expect("back to the first tab");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_event_console_follows_new_events_unless_scrolled_up() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        set_viewport(&page, 1280, 800).await;
+        open(&page, addr, "user=b6&session=follow-1&modality=TEXT").await;
+        // Enough turns for the console to scroll (bounded: each adds a dozen entries or more).
+        let mut turns = 0;
+        while eval(&page, CONSOLE_SCROLL).await["overflow"].as_i64() < Some(200) {
+            assert!(turns < 12, "the console never overflowed");
+            turns += 1;
+            send_text(
+                &page,
+                "tell me a long story about a lighthouse keeper please",
+            )
+            .await;
+            wait_until(
+                &page,
+                "the turn end",
+                &format!("{TURNS_COMPLETE} === {turns}"),
+                WAIT,
+            )
+            .await;
+        }
+        let scroll = eval(&page, CONSOLE_SCROLL).await;
+        assert!(
+            scroll["fromBottom"].as_i64() < Some(40),
+            "the newest entry is in view: {scroll}"
+        );
+
+        // Scrolled up to read, the console stays where the reader is.
+        eval(&page, "document.querySelector('#log-panel').scrollTop = 0").await;
+        turns += 1;
+        send_text(&page, "hello again").await;
+        wait_until(
+            &page,
+            "the turn end",
+            &format!("{TURNS_COMPLETE} === {turns}"),
+            WAIT,
+        )
+        .await;
+        assert_eq!(eval(&page, CONSOLE_SCROLL).await["top"], json!(0));
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn at_phone_width_long_session_ids_truncate_and_new_stays_on_screen() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    let long = |n: char| {
+        format!(
+            "conversation-about-the-lighthouse-keeper-{}",
+            n.to_string().repeat(80)
+        )
+    };
+    let http = reqwest::Client::new();
+    for id in [long('a'), long('b')] {
+        let body = json!({"userId": "b7", "sessionId": id});
+        let created = http
+            .post(format!("http://{addr}/api/sessions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status().as_u16(), 201);
+    }
+    with_browser(|page| async move {
+        set_viewport(&page, 390, 844).await;
+        open(&page, addr, &format!("user=b7&session={}", long('a'))).await;
+        wait_until(
+            &page,
+            "both long sessions in the picker",
+            "document.querySelectorAll('#session-select option').length === 2",
+            WAIT,
+        )
+        .await;
+        assert_eq!(eval(&page, OVERFLOWING).await, json!([]), "nothing wider than a phone");
+        let new = eval(
+            &page,
+            "(() => { const r = document.querySelector('#new-session').getBoundingClientRect(); return r.width > 0 && r.left >= 0 && r.right <= innerWidth; })()",
+        )
+        .await;
+        assert_eq!(new, json!(true), "New is on screen");
+        save_screenshot(&page, "phone-long-ids.png").await;
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn with_tokens_on_the_page_signs_in_from_its_link_and_asks_for_one_without() {
+    use livegate::gateway::auth::{AuthMode, AuthSecrets, Minter, Secret};
+    let secret = Secret::new("browser-test-secret-0123456789abcdef");
+    let mut args = test_args();
+    args.auth = Some(AuthMode::Token);
+    args.secrets = AuthSecrets {
+        token_secret: Some(secret.clone()),
+        api_keys: None,
+    };
+    let server = start(args).await;
+    let addr = server.addr;
+    let minted = Minter::new(&secret)
+        .expect("a minter")
+        .mint("b-auth", Some("auth-1"), None)
+        .expect("a token");
+    with_browser(|page| async move {
+        page.goto(&format!("http://{addr}/"))
+            .await
+            .expect("the page loads");
+        wait_until(&page, "the sign-in notice", "window.livegate && livegate.status === 'sign-in needed'", WAIT).await;
+        let notice = eval(&page, "document.querySelector('#messages').textContent").await;
+        assert!(notice.as_str().unwrap_or_default().contains("Sign-in needed"), "{notice}");
+
+        page.goto(&format!("http://{addr}/?modality=TEXT#token={}", minted.token))
+            .await
+            .expect("the signed-in page loads");
+        wait_connected(&page).await;
+        assert_eq!(eval(&page, "[livegate.userId, livegate.sessionId]").await, json!(["b-auth", "auth-1"]));
+        assert_eq!(eval(&page, "location.hash.includes('token')").await, json!(false), "the token left the address bar");
+        assert_eq!(
+            eval(&page, "sessionStorage.getItem('livegate.token')").await,
+            json!(minted.token),
+            "kept for this tab"
+        );
+        send_text(&page, "hello with a token").await;
+        wait_until(&page, "the turn end", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        // REST calls carry the token too: the session list shows the session.
+        wait_until(&page, "the session list", "[...document.querySelectorAll('#session-select option')].some((o) => o.value === 'auth-1')", WAIT).await;
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn the_settings_panel_sends_the_voice_in_the_setup_and_it_reaches_the_model() {
+    // Behind the gateway, mock-gemini records the setup each run opened the model with.
+    let upstream = livegate_mock::gemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate_mock::gemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("mock-gemini starts");
+    let mut args = test_args();
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let server = start(args).await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        set_viewport(&page, 390, 844).await;
+        open(&page, addr, "user=b9&session=settings-1").await;
+        assert_eq!(eval(&page, "livegate.setup").await, json!({"type": "setup"}));
+        click(&page, "#settings-panel > summary").await;
+        assert_eq!(eval(&page, OVERFLOWING).await, json!([]), "the open panel fits a phone");
+        assert_contrast(&page, "with the settings panel open").await;
+        save_screenshot(&page, "phone-settings.png").await;
+        for (label, control) in [("Voice", "#set-voice"), ("Language", "#set-language")] {
+            let name = eval(&page, &format!("document.querySelector('{control}').labels[0].textContent")).await;
+            assert!(name.as_str().unwrap_or_default().contains(label), "{control} is labelled: {name}");
+        }
+        page.find(Locator::Css("#set-voice"))
+            .await
+            .expect("the voice picker")
+            .select_by_value("Kore")
+            .await
+            .expect("Kore is a choice");
+        click(&page, "#set-barge-in").await;
+        wait_until(
+            &page,
+            "the reconnect with the new setup",
+            "livegate.status === 'connected' && livegate.setup.voice === 'Kore' && livegate.setup.barge_in === false",
+            WAIT,
+        )
+        .await;
+        send_text(&page, "hello").await;
+        wait_until(&page, "the answer", &format!("{TURNS_COMPLETE} >= 1"), WAIT).await;
+        let refused = eval(&page, "livegate.events.filter((e) => e.errorCode).length").await;
+        assert_eq!(refused, json!(0), "the gateway took the setup");
+        // The choice outlives a reload.
+        page.refresh().await.expect("the page reloads");
+        wait_connected(&page).await;
+        assert_eq!(eval(&page, "livegate.setup.voice").await, json!("Kore"));
+    })
+    .await;
+    let setups = upstream.setups();
+    let applied = setups
+        .iter()
+        .filter(|s| {
+            s["generationConfig"]["speechConfig"]["voiceConfig"]["prebuiltVoiceConfig"]["voiceName"]
+                == "Kore"
+        })
+        .count();
+    assert!(applied >= 1, "the model was opened with Kore: {setups:#?}");
+    assert!(
+        setups
+            .iter()
+            .any(|s| s["realtimeInputConfig"]["activityHandling"] == "NO_INTERRUPTION"),
+        "{setups:#?}"
+    );
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

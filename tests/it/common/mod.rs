@@ -1,0 +1,322 @@
+//! Shared harness for the integration tests: a real gateway on 127.0.0.1:0, a real WebSocket
+//! client, fixture audio, and a checker that every JSON event has ADK's field set.
+
+#![allow(dead_code)]
+
+pub mod adk_schema;
+pub mod process;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::{self, ServeArgs, Server};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Longest any single wait in a test may take.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Server args for tests: loopback, any port, in-memory stores, instant `sim` answers.
+pub fn test_args() -> ServeArgs {
+    let mut args = ServeArgs::defaults();
+    args.bind = SocketAddr::from(([127, 0, 0, 1], 0));
+    args.session_store = Some("memory:".into());
+    args.artifact_store = Some("memory:".into());
+    args.sim_pacing = SimPacingArg::Burst;
+    args.sim_reply_delay_ms = Some(0);
+    args
+}
+
+/// Starts a gateway with these args.
+pub async fn start(args: ServeArgs) -> Server {
+    let _ = tracing_subscriber_init();
+    gateway::start(&args).await.expect("gateway starts")
+}
+
+fn tracing_subscriber_init() -> Option<()> {
+    None
+}
+
+/// One frame from the gateway, decoded.
+#[derive(Debug, Clone)]
+pub enum Frame {
+    /// A JSON event (already checked against ADK's field set).
+    Event(Value),
+    /// Raw PCM audio.
+    Audio(Bytes),
+    /// The server closed the socket.
+    Closed(Option<(u16, String)>),
+}
+
+/// A client WebSocket over TCP.
+pub type WsStream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A WebSocket client of the gateway.
+pub struct Client {
+    ws: WsStream,
+    /// Every JSON event received so far.
+    pub events: Vec<Value>,
+    /// Total bytes of binary audio received so far.
+    pub audio_bytes: usize,
+}
+
+impl Client {
+    /// Connects to `/ws/{user}/{session}?{query}`.
+    pub async fn connect(addr: SocketAddr, user: &str, session: &str, query: &str) -> Client {
+        let url = format!("ws://{addr}/ws/{user}/{session}?{query}");
+        let (ws, _) = timeout(WAIT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("connect in time")
+            .expect("websocket connects");
+        Client {
+            ws,
+            events: Vec::new(),
+            audio_bytes: 0,
+        }
+    }
+
+    /// Wraps a socket connected some other way (e.g. with auth headers).
+    pub fn from_stream(ws: WsStream) -> Client {
+        Client {
+            ws,
+            events: Vec::new(),
+            audio_bytes: 0,
+        }
+    }
+
+    /// Sends a JSON text frame.
+    pub async fn send_json(&mut self, value: Value) {
+        self.ws
+            .send(Message::Text(value.to_string().into()))
+            .await
+            .expect("send");
+    }
+
+    /// Sends a raw text frame.
+    pub async fn send_raw_text(&mut self, text: &str) {
+        self.ws
+            .send(Message::Text(text.to_owned().into()))
+            .await
+            .expect("send");
+    }
+
+    /// Sends a binary frame.
+    pub async fn send_binary(&mut self, data: Vec<u8>) {
+        self.ws
+            .send(Message::Binary(data.into()))
+            .await
+            .expect("send");
+    }
+
+    /// Sends a user text turn.
+    pub async fn send_text(&mut self, text: &str) {
+        self.send_json(serde_json::json!({"type": "text", "text": text}))
+            .await;
+    }
+
+    /// Streams PCM as 20 ms binary frames (640 bytes at 16 kHz), as fast as the socket takes them.
+    pub async fn stream_pcm(&mut self, pcm: &[u8]) {
+        for chunk in pcm.chunks(640) {
+            self.send_binary(chunk.to_vec()).await;
+        }
+    }
+
+    /// The next frame, within `WAIT`.
+    pub async fn next_frame(&mut self) -> Frame {
+        loop {
+            let message = timeout(WAIT, self.ws.next())
+                .await
+                .expect("a frame in time");
+            match message {
+                Some(Ok(Message::Text(text))) => {
+                    let value: Value = serde_json::from_str(text.as_str()).expect("event is JSON");
+                    adk_schema::check_event(&value);
+                    self.events.push(value.clone());
+                    return Frame::Event(value);
+                }
+                Some(Ok(Message::Binary(data))) => {
+                    self.audio_bytes += data.len();
+                    return Frame::Audio(data);
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    return Frame::Closed(frame.map(|f| (u16::from(f.code), f.reason.to_string())))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Frame::Closed(None),
+            }
+        }
+    }
+
+    /// The next JSON event, skipping audio frames.
+    pub async fn next_event(&mut self) -> Value {
+        loop {
+            match self.next_frame().await {
+                Frame::Event(e) => return e,
+                Frame::Audio(_) => continue,
+                Frame::Closed(c) => panic!("socket closed while waiting for an event: {c:?}"),
+            }
+        }
+    }
+
+    /// Frames until (and including) the first event matching `done`.
+    pub async fn frames_until(&mut self, done: impl Fn(&Value) -> bool) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.next_frame().await;
+            let stop = matches!(&frame, Frame::Event(e) if done(e));
+            if let Frame::Closed(c) = &frame {
+                panic!("socket closed before the expected event: {c:?}; got {frames:?}");
+            }
+            frames.push(frame);
+            if stop {
+                return frames;
+            }
+        }
+    }
+
+    /// Events until (and including) the next `turnComplete`.
+    pub async fn events_until_turn_complete(&mut self) -> Vec<Value> {
+        self.frames_until(is_turn_complete)
+            .await
+            .into_iter()
+            .filter_map(|f| match f {
+                Frame::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Closes the socket and waits for the server's close.
+    pub async fn close(mut self) {
+        let _ = self
+            .ws
+            .close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                code: CloseCode::Normal,
+                reason: "bye".into(),
+            }))
+            .await;
+        let _ = timeout(WAIT, async {
+            while let Some(Ok(_)) = self.ws.next().await {}
+        })
+        .await;
+    }
+}
+
+/// True for a `turnComplete: true` event.
+pub fn is_turn_complete(e: &Value) -> bool {
+    e["turnComplete"] == Value::Bool(true)
+}
+
+/// The text of an event's content parts.
+pub fn text_of(e: &Value) -> String {
+    e["content"]["parts"]
+        .as_array()
+        .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// Raw PCM16 of a fixture clip in tests/fixtures.
+pub fn fixture_pcm(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let mut reader = hound::WavReader::open(&path).expect("fixture wav opens");
+    let spec = reader.spec();
+    assert_eq!(
+        (spec.sample_rate, spec.channels, spec.bits_per_sample),
+        (16_000, 1, 16)
+    );
+    reader
+        .samples::<i16>()
+        .flat_map(|s| s.expect("sample").to_le_bytes())
+        .collect()
+}
+
+/// Connects to `addr` as `u1` / `s1`, says "hello" then a second of silence in 20 ms frames, and
+/// reads up to the end of the answer; the client, and the audio it sent.
+pub async fn say_hello(addr: SocketAddr) -> (Client, Vec<u8>) {
+    let mut client = Client::connect(addr, "u1", "s1", "").await;
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    client.frames_until(is_turn_complete).await;
+    (client, pcm)
+}
+
+/// `ms` milliseconds of 16 kHz PCM16 silence.
+pub fn silence(ms: usize) -> Vec<u8> {
+    vec![0; ms * 32]
+}
+
+/// Bytes of the input and output audio recordings of one session, once every connection has
+/// finished flushing.
+pub async fn recorded_audio(server: &Server, user: &str, session: &str) -> (usize, usize) {
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let artifacts = &server.gateway().runner.artifacts;
+    let scope = livegate::artifact::ArtifactScope {
+        app_name: &server.gateway().runner.app_name,
+        user_id: user,
+        session_id: session,
+    };
+    let mut recorded = (0, 0);
+    for name in artifacts.list_names(scope).await.expect("artifacts listed") {
+        let artifact = artifacts
+            .load(scope, &name, None)
+            .await
+            .expect("artifact loads");
+        let bytes = artifact.map_or(0, |a| a.data.len());
+        if name.contains("_input_audio_") {
+            recorded.0 += bytes;
+        } else if name.contains("_output_audio_") {
+            recorded.1 += bytes;
+        }
+    }
+    recorded
+}
+
+/// One HTTP/1.1 GET over a real socket; returns the status line, headers and body as text.
+pub async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    timeout(WAIT, stream.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// Waits until a metric has `value`. The server notices a close on its own time and tells no
+/// one, so this polls, bounded by [`WAIT`].
+pub async fn metric_reaches(addr: std::net::SocketAddr, name: &str, value: f64) {
+    let reached = tokio::time::timeout(WAIT, async {
+        loop {
+            let metrics = http_get(addr, "/metrics").await;
+            if metric(&metrics, name) == Some(value) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "{name} reached {value}");
+}
+
+/// The value of one sample line of a metrics text, named with its labels if it has any.
+pub fn metric(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}

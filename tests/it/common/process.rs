@@ -1,0 +1,94 @@
+//! The real `livegate` binary as a child process, and everything it prints.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::time::timeout;
+
+use super::WAIT;
+
+/// A running `livegate` process and everything it printed so far.
+pub struct Process {
+    child: tokio::process::Child,
+    stdout: tokio::task::JoinHandle<String>,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+/// What a process printed, by stream.
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the real binary with `args`; returns it and the first stdout line containing `marker`.
+pub async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Process, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("livegate runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (found_tx, found_rx) = tokio::sync::oneshot::channel();
+    let marker = marker.to_owned();
+    // One task reads stdout to the end, so the child never blocks on a full pipe.
+    let stdout = tokio::spawn(async move {
+        let mut all = String::new();
+        let mut found = Some(found_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(&marker) {
+                if let Some(tx) = found.take() {
+                    let _ = tx.send(line.clone());
+                }
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // The logs go to stderr: read it as it comes too, or a full pipe would stall the child.
+    let mut pipe = child.stderr.take().unwrap();
+    let stderr = tokio::spawn(async move {
+        let mut all = String::new();
+        let _ = pipe.read_to_string(&mut all).await;
+        all
+    });
+    let line = timeout(WAIT, found_rx)
+        .await
+        .expect("starts in time")
+        .expect("prints its address");
+    (
+        Process {
+            child,
+            stdout,
+            stderr,
+        },
+        line,
+    )
+}
+
+/// Stops a process and returns all it printed.
+pub async fn output_of(mut process: Process) -> Output {
+    let _ = process.child.start_kill();
+    let _ = timeout(WAIT, process.child.wait()).await;
+    let stdout = timeout(WAIT, process.stdout).await.unwrap();
+    let stderr = timeout(WAIT, process.stderr).await.unwrap();
+    Output {
+        stdout: stdout.unwrap_or_default(),
+        stderr: stderr.unwrap_or_default(),
+    }
+}
+
+/// Where a gateway process says it listens, from its `listening on http://ADDR` line.
+pub fn listening_addr(line: &str) -> SocketAddr {
+    line.rsplit("http://")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
