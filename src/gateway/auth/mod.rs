@@ -58,17 +58,20 @@ pub struct AuthSecrets {
 impl AuthSecrets {
     /// `LIVEGATE_TOKEN_SECRET` and `LIVEGATE_API_KEYS`, when set and not blank.
     pub fn from_env() -> Self {
-        let env = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .filter(|v| !v.trim().is_empty())
-                .map(Secret::new)
-        };
+        let env = secret_from_env;
         AuthSecrets {
             token_secret: env(TOKEN_SECRET_ENV),
             api_keys: env(API_KEYS_ENV),
         }
     }
+}
+
+/// An environment variable as a secret, when it is set and not blank.
+pub fn secret_from_env(name: &str) -> Option<Secret> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(Secret::new)
 }
 
 /// What auth is built from (the `serve` options that concern it).
@@ -170,7 +173,7 @@ impl Auth {
         &self,
         user: &str,
         session: &str,
-        ttl: Duration,
+        ttl: std::time::Duration,
     ) -> Option<Result<token::Minted, token::MintError>> {
         let minter = self.minter.as_ref()?;
         Some(minter.mint(user, Some(session), Some(ttl)))

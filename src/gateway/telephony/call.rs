@@ -147,13 +147,23 @@ async fn read_start(stream: &mut Source, carrier: &dyn Carrier) -> Result<CallSt
         .unwrap_or(Err("no start message in time"))
 }
 
-/// Only 8 kHz μ-law is taken: anything else would be noise to the model.
+/// Only 8 kHz μ-law is taken (anything else would be noise to the model), on a stream whose id is
+/// a plain id.
 fn check_format(start: CallStart) -> Result<CallStart, &'static str> {
     let encoding_ok = start.encoding.as_deref().is_none_or(|e| {
         let e = e.to_ascii_lowercase();
         e == "audio/x-mulaw" || e == "pcmu" || e == "mulaw"
     });
     let rate_ok = start.sample_rate.is_none_or(|r| r == 8_000);
+    // Echoed into every message sent back, unescaped.
+    let id_ok = !start.stream_id.is_empty()
+        && start
+            .stream_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+    if !id_ok {
+        return Err("the stream id is not an id");
+    }
     if encoding_ok && rate_ok {
         Ok(start)
     } else {

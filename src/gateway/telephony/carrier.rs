@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Longest id (call, stream) or parameter taken from a carrier; anything longer is refused.
@@ -151,6 +152,81 @@ pub trait Carrier: Send + Sync + std::fmt::Debug {
 
     /// The environment variable holding the webhook secret (`TWILIO_AUTH_TOKEN`, …).
     fn secret_env(&self) -> &'static str;
+}
+
+/// The body of a `media` message, as the carriers that copied Twilio's shape send it.
+#[derive(Deserialize)]
+pub struct MediaBody<'a> {
+    /// Base64 μ-law.
+    #[serde(borrow)]
+    pub payload: Cow<'a, str>,
+    /// `inbound` (the caller) or `outbound`.
+    #[serde(default, borrow)]
+    pub track: Option<Cow<'a, str>>,
+}
+
+/// The body of a `mark` message.
+#[derive(Deserialize)]
+pub struct MarkBody<'a> {
+    /// The mark's name, as sent.
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+}
+
+/// The body of a `dtmf` message.
+#[derive(Deserialize)]
+pub struct DtmfBody<'a> {
+    /// The key.
+    #[serde(borrow)]
+    pub digit: Cow<'a, str>,
+}
+
+/// The media format a `start` names (camelCase for Twilio, snake_case for Telnyx).
+#[derive(Deserialize, Default)]
+pub struct MediaFormat {
+    /// The encoding.
+    #[serde(default)]
+    pub encoding: Option<String>,
+    /// The sample rate.
+    #[serde(default, alias = "sampleRate")]
+    pub sample_rate: Option<u64>,
+}
+
+/// What a `media` message means: the caller's audio, or another track's (ignored).
+pub fn media(body: MediaBody<'_>) -> Inbound<'_> {
+    if body.track.as_deref().is_some_and(|t| t != "inbound") {
+        return Inbound::Ignored(Cow::Borrowed("media of another track"));
+    }
+    Inbound::Media(body.payload)
+}
+
+/// `<Response><Connect><Stream url=… {attributes}>` with a `<Parameter>` for each parameter: the
+/// answer of Twilio's TwiML and Telnyx's TeXML alike.
+pub fn connect_stream(url: &str, attributes: &str, parameters: &[(String, String)]) -> String {
+    let mut xml = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response>\n  <Connect>\n    <Stream url=\"",
+    );
+    xml.push_str(&xml_attr(url));
+    xml.push('"');
+    xml.push_str(attributes);
+    xml.push_str(">\n");
+    for (name, value) in parameters {
+        xml.push_str("      <Parameter name=\"");
+        xml.push_str(&xml_attr(name));
+        xml.push_str("\" value=\"");
+        xml.push_str(&xml_attr(value));
+        xml.push_str("\" />\n");
+    }
+    xml.push_str("    </Stream>\n  </Connect>\n</Response>\n");
+    xml
+}
+
+/// The first non-empty value of a form field.
+pub fn field(fields: &[(String, String)], name: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(n, v)| n == name && !v.is_empty())
+        .map(|(_, v)| v.clone())
 }
 
 /// A string field, bounded.

@@ -157,12 +157,7 @@ pub struct TelephonySecrets {
 impl TelephonySecrets {
     /// Each carrier's secret, when its variable is set and not blank.
     pub fn from_env() -> Self {
-        let env = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .filter(|v| !v.trim().is_empty())
-                .map(Secret::new)
-        };
+        let env = super::auth::secret_from_env;
         TelephonySecrets {
             twilio_auth_token: env(twilio::AUTH_TOKEN_ENV),
             telnyx_public_key: env(telnyx::PUBLIC_KEY_ENV),

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::carrier::{
-    bounded, dtmf_digit, form_fields, parameters, xml_attr, CallStart, Carrier, Inbound,
-    ProtocolError, WebhookCall, WebhookError,
+    bounded, connect_stream, dtmf_digit, field, form_fields, media, parameters, CallStart, Carrier,
+    DtmfBody, Inbound, MarkBody, MediaBody, MediaFormat, ProtocolError, WebhookCall, WebhookError,
 };
 
 /// The signature header.
@@ -38,21 +38,13 @@ struct Message<'a> {
     #[serde(borrow)]
     event: Cow<'a, str>,
     #[serde(default, borrow)]
-    media: Option<Media<'a>>,
+    media: Option<MediaBody<'a>>,
     #[serde(default)]
     start: Option<Start>,
     #[serde(default, borrow)]
-    mark: Option<Mark<'a>>,
+    mark: Option<MarkBody<'a>>,
     #[serde(default, borrow)]
-    dtmf: Option<Dtmf<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Media<'a> {
-    #[serde(borrow)]
-    payload: Cow<'a, str>,
-    #[serde(default, borrow)]
-    track: Option<Cow<'a, str>>,
+    dtmf: Option<DtmfBody<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -64,27 +56,6 @@ struct Start {
     custom_parameters: Option<Map<String, Value>>,
     #[serde(default)]
     media_format: Option<MediaFormat>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MediaFormat {
-    #[serde(default)]
-    encoding: Option<String>,
-    #[serde(default)]
-    sample_rate: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct Mark<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-}
-
-#[derive(Deserialize)]
-struct Dtmf<'a> {
-    #[serde(borrow)]
-    digit: Cow<'a, str>,
 }
 
 fn malformed(reason: impl Into<String>) -> ProtocolError {
@@ -114,20 +85,10 @@ impl Carrier for Twilio {
         let missing = |field: &str| malformed(format!("{} without {field}", message.event));
         Ok(match message.event.as_ref() {
             "connected" => Inbound::Connected,
-            "media" => {
-                let media = message.media.ok_or_else(|| missing("media"))?;
-                // A bidirectional stream carries the caller's track only; say so if not.
-                if media.track.as_deref().is_some_and(|t| t != "inbound") {
-                    return Ok(Inbound::Ignored(Cow::Borrowed("media of another track")));
-                }
-                Inbound::Media(media.payload)
-            }
+            "media" => media(message.media.ok_or_else(|| missing("media"))?),
             "start" => {
                 let start = message.start.ok_or_else(|| missing("start"))?;
-                let format = start.media_format.unwrap_or(MediaFormat {
-                    encoding: None,
-                    sample_rate: None,
-                });
+                let format = start.media_format.unwrap_or_default();
                 Inbound::Start(CallStart {
                     call_id: bounded(NAME, "callSid", start.call_sid.into())?.into_owned(),
                     stream_id: bounded(NAME, "streamSid", start.stream_sid.into())?.into_owned(),
@@ -199,37 +160,16 @@ impl Carrier for Twilio {
                 return Err(WebhookError::Invalid);
             }
         }
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-        };
-        let call_id = field("CallSid")
-            .filter(|id| !id.is_empty())
-            .ok_or_else(|| WebhookError::Malformed("no CallSid".into()))?;
         Ok(WebhookCall {
-            call_id,
-            from: field("From").filter(|v| !v.is_empty()),
-            to: field("To").filter(|v| !v.is_empty()),
+            call_id: field(&fields, "CallSid")
+                .ok_or_else(|| WebhookError::Malformed("no CallSid".into()))?,
+            from: field(&fields, "From"),
+            to: field(&fields, "To"),
         })
     }
 
     fn answer(&self, stream_url: &str, parameters: &[(String, String)]) -> String {
-        let mut xml = String::from(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response>\n  <Connect>\n    <Stream url=\"",
-        );
-        xml.push_str(&xml_attr(stream_url));
-        xml.push_str("\">\n");
-        for (name, value) in parameters {
-            xml.push_str("      <Parameter name=\"");
-            xml.push_str(&xml_attr(name));
-            xml.push_str("\" value=\"");
-            xml.push_str(&xml_attr(value));
-            xml.push_str("\" />\n");
-        }
-        xml.push_str("    </Stream>\n  </Connect>\n</Response>\n");
-        xml
+        connect_stream(stream_url, "", parameters)
     }
 
     fn secret_env(&self) -> &'static str {
