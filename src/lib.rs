@@ -4,8 +4,8 @@
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
 //! Lower layers never import upper ones. Beside them, used by any layer: [`signal`] (a shared
-//! "it happened" flag), [`byte_channel`] (a channel bounded in messages and bytes) and [`procfs`]
-//! (a process's CPU and memory from `/proc`).
+//! "it happened" flag), [`byte_channel`] (a channel bounded in messages and bytes), [`procfs`] (a
+//! process's CPU and memory from `/proc`) and [`audio`] (the resampler and the G.711 codec).
 //!
 //! The tools are crates of their own in the same workspace, so the server's binary carries
 //! neither them nor their test audio: `livegate-mock` (`tools/mock`) serves the `sim` model over
@@ -19,6 +19,7 @@ pub const BUILD: &str = env!("LIVEGATE_BUILD");
 
 pub mod agent;
 pub mod artifact;
+pub mod audio;
 pub mod byte_channel;
 pub mod cli;
 pub mod event;

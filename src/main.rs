@@ -127,6 +127,7 @@ async fn run() -> anyhow::Result<()> {
     };
     args.apply_config_file(arg_matches)?;
     args.secrets = gateway::auth::AuthSecrets::from_env();
+    args.telephony.secrets = gateway::telephony::TelephonySecrets::from_env();
     init_logging(args.log_format);
     let server = gateway::start(&args).await?;
     println!("livegate listening on {}://{}", server.scheme, server.addr);

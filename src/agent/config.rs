@@ -221,7 +221,7 @@ impl AgentConfig {
                 for name in &self.builtin_tools {
                     let tool = builtin_tool(name).ok_or_else(|| {
                         AgentConfigError::Invalid(format!(
-                            "unknown built-in tool {name:?} (available: {})",
+                            "unknown built-in tool {name:?} (available: {}, get_keypad_digits)",
                             BUILTIN_TOOLS.join(", ")
                         ))
                     })?;

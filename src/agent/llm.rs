@@ -152,6 +152,7 @@ impl LlmAgent {
             proactivity: run_config.proactivity.clone(),
             enable_affective_dialog: run_config.enable_affective_dialog,
             history,
+            playout: run_config.playout.clone(),
         }
     }
 }

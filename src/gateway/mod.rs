@@ -7,6 +7,7 @@
 //! - `server/`: starting and stopping (`start`), the accept loop, TLS, limits, configuration;
 //! - `cluster/`: one live run per session (the registry), shared through PostgreSQL leases;
 //! - `telemetry/`: `/metrics` and the process's own figures;
+//! - `telephony/`: phone calls: carriers' webhooks and media streams, one call session per call;
 //! - `auth/`: who may do what.
 
 pub mod auth;
@@ -16,6 +17,7 @@ mod ids;
 pub mod server;
 mod state;
 pub mod telemetry;
+pub mod telephony;
 pub mod ws;
 
 pub use cluster::pg_leases::PgLeases;

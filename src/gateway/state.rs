@@ -57,4 +57,6 @@ pub struct Gateway {
     pub queue_max_bytes: usize,
     /// Idle timeout and maximum duration of a WebSocket connection.
     pub session_limits: SessionLimits,
+    /// Phone calls' settings and carrier secrets.
+    pub telephony: crate::gateway::telephony::Telephony,
 }

@@ -38,6 +38,9 @@ pub struct RunConfig {
     pub custom_metadata: Option<Map<String, Value>>,
     /// Told each time the run connects to the model again (livegate's, for metrics).
     pub on_reconnect: OnReconnect,
+    /// What the listener has heard of the current answer, where the transport knows (a phone
+    /// call's mark acknowledgements): an interrupted answer is cut there (livegate's).
+    pub playout: Option<crate::model::Playout>,
 }
 
 /// A callback for a run's upstream reconnects; none by default.
@@ -92,6 +95,7 @@ impl Default for RunConfig {
             max_llm_calls: 500,
             custom_metadata: None,
             on_reconnect: OnReconnect::default(),
+            playout: None,
         }
     }
 }

@@ -293,6 +293,8 @@ pub struct LiveConnectConfig {
     pub enable_affective_dialog: Option<bool>,
     /// Conversation history to replay at connect (audio already filtered out).
     pub history: Vec<Content>,
+    /// What the listener has heard of the current answer, where the transport knows.
+    pub playout: Option<super::Playout>,
 }
 
 impl LiveConnectConfig {

@@ -9,6 +9,7 @@ mod config;
 mod error;
 pub mod gemini;
 pub mod openai;
+mod playout;
 mod response;
 pub mod sim;
 pub mod tls;
@@ -28,6 +29,7 @@ pub use config::{
     RealtimeInputConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig, StartSensitivity,
 };
 pub use error::ModelError;
+pub use playout::Playout;
 pub use response::{GoAway, LlmRequest, LlmResponse};
 
 /// One message from a model connection: a response, or why the connection failed. Boxed because

@@ -31,6 +31,8 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         session_report: false,
         api_key: None,
         token: None,
+        protocol: Default::default(),
+        twilio_auth_token: None,
     }
 }
 

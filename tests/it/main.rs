@@ -27,4 +27,5 @@ mod runtime;
 mod security_auth;
 mod security_limits;
 mod security_ws;
+mod telephony;
 mod tool_commands;

@@ -663,6 +663,8 @@ fn spawn_load(
         session_report: true,
         api_key: None,
         token: None,
+        protocol: Default::default(),
+        twilio_auth_token: None,
     };
     tokio::spawn(async move { livegate_loadtest::run_until(&args, stop).await })
 }

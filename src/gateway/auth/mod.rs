@@ -58,17 +58,20 @@ pub struct AuthSecrets {
 impl AuthSecrets {
     /// `LIVEGATE_TOKEN_SECRET` and `LIVEGATE_API_KEYS`, when set and not blank.
     pub fn from_env() -> Self {
-        let env = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .filter(|v| !v.trim().is_empty())
-                .map(Secret::new)
-        };
+        let env = secret_from_env;
         AuthSecrets {
             token_secret: env(TOKEN_SECRET_ENV),
             api_keys: env(API_KEYS_ENV),
         }
     }
+}
+
+/// An environment variable as a secret, when it is set and not blank.
+pub fn secret_from_env(name: &str) -> Option<Secret> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(Secret::new)
 }
 
 /// What auth is built from (the `serve` options that concern it).
@@ -156,6 +159,24 @@ impl Auth {
     /// The allowed origins (for CORS).
     pub fn allowed_origins(&self) -> &AllowedOrigins {
         &self.origins
+    }
+
+    /// Verifies a client token presented some other way than a header (a call's stream token,
+    /// in its URL's path).
+    pub fn verify_token(&self, token: &str) -> Result<Grant, TokenError> {
+        self.verifier.verify(token)
+    }
+
+    /// A token for `user`'s session `session` living `ttl`, if this gateway mints tokens
+    /// (`LIVEGATE_TOKEN_SECRET`).
+    pub fn mint_for_session(
+        &self,
+        user: &str,
+        session: &str,
+        ttl: std::time::Duration,
+    ) -> Option<Result<token::Minted, token::MintError>> {
+        let minter = self.minter.as_ref()?;
+        Some(minter.mint(user, Some(session), Some(ttl)))
     }
 
     /// True when `request`'s bearer credential is an operator API key.

@@ -58,6 +58,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/config", get(access::config))
         .merge(protected)
+        .merge(crate::gateway::telephony::routes())
         .route("/static/{*path}", get(assets::file))
         .route("/lib/{*path}", get(assets::library))
         .route("/examples/", get(assets::examples_index))

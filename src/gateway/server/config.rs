@@ -230,6 +230,9 @@ pub struct ServeArgs {
     /// Default live settings (voice, language, VAD, compression, …) and what clients may change.
     #[command(flatten)]
     pub live: crate::gateway::ws::live_settings::LiveArgs,
+    /// Phone calls: the carriers' webhooks and media streams.
+    #[command(flatten)]
+    pub telephony: crate::gateway::telephony::TelephonyArgs,
     /// OpenAI Realtime base URL (`/realtime?model=` is added), e.g. `ws://127.0.0.1:9400` for
     /// `livegate mock-openai`, or `https://RESOURCE.openai.azure.com/openai/v1` for Azure OpenAI
     /// (key from `OPENAI_API_KEY`; Azure: `AZURE_OPENAI_API_KEY` first).
@@ -311,6 +314,7 @@ impl ServeArgs {
                 client_settings: Default::default(),
                 ..Default::default()
             },
+            telephony: Default::default(),
         }
     }
 

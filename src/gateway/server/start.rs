@@ -59,6 +59,9 @@ pub enum StartError {
     /// A default live setting (flags, config file or agent file) is invalid.
     #[error("live settings: {0}")]
     Settings(#[from] crate::live::settings::SettingError),
+    /// A telephony setting is invalid.
+    #[error("telephony: {0}")]
+    Telephony(String),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -167,6 +170,11 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     };
     let metrics = metrics.with_store_reads(runner.sessions.clone());
     let tls = open_tls(args, &metrics)?;
+    let telephony = crate::gateway::telephony::Telephony::new(
+        &args.telephony,
+        Duration::from_secs(args.drain_timeout),
+    )
+    .map_err(StartError::Telephony)?;
     let limits = Arc::new(limits::Limits::new(
         args.limit_settings(),
         metrics.limits.clone(),
@@ -191,6 +199,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         frame_limits: args.frame_limits(),
         queue_max_bytes: args.queue_max_bytes,
         session_limits: args.session_limits(),
+        telephony,
     });
     let (listener, addr) = bind(args.bind).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };

@@ -290,8 +290,12 @@ pub fn decode_text(text: &str) -> Result<LiveRequest, FrameError> {
 pub struct EncodedEvent {
     /// Raw PCM sent as a binary frame before the JSON (binary audio mode).
     pub binary: Option<Bytes>,
-    /// The event's JSON.
+    /// The event's JSON; empty for an event the client is not sent (a phone call's transcript),
+    /// which the writer still times and counts.
     pub json: String,
+    /// A text frame written right after `json`, kept or dropped with it (a phone call's `mark`
+    /// behind its audio: an interrupted answer's marks go with its audio).
+    pub trailer: Option<String>,
     /// Playback length of the audio this frame carries (zero if none).
     pub audio: Duration,
     /// The event says the model's answer was interrupted.
@@ -350,6 +354,7 @@ pub fn encode_event(
     }
     Ok(EncodedEvent {
         json: serde_json::to_string(&event)?,
+        trailer: None,
         binary,
         audio,
         interrupted: event.interrupted == Some(true),

@@ -148,6 +148,7 @@ mod tests {
         EncodedEvent {
             binary: None,
             json: name.into(),
+            trailer: None,
             audio: Duration::from_millis(audio_ms),
             interrupted,
             ends_turn: interrupted,

@@ -20,7 +20,7 @@ use crate::gateway::ws::live_settings::ConnectOptions;
 use crate::gateway::ws::writer::SOCKET_WRITE_BUFFER;
 
 /// Bytes read from a client socket at a time (larger messages still arrive whole).
-const SOCKET_READ_BUFFER: usize = 2048;
+pub(crate) const SOCKET_READ_BUFFER: usize = 2048;
 
 /// A JSON error response.
 fn bad_request(message: String) -> Response {

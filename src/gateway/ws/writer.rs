@@ -310,7 +310,8 @@ where
         let (ends_turn, created, prompted_by) = (event.ends_turn, event.created, event.prompted_by);
         // Text is not paced, so only an answer's text reads the clock here.
         let answer_at = audio_at.or_else(|| event.answer_text.then(Instant::now));
-        let sizes = (event.binary.as_ref().map(Bytes::len), event.json.len());
+        let text = event.json.len() + event.trailer.as_ref().map_or(0, String::len);
+        let sizes = (event.binary.as_ref().map(Bytes::len), text);
         self.feed(event).await?;
         if let Some(at) = answer_at {
             if self.last_answer.is_none() {
@@ -335,7 +336,9 @@ where
         if let Some(pcm) = sizes.0 {
             self.meter.sent(true, pcm);
         }
-        self.meter.sent(false, sizes.1);
+        if sizes.1 > 0 {
+            self.meter.sent(false, sizes.1);
+        }
         Ok(())
     }
 
@@ -360,7 +363,13 @@ where
                     sink.flush().await?;
                 }
             }
-            sink.feed(Message::Text(event.json.into())).await
+            if !event.json.is_empty() {
+                sink.feed(Message::Text(event.json.into())).await?;
+            }
+            match event.trailer {
+                Some(trailer) => sink.feed(Message::Text(trailer.into())).await,
+                None => Ok(()),
+            }
         };
         within(self.limit, fed).await?;
         self.unflushed = true;
@@ -418,6 +427,7 @@ mod tests {
         Box::new(EncodedEvent {
             binary: None,
             json: json.into(),
+            trailer: None,
             audio: Duration::from_millis(audio_ms),
             interrupted,
             ends_turn: interrupted,

@@ -10,7 +10,6 @@
 //! the client was sent, so the model's memory matches what the user heard.
 
 mod connection;
-mod resample;
 #[cfg(test)]
 mod tests;
 pub mod wire;
@@ -178,7 +177,8 @@ impl LiveModel for OpenAiModel {
                 config.output_audio_transcription,
                 self.options.playout_lead,
                 last_audio.clone(),
-            ),
+            )
+            .with_playout(config.playout.clone()),
             last_audio,
         };
         open(endpoint, setup).await

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use super::resample::Upsampler;
+use crate::audio::resample::Resampler;
 use crate::event::{
     Blob, Content, FunctionCall, FunctionResponse, ModalityTokenCount, Transcription, UsageMetadata,
 };
@@ -270,7 +270,7 @@ impl LastAudio {
 #[derive(Debug)]
 pub struct Encoder {
     manual: bool,
-    upsampler: Option<Upsampler>,
+    upsampler: Option<Resampler>,
     last_audio: LastAudio,
 }
 
@@ -355,7 +355,7 @@ impl Encoder {
             return (!pcm.is_empty()).then_some(Cow::Borrowed(pcm));
         }
         if self.upsampler.as_ref().is_none_or(|u| u.from() != rate) {
-            self.upsampler = Upsampler::new(rate, RATE);
+            self.upsampler = Resampler::new(rate, RATE);
             if self.upsampler.is_none() {
                 tracing::warn!(rate, "unusable input sample rate; audio dropped");
             }
@@ -505,6 +505,8 @@ pub struct Decoder {
     last_audio: LastAudio,
     /// When the audio that ended the user's last utterance was read, until its answer starts.
     prompted_by: Option<std::time::Instant>,
+    /// What the listener heard of the answer, where the transport reports it.
+    playout: Option<crate::model::Playout>,
 }
 
 impl Decoder {
@@ -524,7 +526,15 @@ impl Decoder {
             heard: None,
             last_audio,
             prompted_by: None,
+            playout: None,
         }
+    }
+
+    /// Truncates an interrupted answer where `playout` says the listener stopped hearing it,
+    /// not where the gateway's pacing says it was sent.
+    pub fn with_playout(mut self, playout: Option<crate::model::Playout>) -> Self {
+        self.playout = playout;
+        self
     }
 
     fn response(&self) -> LlmResponse {
@@ -704,8 +714,12 @@ impl Decoder {
         }
         if let Some(playing) = playing {
             // The gateway's writer sends audio at most `lead` ahead of real-time playback from
-            // the item's first chunk: that, or all of it if less arrived, is what the client got.
-            let sent = now.saturating_duration_since(playing.first_at) + self.lead;
+            // the item's first chunk: that, or all of it if less arrived, is what the client got;
+            // a transport that hears back from the listener says exactly.
+            let sent = match self.playout.as_ref().and_then(|p| p.heard_so_far()) {
+                Some(heard) => heard,
+                None => now.saturating_duration_since(playing.first_at) + self.lead,
+            };
             let end = sent.min(playing.delivered());
             actions.push(Action::Send(truncate(
                 &playing.item_id,

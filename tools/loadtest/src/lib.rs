@@ -6,6 +6,8 @@
 mod arrival;
 mod auth;
 mod backlog;
+mod calls;
+pub mod phone;
 mod procfs;
 pub mod report;
 pub mod scrape;
@@ -40,6 +42,16 @@ const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
         include_bytes!("../../../tests/fixtures/count.wav"),
     ),
 ];
+
+/// What the sessions speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Protocol {
+    /// livegate's own WebSocket protocol (`/ws/{user}/{session}`).
+    #[default]
+    Ws,
+    /// Phone calls: Twilio's voice webhook and Media Streams (`/telephony/twilio/…`).
+    Twilio,
+}
 
 /// Options of `livegate loadtest`.
 #[derive(Debug, Clone, clap::Args)]
@@ -116,6 +128,13 @@ pub struct LoadtestArgs {
     /// A client token every session presents; its subject is every session's user.
     #[arg(long, env = "LIVEGATE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// What each session is: a WebSocket client of livegate's protocol, or a phone call on
+    /// Twilio's Media Streams (its webhook posted to the gateway beside `--url`).
+    #[arg(long, value_enum, default_value_t = Protocol::Ws)]
+    pub protocol: Protocol,
+    /// With `--protocol twilio`: sign each call's webhook with this auth token, as Twilio does.
+    #[arg(long, env = "TWILIO_AUTH_TOKEN", hide_env_values = true)]
+    pub twilio_auth_token: Option<String>,
 }
 
 /// The sim's own delay with its default settings: the silence that ends an utterance, then its
@@ -348,13 +367,19 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
 
     let mut sessions = JoinSet::new();
     let gap = Duration::from_secs_f64(1.0 / args.ramp);
+    let calls = (args.protocol == Protocol::Twilio).then(|| Arc::new(call_plan(args, &plan)));
     for index in 0..args.sessions {
         tokio::select! {
             biased;
             () = stop.fired() => break,
             () = tokio::time::sleep_until(start + gap * index as u32) => {}
         }
-        sessions.spawn(session::run(index, plan.clone(), live.clone()));
+        match &calls {
+            Some(calls) => {
+                sessions.spawn(calls::run(index, plan.clone(), calls.clone(), live.clone()))
+            }
+            None => sessions.spawn(session::run(index, plan.clone(), live.clone())),
+        };
     }
     let mut outcomes = Vec::with_capacity(args.sessions);
     while let Some(done) = sessions.join_next().await {
@@ -413,6 +438,33 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
         write(path, svg.as_bytes())?;
     }
     Ok(report)
+}
+
+/// What the calls of `--protocol twilio` share: the webhook's base beside the first `--url`,
+/// and the clips as μ-law utterances.
+fn call_plan(args: &LoadtestArgs, plan: &Plan) -> calls::CallPlan {
+    let ws = &plan.base_urls[0];
+    let http = ws
+        .replacen("ws://", "http://", 1)
+        .replacen("wss://", "https://", 1);
+    let http_base = match http
+        .find("://")
+        .and_then(|i| http[i + 3..].find('/').map(|j| i + 3 + j))
+    {
+        Some(path) => http[..path].to_owned(),
+        None => http,
+    };
+    calls::CallPlan {
+        http_base,
+        carrier: "twilio".into(),
+        auth_token: args.twilio_auth_token.clone(),
+        utterances: plan
+            .clips
+            .iter()
+            .map(|(pcm, end)| phone::Utterance::from_pcm16k(pcm, *end))
+            .collect(),
+        http: reqwest::Client::new(),
+    }
 }
 
 /// Lifts the soft limit on open files to the hard one (best effort): each session holds two

@@ -249,6 +249,7 @@ fn python_genai_setup_becomes_a_live_connect_config() {
             }),
             enable_affective_dialog: Some(true),
             history: Vec::new(),
+            playout: None,
         }
     );
 }

@@ -359,6 +359,7 @@ fn parse_setup(body: Value, endpoint: &Endpoint) -> Result<LiveConnectConfig, Cl
         proactivity: setup.proactivity,
         enable_affective_dialog: setup.generation_config.enable_affective_dialog,
         history: Vec::new(),
+        playout: None,
     })
 }
 

@@ -1,17 +1,19 @@
 //! A streaming PCM16 resampler: chunks in at one rate, chunks out at another, with the filter
-//! state carried from chunk to chunk so that chunk boundaries do not click.
+//! state carried from chunk to chunk so that chunk boundaries do not click. OpenAI Realtime's
+//! 16 → 24 kHz and a phone call's 8 ↔ 16 / 24 kHz use the same one.
 
 use rubato::audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{Fft, FixedSync, Indexing, Resampler};
+use rubato::{Fft, FixedSync, Indexing, Resampler as _};
 
-/// Resampling chunk length: clients send 20 ms of audio per frame.
+/// Resampling chunk length: clients and carriers send 20 ms of audio per frame.
 const CHUNK_MS: u32 = 20;
 /// Input rates accepted (a client's `rate=` parameter, bounded).
 const RATES: std::ops::RangeInclusive<u32> = 8_000..=96_000;
 
-/// One connection's resampler from `from` Hz to `to` Hz, mono PCM16 little-endian.
-pub struct Upsampler {
+/// One stream's resampler from `from` Hz to `to` Hz, mono PCM16 little-endian.
+pub struct Resampler {
     from: u32,
+    to: u32,
     fft: Fft<f32>,
     /// Input samples not yet resampled (less than one chunk between calls).
     pending: Vec<f32>,
@@ -19,16 +21,16 @@ pub struct Upsampler {
     scratch: Vec<f32>,
 }
 
-impl std::fmt::Debug for Upsampler {
+impl std::fmt::Debug for Resampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upsampler")
+        f.debug_struct("Resampler")
             .field("from", &self.from)
             .field("pending", &self.pending.len())
             .finish()
     }
 }
 
-impl Upsampler {
+impl Resampler {
     /// A resampler, or `None` for a rate outside 8–96 kHz.
     pub fn new(from: u32, to: u32) -> Option<Self> {
         if !RATES.contains(&from) || !RATES.contains(&to) {
@@ -37,8 +39,9 @@ impl Upsampler {
         let chunk = (from * CHUNK_MS / 1000) as usize;
         let fft = Fft::<f32>::new(from as usize, to as usize, chunk, 1, FixedSync::Both).ok()?;
         let scratch = vec![0.0; fft.output_frames_max()];
-        Some(Upsampler {
+        Some(Resampler {
             from,
+            to,
             fft,
             pending: Vec::with_capacity(chunk * 2),
             scratch,
@@ -50,22 +53,40 @@ impl Upsampler {
         self.from
     }
 
+    /// The output rate.
+    pub fn to(&self) -> u32 {
+        self.to
+    }
+
     /// Takes PCM16 bytes (an odd last byte is dropped) and returns what is ready at the new rate.
     pub fn push(&mut self, pcm: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.push_into(pcm, &mut out);
+        out
+    }
+
+    /// Takes PCM16 bytes and appends what is ready at the new rate to `out`: with `out` kept
+    /// between calls, a stream of frames is resampled without allocating.
+    pub fn push_into(&mut self, pcm: &[u8], out: &mut Vec<u8>) {
         self.pending.extend(
             pcm.chunks_exact(2)
                 .map(|s| f32::from(i16::from_le_bytes([s[0], s[1]])) / 32768.0),
         );
-        let mut out = Vec::new();
         while self.pending.len() >= self.fft.input_frames_next() {
-            self.process(None, &mut out);
+            self.process(None, out);
         }
-        out
     }
 
     /// Resamples what is left, padded with silence to a whole chunk.
     pub fn flush(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
+        self.flush_into(&mut out);
+        out
+    }
+
+    /// [`Resampler::flush`] into `out`, then ready for a new stream: the filter's memory of the
+    /// last one is cleared too.
+    pub fn flush_into(&mut self, out: &mut Vec<u8>) {
         if !self.pending.is_empty() {
             let partial = Indexing {
                 input_offset: 0,
@@ -73,9 +94,16 @@ impl Upsampler {
                 partial_len: Some(self.pending.len()),
                 active_channels_mask: None,
             };
-            self.process(Some(&partial), &mut out);
+            self.process(Some(&partial), out);
         }
-        out
+        self.reset();
+    }
+
+    /// Drops what is pending and the filter's memory: the next push starts a new stream (an
+    /// interrupted answer's rest must not bleed into the next one).
+    pub fn reset(&mut self) {
+        self.pending.clear();
+        self.fft.reset();
     }
 
     fn process(&mut self, indexing: Option<&Indexing>, out: &mut Vec<u8>) {
@@ -123,7 +151,7 @@ mod tests {
 
     #[test]
     fn sixteen_to_twenty_four_khz_keeps_length_and_has_no_seams() {
-        let mut up = Upsampler::new(16_000, 24_000).unwrap();
+        let mut up = Resampler::new(16_000, 24_000).unwrap();
         let input = tone(16_000, 1000, 440.0);
         let mut out = Vec::new();
         // Odd-sized pieces: the resampler's chunks do not line up with the client's.
@@ -153,7 +181,7 @@ mod tests {
 
     #[test]
     fn unusable_rates_are_refused() {
-        assert!(Upsampler::new(0, 24_000).is_none());
-        assert!(Upsampler::new(1_000_000, 24_000).is_none());
+        assert!(Resampler::new(0, 24_000).is_none());
+        assert!(Resampler::new(1_000_000, 24_000).is_none());
     }
 }
