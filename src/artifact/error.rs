@@ -15,6 +15,9 @@ pub enum ArtifactError {
     /// The object store (bucket) failed or could not be reached.
     #[error("artifact object store error: {0}")]
     Store(#[source] Box<object_store::Error>),
+    /// The store did not finish a save within its bound.
+    #[error("the artifact store did not finish within {0:?}")]
+    TimedOut(std::time::Duration),
 }
 
 impl ArtifactError {
@@ -23,7 +26,7 @@ impl ArtifactError {
         match self {
             ArtifactError::InvalidName(_) | ArtifactError::InvalidArgument(_) => "INVALID_ARGUMENT",
             ArtifactError::Io(_) => "INTERNAL",
-            ArtifactError::Store(_) => "UNAVAILABLE",
+            ArtifactError::Store(_) | ArtifactError::TimedOut(_) => "UNAVAILABLE",
         }
     }
 }

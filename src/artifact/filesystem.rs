@@ -8,6 +8,9 @@
 //! share a version), then writes the bytes to a temp file, syncs it and renames it into place. A
 //! version exists only once its bytes file does, so a crash at any point leaves either a whole
 //! version or none (at worst an orphan sidecar, which only makes the next save skip a number).
+//!
+//! Recordings whose run ends while the disk is full are kept by the process and saved once it
+//! has room (see [`super::later`]).
 
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
@@ -17,6 +20,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::fs;
 
+use super::later::Later;
 use super::spool::{own_spool_folder, sync_and_uncache, SPOOL_DIR};
 use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
@@ -32,6 +36,12 @@ pub struct FileArtifactService {
     spool: SpoolDir,
     /// Holds the spool folder's lock (see `own_spool_folder`).
     _spool_lock: std::sync::Arc<std::fs::File>,
+    /// Recordings whose run ended before they could be saved (a full disk).
+    later: std::sync::Arc<Later>,
+    /// Stops the task saving them once the last of the store's handles goes: every handle holds
+    /// the guard but the task's own.
+    stop: tokio_util::sync::CancellationToken,
+    _stop: Option<std::sync::Arc<tokio_util::sync::DropGuard>>,
 }
 
 /// The folder (inside the user's) holding `user:` artifacts; refused as a session id.
@@ -83,11 +93,25 @@ impl FileArtifactService {
         let (spool, lock) = tokio::task::spawn_blocking(move || own_spool_folder(&spool_root))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)))?;
+        let stop = tokio_util::sync::CancellationToken::new();
         Ok(FileArtifactService {
             root,
             spool: SpoolDir::new(spool),
             _spool_lock: std::sync::Arc::new(lock),
+            later: std::sync::Arc::default(),
+            _stop: Some(std::sync::Arc::new(stop.clone().drop_guard())),
+            stop,
         })
+    }
+
+    /// Starts saving the recordings kept for later, unless that runs already.
+    fn save_kept(&self) {
+        // The task's handle holds no stop guard: the store's last handle going stops it.
+        let store = FileArtifactService {
+            _stop: None,
+            ..self.clone()
+        };
+        self.later.run(store, self.stop.clone());
     }
 
     fn user_dir(&self, scope: ArtifactScope<'_>) -> Result<PathBuf, ArtifactError> {
@@ -422,6 +446,42 @@ impl ArtifactService for FileArtifactService {
 
     fn spool_dir(&self) -> Option<&SpoolDir> {
         Some(&self.spool)
+    }
+
+    async fn save_later(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        spool: SpoolFile,
+    ) -> Result<(), (ArtifactError, SpoolFile)> {
+        if let Err(error) = self.artifact_dir(scope, filename) {
+            return Err((error, spool));
+        }
+        self.later.hold_file(scope, filename, mime_type, spool);
+        tracing::warn!(
+            filename,
+            "a recording waits on its spool file for room on the artifact disk"
+        );
+        self.save_kept();
+        Ok(())
+    }
+
+    async fn save_later_in_memory(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        data: Bytes,
+    ) -> Result<(), ArtifactError> {
+        self.artifact_dir(scope, filename)?;
+        self.later.hold_bytes(scope, filename, mime_type, data)?;
+        tracing::warn!(
+            filename,
+            "a recording waits in memory for room on the artifact disk"
+        );
+        self.save_kept();
+        Ok(())
     }
 
     async fn save_spooled(

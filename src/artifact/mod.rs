@@ -5,6 +5,7 @@
 
 mod error;
 mod filesystem;
+mod later;
 mod memory;
 mod object;
 mod spool;
@@ -12,6 +13,7 @@ mod spool;
 mod tests;
 
 use std::path::Path;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -19,7 +21,7 @@ use bytes::Bytes;
 pub use error::ArtifactError;
 pub use filesystem::FileArtifactService;
 pub use memory::InMemoryArtifactService;
-pub use object::{ObjectArtifactService, PART_BYTES};
+pub use object::{ObjectArtifactService, DEFAULT_SAVE_TIMEOUT, PART_BYTES};
 pub use spool::{SpoolDir, SpoolFile};
 
 /// A stored artifact version: its bytes and mime type.
@@ -157,6 +159,21 @@ pub trait ArtifactService: Send + Sync + std::fmt::Debug {
             spool,
         ))
     }
+
+    /// Takes over, as [`save_later`](Self::save_later) does, a recording whose bytes are in
+    /// memory only: its spool file could not be written (a full disk). The default cannot.
+    async fn save_later_in_memory(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        data: Bytes,
+    ) -> Result<(), ArtifactError> {
+        let _ = (scope, filename, mime_type, data);
+        Err(ArtifactError::InvalidArgument(
+            "this store saves nothing later".into(),
+        ))
+    }
 }
 
 /// Checks an artifact filename: 1–255 characters, no path separators, no `..`, no control chars.
@@ -223,15 +240,16 @@ pub const USER_PREFIX: &str = "user:";
 pub async fn open_artifact_service(
     url: &str,
 ) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
-    open_artifact_service_in(url, None).await
+    open_artifact_service_in(url, None, Some(DEFAULT_SAVE_TIMEOUT)).await
 }
 
 /// [`open_artifact_service`], with a bucket's spool files (recordings on their way to it) in a
-/// folder of their own inside `spool_root`: a disk the operator chose, where a temp folder may
-/// be memory.
+/// folder of their own inside `spool_root` (a disk the operator chose, where a temp folder may
+/// be memory), and its saves bounded by `save_timeout` (`None`: only by its requests' own).
 pub async fn open_artifact_service_in(
     url: &str,
     spool_root: Option<&Path>,
+    save_timeout: Option<Duration>,
 ) -> Result<std::sync::Arc<dyn ArtifactService>, ArtifactError> {
     if url == "memory:" || url == "memory://" {
         return Ok(std::sync::Arc::new(InMemoryArtifactService::default()));
@@ -243,7 +261,7 @@ pub async fn open_artifact_service_in(
         .iter()
         .any(|s| url.starts_with(s))
     {
-        let store = ObjectArtifactService::open(url)?;
+        let store = ObjectArtifactService::open(url)?.with_save_timeout(save_timeout);
         return Ok(std::sync::Arc::new(match spool_root {
             Some(root) => store.with_spool_root(root),
             None => store,

@@ -49,6 +49,10 @@ use super::{
     ArtifactService, SpoolDir, SpoolFile, USER_PREFIX,
 };
 
+/// The longest a save (the one a turn's end waits for) takes by default: past it the recording
+/// comes back unsaved, and its run keeps it for later.
+pub const DEFAULT_SAVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Bytes per uploaded part of a spooled recording, and the most a save reads into memory at once.
 /// S3 wants parts of at least 5 MiB (all but the last) and at most 10,000 of them.
 pub const PART_BYTES: usize = 8 * 1024 * 1024;
@@ -88,6 +92,9 @@ pub struct ObjectArtifactService {
     outbox: Arc<Mutex<Outbox>>,
     /// Stops the outbox's task when the store goes (its files stay, for the next store).
     stop: CancellationToken,
+    /// The longest a save may take, all its requests and retries together (`None`: no bound
+    /// but the requests' own).
+    save_timeout: Option<Duration>,
 }
 
 /// The bucket and the key prefix every artifact lives under (may be empty): what a save needs,
@@ -162,8 +169,11 @@ fn retry() -> RetryConfig {
 }
 
 /// Client settings applied over the environment's (as configuration keys: the builders'
-/// `with_client_options` would replace the environment's, `AWS_ALLOW_HTTP` among them).
-const CLIENT_DEFAULTS: [(&str, &str); 2] = [("connect_timeout", "5s"), ("timeout", "60s")];
+/// `with_client_options` would replace the environment's, `AWS_ALLOW_HTTP` among them). Each
+/// request, each retry alike, is bounded: a bucket that accepts connections and never answers
+/// costs a request 10 s, not the client's default of minutes. (A part of 8 MiB then needs
+/// 0.8 MB/s to the bucket.)
+const CLIENT_DEFAULTS: [(&str, &str); 2] = [("connect_timeout", "5s"), ("timeout", "10s")];
 
 fn store_error(error: object_store::Error) -> ArtifactError {
     ArtifactError::Store(Box::new(error))
@@ -335,9 +345,51 @@ impl ObjectArtifactService {
             url,
             outbox: Arc::default(),
             stop: CancellationToken::new(),
+            save_timeout: Some(DEFAULT_SAVE_TIMEOUT),
         };
         service.take_up_outbox();
         service
+    }
+
+    /// Bounds every save by `timeout` (`None`: by its requests' own timeouts only), so that a
+    /// turn's end never waits longer on a bucket that does not answer.
+    pub fn with_save_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.save_timeout = timeout;
+        self
+    }
+
+    /// `save` within the store's save timeout. A save cut short leaves at worst an orphan
+    /// sidecar (the next save skips its number) or, if its last write lands after all, a
+    /// version its caller does not know of, which the caller's retry then saves again.
+    async fn bounded<T>(
+        &self,
+        save: impl std::future::Future<Output = Result<T, ArtifactError>>,
+    ) -> Result<T, ArtifactError> {
+        match self.save_timeout {
+            Some(timeout) => tokio::time::timeout(timeout, save)
+                .await
+                .unwrap_or(Err(ArtifactError::TimedOut(timeout))),
+            None => save.await,
+        }
+    }
+
+    /// Checks the spool folder takes a byte (for `/readyz`): recordings wait there on their way
+    /// to the bucket, so a full or read-only disk there loses them.
+    async fn check_spool_writable(&self) -> Result<(), ArtifactError> {
+        let dir = self.spool.path().to_path_buf();
+        blocking(move || {
+            use std::io::Write;
+            std::fs::create_dir_all(&dir)?;
+            let probe = dir.join(format!(".ready-{}", uuid::Uuid::new_v4()));
+            let written = (|| {
+                let mut file = File::create(&probe)?;
+                file.write_all(b"0")?;
+                file.sync_data()
+            })();
+            let _ = std::fs::remove_file(&probe);
+            written
+        })
+        .await
     }
 
     /// Recordings this store holds in its outbox.
@@ -742,17 +794,20 @@ impl ArtifactService for ObjectArtifactService {
     ) -> Result<u64, ArtifactError> {
         let dir = self.bucket.artifact_key(scope, filename)?;
         let meta = meta_bytes(artifact.mime_type.clone())?;
-        let version = self.bucket.claim(&dir, &meta).await?;
-        let key = dir.child(version.to_string());
-        if let Err(error) = self
-            .bucket
-            .put_version(&key, &artifact.mime_type, artifact.data)
-            .await
-        {
-            self.bucket.release(&dir, version).await;
-            return Err(error);
-        }
-        Ok(version)
+        self.bounded(async {
+            let version = self.bucket.claim(&dir, &meta).await?;
+            let key = dir.child(version.to_string());
+            if let Err(error) = self
+                .bucket
+                .put_version(&key, &artifact.mime_type, artifact.data)
+                .await
+            {
+                self.bucket.release(&dir, version).await;
+                return Err(error);
+            }
+            Ok(version)
+        })
+        .await
     }
 
     async fn load(
@@ -833,6 +888,12 @@ impl ArtifactService for ObjectArtifactService {
     }
 
     async fn check_writable(&self) -> Result<(), ArtifactError> {
+        self.check_spool_writable().await.map_err(|error| {
+            ArtifactError::Io(std::io::Error::other(format!(
+                "the spool folder {} cannot be written: {error}",
+                self.spool.path().display()
+            )))
+        })?;
         self.check_bucket_writable().await
     }
 
@@ -859,34 +920,56 @@ impl ArtifactService for ObjectArtifactService {
             Ok(prepared) => prepared,
             Err(e) => return Err((e, spool)),
         };
-        if let Some(feed) = feed {
-            match self
-                .bucket
-                .save_staged(&dir, &meta, *feed, spool.len())
-                .await
-            {
-                Ok(version) => return Ok(version),
-                // The file still holds every byte: it goes up whole now.
-                Err(error) => tracing::warn!(
-                    %error,
-                    filename,
-                    "the parts uploaded during a recording's turn could not be saved; uploading it whole"
-                ),
+        let len = spool.len();
+        let saved = self.bounded(async {
+            if let Some(feed) = feed {
+                match self.bucket.save_staged(&dir, &meta, *feed, len).await {
+                    Ok(version) => return Ok(version),
+                    // The file still holds every byte: it goes up whole now.
+                    Err(error) => tracing::warn!(
+                        %error,
+                        filename,
+                        "the parts uploaded during a recording's turn could not be saved; uploading it whole"
+                    ),
+                }
             }
-        }
-        let version = match self.bucket.claim(&dir, &meta).await {
-            Ok(version) => version,
-            Err(e) => return Err((e, spool)),
-        };
-        let key = dir.child(version.to_string());
-        match self.bucket.upload_spool(&key, &mime_type, handle).await {
+            let version = self.bucket.claim(&dir, &meta).await?;
+            let key = dir.child(version.to_string());
+            match self.bucket.upload_spool(&key, &mime_type, handle).await {
+                Ok(()) => Ok(version),
+                Err(error) => {
+                    self.bucket.release(&dir, version).await;
+                    Err(error)
+                }
+            }
+        });
+        match saved.await {
             // Dropping the spool removes its local file: the bucket holds the bytes now.
-            Ok(()) => Ok(version),
-            Err(error) => {
-                self.bucket.release(&dir, version).await;
-                Err((error, spool))
-            }
+            Ok(version) => Ok(version),
+            // The spool stays out of the bounded save, so a save cut short loses no byte.
+            Err(error) => Err((error, spool)),
         }
+    }
+
+    async fn save_later_in_memory(
+        &self,
+        scope: ArtifactScope<'_>,
+        filename: &str,
+        mime_type: String,
+        data: Bytes,
+    ) -> Result<(), ArtifactError> {
+        // Into a spool file of its own, then the outbox, as any other: the outbox is on disk.
+        // (A plain folder: this file is not uploaded in parts as it grows.)
+        let dir = SpoolDir::new(self.spool.path());
+        let spool = blocking(move || {
+            let mut spool = SpoolFile::create(&dir)?;
+            spool.append(&[data])?;
+            Ok(spool)
+        })
+        .await?;
+        self.save_later(scope, filename, mime_type, spool)
+            .await
+            .map_err(|(error, _)| error)
     }
 
     async fn save_later(

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod cluster;
 pub mod http;
 mod ids;
+mod media;
 pub mod server;
 mod state;
 pub mod telemetry;

@@ -9,6 +9,7 @@ use crate::gateway::cluster::registry::SessionRegistry;
 use crate::gateway::http::ready;
 use crate::gateway::server::limits;
 use crate::gateway::server::limits::SessionLimits;
+use crate::gateway::server::quota;
 use crate::gateway::telemetry::metrics;
 use crate::gateway::ws::codec::{AudioEncoding, FrameLimits};
 use crate::gateway::ws::live_settings;
@@ -59,4 +60,8 @@ pub struct Gateway {
     pub session_limits: SessionLimits,
     /// Phone calls' settings and carrier secrets.
     pub telephony: crate::gateway::telephony::Telephony,
+    /// Longest a WebSocket client may take to finish a message it began (`None`: no limit).
+    pub message_read_timeout: Option<std::time::Duration>,
+    /// What a client token's user may keep.
+    pub quotas: quota::Quotas,
 }

@@ -125,6 +125,30 @@ pub struct ModelOptions {
     pub openai: openai::OpenAiOptions,
 }
 
+/// Where the key a model needs would come from, when `options` have none for it: every turn on
+/// such a model fails with the server's refusal, so the gateway warns at start. `None` for a model
+/// that needs nothing (`sim`) or has its credentials.
+pub fn missing_credentials(name: &str, options: &ModelOptions) -> Option<&'static str> {
+    if gemini::is_gemini_model(name) {
+        let gemini = &options.gemini;
+        return (gemini.api_key.is_none() && gemini.vertex.is_none()).then_some(
+            "GOOGLE_API_KEY or GEMINI_API_KEY (or --vertex-project with GOOGLE_CLOUD_ACCESS_TOKEN)",
+        );
+    }
+    if openai::is_openai_model(name) {
+        return options
+            .openai
+            .api_key
+            .is_none()
+            .then_some(if options.openai.is_azure() {
+                "AZURE_OPENAI_API_KEY or OPENAI_API_KEY"
+            } else {
+                "OPENAI_API_KEY"
+            });
+    }
+    None
+}
+
 /// Resolves a model name (`sim`, a Gemini live model id, or an OpenAI realtime model id or
 /// `openai:<id>`) to a backend.
 pub fn model_for_name(

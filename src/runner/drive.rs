@@ -105,7 +105,7 @@ impl Drive {
                 let (items, end) = run.flow(&llm).run(requests);
                 futures::pin_mut!(items);
                 while let Some((ready, flow_done)) = run.commit_ready(&mut items).await {
-                    for FlowItem { event, emit } in ready {
+                    for FlowItem { event, emit, .. } in ready {
                         if emit {
                             yield event;
                         }
@@ -247,7 +247,12 @@ impl Drive {
         // from what is stored but the rest of the run still sees them.
         let mut stored = Vec::new();
         let mut to_store = Vec::new();
-        for FlowItem { mut event, emit } in items {
+        for FlowItem {
+            mut event,
+            emit,
+            store,
+        } in items
+        {
             if let Some(handle) = event
                 .live_session_resumption_update
                 .as_ref()
@@ -261,11 +266,11 @@ impl Drive {
                     merged.entry(k.clone()).or_insert_with(|| v.clone());
                 }
             }
-            if event.is_persisted_in_live() {
+            if store && event.is_persisted_in_live() {
                 stored.push((out.len(), event.actions.state_delta.clone()));
                 to_store.push(event.clone());
             }
-            out.push(FlowItem { event, emit });
+            out.push(FlowItem { event, emit, store });
         }
         if to_store.is_empty() {
             return out;

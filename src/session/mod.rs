@@ -142,6 +142,12 @@ pub trait SessionService: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// How many sessions a user has (for the per-user quota). This default, for a store without
+    /// a count query, lists them.
+    async fn count_sessions(&self, app_name: &str, user_id: &str) -> Result<usize, SessionError> {
+        Ok(self.list_sessions(app_name, user_id).await?.len())
+    }
+
     /// Checks the store is reachable (for `/readyz`).
     async fn ping(&self) -> Result<(), SessionError>;
 

@@ -541,6 +541,16 @@ impl SessionService for SqliteSessionService {
         }))
     }
 
+    async fn count_sessions(&self, app_name: &str, user_id: &str) -> Result<usize, SessionError> {
+        let count: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM sessions WHERE app_name = ? AND user_id = ?")
+                .bind(app_name)
+                .bind(user_id)
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
     async fn list_sessions(
         &self,
         app_name: &str,

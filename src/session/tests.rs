@@ -219,6 +219,8 @@ async fn conformance(svc: &dyn SessionService) {
     assert!(listed.iter().all(|s| s.events.is_empty()));
     assert_eq!(listed[1].state, get(svc, "u1", "s1").await.state);
     assert!(svc.list_sessions("app", "nobody").await.unwrap().is_empty());
+    assert_eq!(svc.count_sessions("app", "u1").await.unwrap(), 2);
+    assert_eq!(svc.count_sessions("app", "nobody").await.unwrap(), 0);
 
     // Delete: session and events go, app and user state stay; a missing session is fine.
     svc.delete_session("app", "u1", "s1").await.unwrap();

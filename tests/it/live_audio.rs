@@ -285,3 +285,44 @@ async fn the_microphones_silent_tail_is_not_saved_as_a_recording_of_its_own() {
     );
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_of_a_session_that_ends_on_a_full_disk_are_saved_once_it_has_room() {
+    let Some(disk) = Tmpfs::mount("4m") else {
+        return;
+    };
+    let mut args = test_args();
+    let root = disk.path().join("artifacts");
+    args.artifact_store = Some(format!("file://{}", root.display()));
+    let server = start(args).await;
+    let filler = disk.fill();
+    let (client, _) = say_hello(server.addr).await;
+    assert!(
+        client.events.iter().any(|e| e["errorCode"].is_string()),
+        "the client is told the recordings could not be saved"
+    );
+    client.close().await;
+    assert_eq!(
+        recorded_audio(&server, "u1", "s1").await,
+        (0, 0),
+        "nothing saved yet"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let saved = tokio::time::timeout(WAIT, async {
+        loop {
+            let (input, output) = recorded_audio(&server, "u1", "s1").await;
+            if input > 0 && output > 0 {
+                return (input, output);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the recordings are saved once the disk has room");
+    assert!(
+        saved.0 >= fixture_pcm("hello.wav").len(),
+        "the input whole: {saved:?}"
+    );
+    server.shutdown(WAIT).await;
+    drop(disk);
+}

@@ -796,3 +796,103 @@ async fn tls_serves_wss() {
     drop(gemini);
     server.shutdown().await;
 }
+
+/// A `livegate` child started with `args`, with the model keys of `env` and no others (a blank
+/// key counts as none); it and its address.
+async fn spawn_gateway(
+    env: &[(String, String)],
+    args: &[String],
+) -> (crate::common::process::Process, SocketAddr) {
+    use crate::common::process;
+    let mut envs: Vec<(&str, &str)> = vec![("GOOGLE_API_KEY", ""), ("GEMINI_API_KEY", "")];
+    envs.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    argv.extend([
+        "--bind",
+        "127.0.0.1:0",
+        "--session-store",
+        "memory:",
+        "--artifact-store",
+        "memory:",
+        "--log-format",
+        "text",
+    ]);
+    let (child, line) = process::spawn(&argv, &envs, "listening on").await;
+    (child, process::listening_addr(&line))
+}
+
+#[tokio::test]
+async fn the_models_guide_example_works_as_written() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/MODELS.md"))
+        .expect("docs/MODELS.md");
+    let section = doc
+        .split("### `livegate mock-gemini`")
+        .nth(1)
+        .expect("the mock-gemini section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its example");
+    let mut lines = block.lines();
+    let mock: Vec<&str> = lines
+        .next()
+        .expect("the mock's command")
+        .trim_end_matches('&')
+        .split_whitespace()
+        .collect();
+    assert_eq!(&mock[..2], ["livegate", "mock-gemini"]);
+    let key = mock
+        .windows(2)
+        .find(|w| w[0] == "--api-key")
+        .map(|w| w[1].to_owned());
+    assert!(key.is_some(), "the example's mock checks a key");
+    let server = start(MockGeminiConfig {
+        api_key: key,
+        ..instant()
+    })
+    .await;
+    let gateway: Vec<&str> = lines
+        .next()
+        .expect("the gateway's command")
+        .split_whitespace()
+        .collect();
+    let at = gateway
+        .iter()
+        .position(|w| *w == "livegate")
+        .expect("livegate");
+    let env: Vec<(String, String)> = gateway[..at]
+        .iter()
+        .map(|w| w.split_once('=').expect("VAR=value"))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let args: Vec<String> = gateway[at + 1..]
+        .iter()
+        .map(|w| w.replace("127.0.0.1:9300", &server.addr.to_string()))
+        .collect();
+    let (child, addr) = spawn_gateway(&env, &args).await;
+    let mut client = crate::common::Client::connect(addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().all(|e| e["errorCode"].is_null()),
+        "the turn is answered, not refused: {events:?}"
+    );
+    assert!(events.iter().any(|e| !crate::common::text_of(e).is_empty()));
+    client.close().await;
+    crate::common::process::output_of(child).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_model_without_its_key_is_warned_about_at_start() {
+    let model = "gemini-2.5-flash-native-audio-preview-12-2025".to_owned();
+    let args = ["--model".to_owned(), model];
+    let (child, _) = spawn_gateway(&[], &args).await;
+    let log = crate::common::process::output_of(child).await.stderr;
+    let warned = log
+        .lines()
+        .find(|line| line.contains("WARN") && line.contains("GEMINI_API_KEY"))
+        .unwrap_or_else(|| panic!("no warning in {log}"));
+    assert!(warned.contains("needs a key"), "{warned}");
+}

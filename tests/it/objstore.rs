@@ -2,11 +2,14 @@
 //! run's recordings land in the bucket and download over REST from another node, a long
 //! recording's parts go up while its turn runs, and an upload that fails keeps the recording on
 //! local disk and saves it later, by the same process or the next one started on the folder.
-//! Skipped when the variable is unset; `.ci/run` sets it.
+//! Skipped when the variable is unset; `.ci/run` sets it. A bucket that accepts connections and
+//! never answers needs no server: those tests (a turn's bounded wait, a failure told once and
+//! never stored, `/readyz` on a full spool disk) always run.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 use livegate::gateway::ServeArgs;
@@ -650,4 +653,137 @@ async fn a_long_recordings_parts_go_up_while_its_turn_runs() {
         staged.iter().all(|k| !k.contains("staging")),
         "nothing staged is left: {staged:?}"
     );
+}
+
+/// A gateway whose bucket accepts connections and never answers, its saves bounded by `bound`,
+/// spooling in `data`.
+async fn start_on_black_hole(data: &std::path::Path, bound: Duration) -> livegate::gateway::Server {
+    let hole = black_hole().await;
+    let mut args = test_args();
+    args.recording_save_timeout = bound;
+    start_on_s3(args, &format!("http://{hole}"), "s3://silent/rec", data).await
+}
+
+/// Speaks a turn on `client` and reads up to its end: the events, and how long the end took
+/// after the last audio frame went out.
+async fn spoken_turn(client: &mut Client) -> (Vec<Value>, Duration) {
+    let mut pcm = fixture_pcm("hello.wav");
+    pcm.extend(silence(1000));
+    client.stream_pcm(&pcm).await;
+    let sent = Instant::now();
+    let events = client.events_until_turn_complete().await;
+    (events, sent.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_that_never_answers_holds_a_turn_no_longer_than_the_save_timeout() {
+    let data = tempfile::tempdir().unwrap();
+    let bound = Duration::from_secs(2);
+    let server = start_on_black_hole(data.path(), bound).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let (events, waited) = spoken_turn(&mut client).await;
+    assert!(
+        events.iter().any(|e| e["errorCode"] == "UNAVAILABLE"),
+        "the client is told: {events:?}"
+    );
+    // Each of the turn's flushes waits at most the bound (its recordings are saved at once).
+    assert!(
+        waited < bound * 2 + Duration::from_secs(6),
+        "turnComplete after {waited:?}"
+    );
+    client.close().await;
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let outbox = data.path().join("spool").join("outbox");
+    assert_eq!(waiting(&outbox), 2, "both recordings are kept for later");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recordings_failure_is_told_once_and_never_stored_in_the_history() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start_on_black_hole(data.path(), Duration::from_secs(1)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "").await;
+    let mut told = Vec::new();
+    for _ in 0..3 {
+        let (events, _) = spoken_turn(&mut client).await;
+        told.push(
+            events
+                .iter()
+                .filter(|e| e["errorCode"] == "UNAVAILABLE")
+                .count(),
+        );
+    }
+    // The held recordings are tried again at every turn's end, silently: each turn tells of
+    // its own recordings only, never of the earlier ones again.
+    assert!(told.iter().all(|n| *n <= 2), "errors per turn: {told:?}");
+    assert!(told.iter().sum::<usize>() >= 3, "errors per turn: {told:?}");
+    client.close().await;
+    tokio::time::timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .expect("connections finish");
+    let page: Value = reqwest::get(format!(
+        "http://{}/api/sessions/u1/s1?limit=1000",
+        server.addr
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let events = page["events"].as_array().expect("events");
+    assert!(!events.is_empty());
+    let stored: Vec<_> = events
+        .iter()
+        .filter(|e| !e["errorCode"].is_null())
+        .collect();
+    assert!(stored.is_empty(), "notices are not history: {stored:?}");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_not_ready_while_the_spool_disk_is_full() {
+    let Some(disk) = Tmpfs::mount("1m") else {
+        return;
+    };
+    let hole = black_hole().await;
+    let mut args = test_args();
+    args.spool_dir = Some(disk.path().join("spool"));
+    let data = tempfile::tempdir().unwrap();
+    let server = start_on_s3(
+        args,
+        &format!("http://{hole}"),
+        "s3://silent/ready",
+        data.path(),
+    )
+    .await;
+    let readyz = || async { http_get(server.addr, "/readyz").await };
+    let filler = disk.fill();
+    // The answer is cached for a second: poll (bounded) for one that has seen the disk.
+    let full = tokio::time::timeout(WAIT, async {
+        loop {
+            let answer = readyz().await;
+            if answer.contains("spool folder") {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("not ready for its spool disk");
+    assert!(full.starts_with("HTTP/1.1 503"), "{full}");
+    std::fs::remove_file(filler).unwrap();
+    let freed = tokio::time::timeout(WAIT, async {
+        while readyz().await.contains("spool folder") {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        freed.is_ok(),
+        "the spool disk counts as writable once it has room"
+    );
+    server.shutdown(WAIT).await;
+    drop(disk);
 }

@@ -278,3 +278,155 @@ async fn another_web_client_can_be_served_from_a_folder() {
     client.close().await;
     server.shutdown(WAIT).await;
 }
+
+#[tokio::test]
+async fn downloads_are_never_rendered_as_pages() {
+    use livegate::artifact::{Artifact, ArtifactScope};
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    spoken_session(addr, "rec").await;
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "rec",
+    };
+    let page = b"<html><script>alert(document.cookie)</script></html>".to_vec();
+    let artifacts = &server.gateway().runner.artifacts;
+    // Types a tool (or an older gateway) may have stored: none is served as what it claims.
+    for (name, mime) in [
+        ("page.html", "text/html"),
+        ("evil.pcm", "audio/pcm,text/html"),
+        ("split.pcm", "audio/pcm;rate=16000\r\nSet-Cookie: a=b"),
+        ("vector.svg", "image/svg+xml"),
+    ] {
+        let artifact = Artifact {
+            data: page.clone().into(),
+            mime_type: mime.into(),
+        };
+        artifacts.save(scope, name, artifact).await.unwrap();
+        let response = get(addr, &format!("/api/sessions/u1/rec/artifacts/{name}")).await;
+        assert_eq!(response.status().as_u16(), 200, "{name}: never a 500");
+        let headers = response.headers();
+        assert_eq!(
+            headers["content-type"], "application/octet-stream",
+            "{name}"
+        );
+        assert!(
+            headers["content-disposition"]
+                .to_str()
+                .unwrap()
+                .starts_with("attachment"),
+            "{name}"
+        );
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        assert_eq!(headers["content-security-policy"], "sandbox");
+        assert!(!headers.contains_key("set-cookie"), "{name}");
+    }
+    // A recording for the page's player plays inline, and is still neither sniffed nor run.
+    let (_, listed) = get_json(addr, "/api/sessions/u1/rec/artifacts").await;
+    let recording = listed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| a["name"].as_str().filter(|n| n.contains("_input_audio_")))
+        .expect("a recording")
+        .to_owned();
+    let wav = get(
+        addr,
+        &format!("/api/sessions/u1/rec/artifacts/{recording}?format=wav"),
+    )
+    .await;
+    let headers = wav.headers();
+    assert_eq!(headers["content-type"], "audio/wav");
+    assert!(headers["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("inline"));
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["content-security-policy"], "sandbox");
+    let raw = get(addr, &format!("/api/sessions/u1/rec/artifacts/{recording}")).await;
+    assert!(raw.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment"));
+    server.shutdown(WAIT).await;
+}
+
+fn run_turn(parts: Value) -> Value {
+    json!({
+        "appName": "livegate",
+        "userId": "u1",
+        "sessionId": "s1",
+        "newMessage": {"role": "user", "parts": parts},
+    })
+}
+
+#[tokio::test]
+async fn run_takes_the_sockets_limits_and_media_types() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    post_json(
+        addr,
+        "/api/sessions",
+        json!({"userId": "u1", "sessionId": "s1"}),
+    )
+    .await;
+    let too_long = "x".repeat(64 * 1024 + 1);
+    let (status, body) = post_json(addr, "/run", run_turn(json!([{"text": too_long}]))).await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("--max-text-bytes"),
+        "{body}"
+    );
+    for mime in ["image/png\r\nX-Evil: 1", "text/html", "audio/pcm,text/html"] {
+        let part = json!([{"inlineData": {"mimeType": mime, "data": "AAAA"}}]);
+        let (status, body) = post_json(addr, "/run", run_turn(part)).await;
+        assert_eq!(status, 400, "{mime:?}: {body}");
+    }
+    let fine = run_turn(json!([{"text": "x".repeat(64 * 1024)}]));
+    assert_eq!(post_json(addr, "/run", fine).await.0, 200);
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_page_of_large_events_is_bounded_in_bytes_and_pages_on() {
+    let server = start(test_args()).await;
+    let addr = server.addr;
+    post_json(
+        addr,
+        "/api/sessions",
+        json!({"userId": "u1", "sessionId": "s1"}),
+    )
+    .await;
+    let text = "y".repeat(60 * 1024);
+    for _ in 0..20 {
+        let (status, _) = post_json(addr, "/run", run_turn(json!([{"text": text}]))).await;
+        assert_eq!(status, 200);
+    }
+    let response = get(addr, "/api/sessions/u1/s1?limit=1000").await;
+    let body = response.bytes().await.unwrap();
+    assert!(body.len() < 1200 * 1024, "a page of {} bytes", body.len());
+    let page: Value = serde_json::from_slice(&body).unwrap();
+    let total = page["total"].as_u64().unwrap();
+    let first = page["events"].as_array().unwrap().len() as u64;
+    assert!(first < total, "{first} of {total} events on the first page");
+    assert_eq!(page["nextOffset"], first);
+    // Paging by nextOffset reads every event.
+    let mut read = first;
+    while read < total {
+        let (_, page) = get_json(
+            addr,
+            &format!("/api/sessions/u1/s1?offset={read}&limit=1000"),
+        )
+        .await;
+        let got = page["events"].as_array().unwrap().len() as u64;
+        assert!(got > 0);
+        read += got;
+        assert_eq!(page["nextOffset"], read);
+    }
+    assert_eq!(read, total);
+    server.shutdown(WAIT).await;
+}

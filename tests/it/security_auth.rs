@@ -351,6 +351,136 @@ async fn missing_expired_and_tampered_tokens_are_401() {
     server.shutdown(WAIT).await;
 }
 
+/// A token signed with the shared secret carrying exactly `claims`.
+fn signed(claims: Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test]
+async fn tokens_not_valid_yet_or_not_minted_here_are_401() {
+    let server = start_token().await;
+    let addr = server.addr;
+    create_session(addr, "alice", "s1").await;
+    let now = now_seconds();
+    // Signed with the secret, but not by this gateway: no issuer at all.
+    let no_issuer = signed(json!({"sub": "alice", "iat": now, "exp": now + 600}));
+    let (status, body) = get(addr, "/api/sessions/alice/s1", Some(&no_issuer)).await;
+    assert_eq!(status, 401, "{body}");
+    let later = signed(
+        json!({"sub": "alice", "iss": "livegate", "iat": now, "nbf": now + 3600, "exp": now + 7200}),
+    );
+    let (status, body) = get(addr, "/api/sessions/alice/s1", Some(&later)).await;
+    assert_eq!(status, 401);
+    assert_eq!(body["error"], "token not valid yet");
+    let ws = format!("ws://{addr}/ws/alice/s1?token={later}");
+    assert_eq!(upgrade(&ws, &[]).await.err(), Some(401));
+    let now_valid = signed(
+        json!({"sub": "alice", "iss": "livegate", "iat": now, "nbf": now, "exp": now + 600}),
+    );
+    assert_eq!(
+        get(addr, "/api/sessions/alice/s1", Some(&now_valid))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(failures(addr, "wrong_issuer").await, 1.0);
+    assert_eq!(failures(addr, "not_yet_valid").await, 2.0);
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_session_bound_token_may_not_write_the_users_shared_state() {
+    let server = start_token().await;
+    let addr = server.addr;
+    create_session(addr, "alice", "s1").await;
+    let bound = mint(addr, "alice", Some("s1")).await;
+    let user_state = Some(json!({"user:name": "Mallory"}));
+    let (status, body) = post(
+        addr,
+        "/run",
+        Some(&bound),
+        run_body("alice", "s1", user_state.clone()),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("user:"), "{body}");
+    let created = json!({"userId": "alice", "sessionId": "s9", "state": {"user:name": "Mallory"}});
+    let bound_s9 = mint(addr, "alice", Some("s9")).await;
+    assert_eq!(
+        post(addr, "/api/sessions", Some(&bound_s9), created)
+            .await
+            .0,
+        403
+    );
+    // Its own session's state it may write, and a token for the whole user may write user: state.
+    let own = Some(json!({"topic": "weather"}));
+    assert_eq!(
+        post(addr, "/run", Some(&bound), run_body("alice", "s1", own))
+            .await
+            .0,
+        200
+    );
+    let user = mint(addr, "alice", None).await;
+    assert_eq!(
+        post(
+            addr,
+            "/run",
+            Some(&user),
+            run_body("alice", "s1", user_state)
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(failures(addr, "user_state").await, 2.0);
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn operator_keys_in_the_url_open_recording_downloads_only() {
+    let server = start_token().await;
+    let addr = server.addr;
+    create_session(addr, "bob", "b1").await;
+    let (status, body) = get(
+        addr,
+        &format!("/api/sessions?user_id=bob&token={OPERATOR}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = get(
+        addr,
+        &format!("/api/sessions/bob/b1?token={OPERATOR}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 401);
+    let ws = format!("ws://{addr}/ws/bob/b1?token={OPERATOR}");
+    assert_eq!(upgrade(&ws, &[]).await.err(), Some(401));
+    // A download link may carry it (the recording does not exist: 404, past authentication).
+    let download = format!("/api/sessions/bob/b1/artifacts/x.pcm?token={OPERATOR}");
+    assert_eq!(get(addr, &download, None).await.0, 404);
+    // In the header it reaches everything, as before.
+    assert_eq!(
+        get(addr, "/api/sessions/bob/b1", Some(OPERATOR)).await.0,
+        200
+    );
+    assert_eq!(failures(addr, "key_in_query").await, 3.0);
+    server.shutdown(WAIT).await;
+}
+
 #[tokio::test]
 async fn the_token_rides_in_the_subprotocol_and_only_livegate_v1_is_echoed() {
     let server = start_token().await;
@@ -765,6 +895,14 @@ async fn identity_provider_tokens_verify_with_its_public_key() {
         let good = sign(claims("https://id.example.com/", "livegate"));
         let (status, body) = get(addr, "/api/sessions", Some(&good)).await;
         assert_eq!(status, 200, "{kind}: {body}");
+        let mut later = claims("https://id.example.com/", "livegate");
+        later["nbf"] = json!(now + 3600);
+        let (status, body) = get(addr, "/api/sessions", Some(&sign(later))).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (401, &json!("token not valid yet")),
+            "{kind}"
+        );
         assert_eq!(
             get(addr, "/api/sessions?user_id=dave", Some(&good)).await.0,
             403
@@ -817,5 +955,86 @@ async fn identity_provider_tokens_verify_with_its_public_key() {
         get(server.addr, "/api/sessions", Some(&foreign)).await.0,
         401
     );
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn client_tokens_are_held_to_per_user_quotas() {
+    let mut args = token_args();
+    args.max_stored_sessions_per_user = Some(2);
+    args.max_state_bytes = Some(1024);
+    let server = start(args).await;
+    let addr = server.addr;
+    let alice = mint(addr, "alice", None).await;
+    let big = json!({"notes": "n".repeat(2048)});
+    let created = json!({"userId": "alice", "sessionId": "s0", "state": big});
+    let (status, body) = post(addr, "/api/sessions", Some(&alice), created).await;
+    assert_eq!(status, 413, "{body}");
+    for session in ["s1", "s2"] {
+        let created = json!({"userId": "alice", "sessionId": session, "state": {"n": 1}});
+        assert_eq!(
+            post(addr, "/api/sessions", Some(&alice), created).await.0,
+            201
+        );
+    }
+    let third = json!({"userId": "alice", "sessionId": "s3"});
+    let (status, body) = post(addr, "/api/sessions", Some(&alice), third.clone()).await;
+    assert_eq!(status, 429, "{body}");
+    // A live run would create its session: refused before the upgrade; an existing one opens.
+    let refused = upgrade(&format!("ws://{addr}/ws/alice/s3?token={alice}"), &[]).await;
+    assert_eq!(refused.err(), Some(429));
+    let (ws, _) = upgrade(&format!("ws://{addr}/ws/alice/s1?token={alice}"), &[])
+        .await
+        .expect("an existing session opens");
+    answers(ws).await;
+    // State grows by turns too: a delta that takes it past the quota is refused.
+    let (status, _) = post(
+        addr,
+        "/run",
+        Some(&alice),
+        run_body("alice", "s2", Some(big)),
+    )
+    .await;
+    assert_eq!(status, 413);
+    let small = Some(json!({"mood": "fine"}));
+    assert_eq!(
+        post(addr, "/run", Some(&alice), run_body("alice", "s2", small))
+            .await
+            .0,
+        200
+    );
+    // The operator's servers are not held to them.
+    assert_eq!(
+        post(addr, "/api/sessions", Some(OPERATOR), third).await.0,
+        201
+    );
+    let metrics = http_get(addr, "/metrics").await;
+    let refused = |reason: &str| {
+        metric(
+            &metrics,
+            &format!("livegate_limit_refusals_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(refused("stored_sessions"), Some(2.0));
+    assert_eq!(refused("state_bytes"), Some(2.0));
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn with_tokens_a_user_has_ten_live_sessions_by_default() {
+    let server = start_token().await;
+    let addr = server.addr;
+    let alice = mint(addr, "alice", None).await;
+    let mut open = Vec::new();
+    for n in 0..10 {
+        let url = format!("ws://{addr}/ws/alice/s{n}?token={alice}");
+        open.push(upgrade(&url, &[]).await.expect("within the cap").0);
+    }
+    let eleventh = upgrade(&format!("ws://{addr}/ws/alice/s10?token={alice}"), &[]).await;
+    assert_eq!(eleventh.err(), Some(429));
+    let bob = mint(addr, "bob", None).await;
+    let other = upgrade(&format!("ws://{addr}/ws/bob/s0?token={bob}"), &[]).await;
+    assert!(other.is_ok(), "another user is not affected");
+    drop(open);
     server.shutdown(WAIT).await;
 }

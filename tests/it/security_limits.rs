@@ -223,7 +223,7 @@ async fn the_connection_cap_answers_503_before_the_upgrade() {
 #[tokio::test]
 async fn a_user_has_at_most_its_cap_of_live_sessions() {
     let mut args = test_args();
-    args.max_sessions_per_user = 2;
+    args.max_sessions_per_user = Some(2);
     let server = start(args).await;
     let _a = Client::connect(server.addr, "alice", "s1", "").await;
     let _b = Client::connect(server.addr, "alice", "s2", "").await;
@@ -660,5 +660,202 @@ async fn tls_serves_wss_and_follows_renewed_certificates() {
         .await
         .expect("still served after a bad file");
     drop((sink, stream));
+    server.shutdown(WAIT).await;
+}
+
+/// Writes `bytes` on a fresh connection and reads until the server closes it (bounded): the
+/// statuses of every answer it sent.
+async fn statuses_of(addr: SocketAddr, bytes: &[u8]) -> Vec<u16> {
+    let mut stream = TcpStream::connect(addr).await.expect("connects");
+    stream.write_all(bytes).await.expect("sent");
+    let mut response = Vec::new();
+    timeout(WAIT, stream.read_to_end(&mut response))
+        .await
+        .expect("the server answers and closes in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&response);
+    text.match_indices("HTTP/1.1 ")
+        .filter_map(|(at, _)| text[at + 9..at + 12].parse().ok())
+        .collect()
+}
+
+/// A `POST /run` head (and body) from a client behind the trusted proxy at 127.0.0.1.
+fn run_request(addr: SocketAddr, client: &str, body: &str, announced: usize) -> String {
+    format!(
+        "POST /run HTTP/1.1\r\nHost: {addr}\r\nX-Forwarded-For: {client}\r\nContent-Type: application/json\r\nContent-Length: {announced}\r\n\r\n{body}"
+    )
+}
+
+fn run_body(user: &str, session: &str) -> String {
+    serde_json::json!({
+        "appName": "livegate",
+        "userId": user,
+        "sessionId": session,
+        "newMessage": {"role": "user", "parts": [{"text": "hi"}]},
+    })
+    .to_string()
+}
+
+/// Creates a session over REST.
+async fn create(addr: SocketAddr, user: &str, session: &str) {
+    let created = reqwest::Client::new()
+        .post(format!("http://{addr}/api/sessions"))
+        .json(&serde_json::json!({"userId": user, "sessionId": session}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+}
+
+#[tokio::test]
+async fn pipelined_requests_on_one_connection_each_count_against_the_rate() {
+    let mut args = test_args();
+    args.connections_per_second = 1;
+    args.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let server = start(args).await;
+    create(server.addr, "u1", "s1").await;
+    let body = run_body("u1", "s1");
+    let one = run_request(server.addr, "203.0.113.7", &body, body.len());
+    let pipelined = one.repeat(6);
+    let statuses = statuses_of(server.addr, pipelined.as_bytes()).await;
+    // A burst of twice the rate, then a refusal, which closes the connection.
+    assert_eq!(statuses, [200, 200, 429], "{statuses:?}");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_408_and_frees_its_connection() {
+    let mut args = test_args();
+    args.body_read_timeout = Duration::from_millis(500);
+    let server = start(args).await;
+    // A megabyte announced, ten bytes sent, the rest never.
+    let head = run_request(server.addr, "203.0.113.7", "{\"appName\":", 1_000_000);
+    let statuses = statuses_of(server.addr, head.as_bytes()).await;
+    assert_eq!(statuses, [408]);
+    let metrics = http_get(server.addr, "/metrics").await;
+    assert_eq!(
+        metric(
+            &metrics,
+            "livegate_limit_refusals_total{reason=\"body_timeout\"}"
+        ),
+        Some(1.0)
+    );
+    // A body announced over the size limit is refused before it is read.
+    let big = run_request(server.addr, "203.0.113.7", "", 2 * 1024 * 1024);
+    assert_eq!(statuses_of(server.addr, big.as_bytes()).await, [413]);
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_client_address_has_at_most_its_cap_of_requests_in_flight() {
+    let mut args = test_args();
+    args.max_requests_in_flight = 2;
+    args.body_read_timeout = Duration::from_secs(60);
+    args.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let server = start(args).await;
+    let slow = run_request(server.addr, "203.0.113.7", "{", 1000);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(slow.as_bytes()).await.unwrap();
+        held.push(stream);
+    }
+    let path = "/api/sessions?user_id=u1";
+    let from = |ip: &'static str| [("X-Forwarded-For", ip)];
+    // The two trickling bodies are in flight once their heads are read.
+    let refused = timeout(WAIT, async {
+        loop {
+            if request(server.addr, path, &from("203.0.113.7")).await.0 == 429 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        refused.is_ok(),
+        "a third request from the address is refused"
+    );
+    assert_eq!(
+        request(server.addr, path, &from("203.0.113.8")).await.0,
+        200
+    );
+    drop(held);
+    let admitted = timeout(WAIT, async {
+        while request(server.addr, path, &from("203.0.113.7")).await.0 != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(admitted.is_ok(), "room again once they are gone");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_its_response_is_cut_off() {
+    let mut args = test_args();
+    args.slow_client_timeout = Duration::from_millis(500);
+    let server = start(args).await;
+    create(server.addr, "u1", "s1").await;
+    let scope = ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "s1",
+    };
+    let big = Artifact {
+        data: vec![0u8; 16 * 1024 * 1024].into(),
+        mime_type: "audio/pcm;rate=16000".into(),
+    };
+    let artifacts = &server.gateway().runner.artifacts;
+    artifacts.save(scope, "big.pcm", big).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(server.addr).await.unwrap();
+    let head = format!(
+        "GET /api/sessions/u1/s1/artifacts/big.pcm HTTP/1.1\r\nHost: {}\r\n\r\n",
+        server.addr
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Never read: the gateway gives up on the write and drops the connection and its response.
+    metric_reaches(server.addr, "livegate_connection_errors_total", 1.0).await;
+    let mut got = Vec::new();
+    let _ = timeout(WAIT, stream.read_to_end(&mut got))
+        .await
+        .expect("the connection ends");
+    assert!(got.len() < 16 * 1024 * 1024, "the response was cut off");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn turn_based_runs_count_against_the_users_live_sessions() {
+    let mut args = test_args();
+    args.max_sessions_per_user = Some(1);
+    let server = start(args).await;
+    let addr = server.addr;
+    create(addr, "u1", "s2").await;
+    let live = Client::connect(addr, "u1", "s1", "modality=TEXT").await;
+    let post = |path: &'static str| {
+        reqwest::Client::new()
+            .post(format!("http://{addr}{path}"))
+            .header("content-type", "application/json")
+            .body(run_body("u1", "s2"))
+            .send()
+    };
+    assert_eq!(post("/run_sse").await.unwrap().status().as_u16(), 429);
+    assert_eq!(post("/run").await.unwrap().status().as_u16(), 429);
+    live.close().await;
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let admitted = timeout(WAIT, async {
+        while post("/run_sse").await.unwrap().status().as_u16() != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        admitted.is_ok(),
+        "the user's one live session is free again"
+    );
     server.shutdown(WAIT).await;
 }

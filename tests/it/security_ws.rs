@@ -109,6 +109,159 @@ async fn a_message_over_the_socket_limit_closes_with_1009() {
     server.shutdown(WAIT).await;
 }
 
+#[tokio::test]
+async fn the_default_limit_takes_the_largest_message_the_protocol_has_and_no_more() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    // An image at --max-media-bytes (1 MiB), in base64 in its JSON: about 1.34 MiB.
+    let image = base64_of(&vec![0xff; 1024 * 1024]);
+    client
+        .send_json(json!({"type": "image", "data": image, "mimeType": "image/jpeg"}))
+        .await;
+    client.send_text("still here?").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().all(|e| e["errorCode"].is_null()),
+        "{events:?}"
+    );
+    client.close().await;
+    let mut ws = socket(server.addr, "s2").await;
+    ws.send(Message::Binary(vec![0; 1600 * 1024].into()))
+        .await
+        .unwrap();
+    let (code, _) = close_of(&mut ws).await.expect("a close frame");
+    assert_eq!(code, 1009, "1.6 MiB is over the default 1.5 MiB");
+    server.shutdown(WAIT).await;
+}
+
+/// A WebSocket opened by hand over TCP, its upgrade answer read: frames can be written raw.
+async fn raw_socket(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "GET /ws/u1/s1?modality=TEXT HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        timeout(WAIT, tcp.read_exact(&mut byte))
+            .await
+            .unwrap()
+            .unwrap();
+        answer.push(byte[0]);
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 101"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    tcp
+}
+
+/// Reads server frames until a close frame; its code and reason.
+async fn raw_close<R: tokio::io::AsyncRead + Unpin>(tcp: &mut R) -> (u16, String) {
+    use tokio::io::AsyncReadExt;
+    timeout(WAIT, async {
+        loop {
+            let mut head = [0u8; 2];
+            tcp.read_exact(&mut head).await.expect("a frame");
+            let len = match head[1] & 0x7f {
+                126 => u64::from(tcp.read_u16().await.unwrap()),
+                127 => tcp.read_u64().await.unwrap(),
+                n => u64::from(n),
+            };
+            let mut payload = vec![0u8; len as usize];
+            tcp.read_exact(&mut payload).await.unwrap();
+            if head[0] & 0x0f == 0x8 {
+                let code = u16::from_be_bytes([payload[0], payload[1]]);
+                return (code, String::from_utf8_lossy(&payload[2..]).into_owned());
+            }
+        }
+    })
+    .await
+    .expect("a close frame in time")
+}
+
+#[tokio::test]
+async fn a_message_begun_and_not_finished_in_time_closes_with_1008() {
+    use tokio::io::AsyncWriteExt;
+    let mut args = test_args();
+    args.message_read_timeout = Duration::from_millis(500);
+    let server = start(args).await;
+    let mut tcp = raw_socket(server.addr).await;
+    // A binary frame announcing a MiB, masked, then its first bytes...
+    let mut frame = vec![0x82, 0x80 | 127];
+    frame.extend_from_slice(&(1024u64 * 1024).to_be_bytes());
+    frame.extend_from_slice(&[1, 2, 3, 4]);
+    frame.extend_from_slice(&[0; 1000]);
+    tcp.write_all(&frame).await.unwrap();
+    // ...and a byte now and then, well inside the idle timeout.
+    let (mut reader, mut writer) = tcp.into_split();
+    let trickle = tokio::spawn(async move {
+        while writer.write_all(&[0]).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let (code, reason) = raw_close(&mut reader).await;
+    trickle.abort();
+    assert_eq!(code, 1008);
+    assert!(reason.contains("not finished in time"), "{reason}");
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn media_of_a_type_a_client_may_not_send_is_refused_and_never_recorded() {
+    let server = start(test_args()).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    let page = base64_of(b"<html><script>alert(1)</script></html>..");
+    client
+        .send_json(json!({"type": "audio", "mimeType": "audio/pcm,text/html", "data": page}))
+        .await;
+    assert!(next_error(&mut client).await.contains("mimeType"));
+    client
+        .send_json(json!({"type": "image", "mimeType": "image/svg+xml", "data": page}))
+        .await;
+    assert!(next_error(&mut client).await.contains("mimeType"));
+    client
+        .send_json(
+            json!({"type": "audio", "mimeType": "audio/pcm;rate=16000\r\nX-Evil: 1", "data": page}),
+        )
+        .await;
+    assert!(next_error(&mut client).await.contains("mimeType"));
+    let speech = base64_of(&fixture_pcm("hello.wav"));
+    client
+        .send_json(json!({"type": "audio", "mimeType": "audio/pcm;rate=16000", "data": speech}))
+        .await;
+    client
+        .send_json(
+            json!({"type": "audio", "mimeType": "audio/pcm", "data": base64_of(&silence(1000))}),
+        )
+        .await;
+    client.events_until_turn_complete().await;
+    client.close().await;
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let artifacts = &server.gateway().runner.artifacts;
+    let scope = livegate::artifact::ArtifactScope {
+        app_name: "livegate",
+        user_id: "u1",
+        session_id: "s1",
+    };
+    let names = artifacts.list_names(scope).await.unwrap();
+    assert!(!names.is_empty(), "the speech was recorded");
+    for name in names {
+        let info = artifacts.describe(scope, &name).await.unwrap().unwrap();
+        assert!(
+            info.mime_type.starts_with("audio/pcm;rate="),
+            "{name}: {}",
+            info.mime_type
+        );
+    }
+    server.shutdown(WAIT).await;
+}
+
 /// The next error event's message, skipping anything else.
 async fn next_error(client: &mut Client) -> String {
     let frames = client.frames_until(|e| e.get("errorCode").is_some()).await;
@@ -179,6 +332,42 @@ async fn an_idle_client_is_closed_with_1008_counted_from_its_last_frame() {
         open_for >= Duration::from_millis(1300) && open_for < Duration::from_secs(5),
         "closed after {open_for:?}"
     );
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn pings_are_answered_but_do_not_keep_an_idle_session_open() {
+    let mut args = test_args();
+    args.idle_timeout = Duration::from_millis(500);
+    let server = start(args).await;
+    let ws = socket(server.addr, "s1").await;
+    let (mut tx, mut rx) = ws.split();
+    // A client library's keep-alive: a ping every 100 ms, and nothing else.
+    let pinger = tokio::spawn(async move {
+        while tx.send(Message::Ping(vec![1].into())).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut pongs = 0;
+    let closed = timeout(WAIT, async {
+        loop {
+            match rx.next().await {
+                Some(Ok(Message::Pong(_))) => pongs += 1,
+                Some(Ok(Message::Close(frame))) => {
+                    return frame.map(|f| (u16::from(f.code), f.reason.to_string()))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return None,
+            }
+        }
+    })
+    .await
+    .expect("an idle session is closed in time, pings or not");
+    pinger.abort();
+    let (code, reason) = closed.expect("a close frame");
+    assert_eq!(code, 1008);
+    assert!(reason.contains("idle"), "{reason}");
+    assert!(pongs > 0, "the pings were answered");
     server.shutdown(WAIT).await;
 }
 

@@ -220,7 +220,8 @@ impl Auth {
         let query = (upgrade || method == Method::GET || method == Method::HEAD)
             .then(|| query_token(uri))
             .flatten();
-        let credential = bearer(headers).or(offered).or(query.as_deref());
+        let sent = bearer(headers).or(offered);
+        let credential = sent.or(query.as_deref());
         let Some(credential) = credential else {
             return Err(Denied::new(
                 StatusCode::UNAUTHORIZED,
@@ -229,6 +230,15 @@ impl Auth {
             ));
         };
         if self.keys.matches(credential) {
+            // An operator key reaches everything and lives long: in a URL it would end up in
+            // proxies' logs and browser histories. Only a recording's download link may carry one.
+            if sent.is_none() && !is_recording_download(uri.path()) {
+                return Err(Denied::new(
+                    StatusCode::UNAUTHORIZED,
+                    "key_in_query",
+                    "operator API keys go in Authorization: Bearer, not in the URL",
+                ));
+            }
             return Ok(Principal::Operator);
         }
         self.verifier
@@ -301,14 +311,25 @@ impl Principal {
     }
 
     /// May this principal write `state` into a session of its own user? `app:` keys are shared by
-    /// every user of the app, so only the operator writes them. `user:` keys land in the state of
-    /// the session's user, which [`Principal::check_user`] has already made the client's own.
+    /// every user of the app, so only the operator writes them. `user:` keys are shared by every
+    /// session of the user: a token bound to one session reaches that session only, so it may
+    /// not write them (it may read them, as they show in its session's state).
     pub fn check_state(&self, state: &Map<String, Value>) -> Result<(), Denied> {
-        if matches!(self, Principal::Client(_)) && state.keys().any(|k| k.starts_with("app:")) {
+        let Principal::Client(grant) = self else {
+            return Ok(());
+        };
+        if state.keys().any(|k| k.starts_with("app:")) {
             return Err(Denied::new(
                 StatusCode::FORBIDDEN,
                 "app_state",
                 "clients may not write app: state",
+            ));
+        }
+        if grant.session.is_some() && state.keys().any(|k| k.starts_with("user:")) {
+            return Err(Denied::new(
+                StatusCode::FORBIDDEN,
+                "user_state",
+                "a token bound to one session may not write user: state, which the user's other sessions share",
             ));
         }
         Ok(())
@@ -423,6 +444,17 @@ fn offered_bearer(headers: &HeaderMap) -> Result<Option<&str>, Denied> {
     Ok(token)
 }
 
+/// True for `GET /api/sessions/{user}/{session}/artifacts/{name}`: a recording's download, the
+/// one place a link (`<audio src>`, a download) may carry an operator key.
+fn is_recording_download(path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').collect();
+    matches!(
+        segments.as_slice(),
+        ["", "api", "sessions", user, session, "artifacts", name]
+            if !user.is_empty() && !session.is_empty() && !name.is_empty()
+    )
+}
+
 /// The `token` parameter of the query string.
 fn query_token(uri: &Uri) -> Option<String> {
     let query = uri.query()?;
@@ -474,6 +506,9 @@ mod tests {
         assert_eq!(offered_bearer(&offered), Ok(Some("t0k")));
         let alone = headers(&[("sec-websocket-protocol", "livegate.bearer.t0k")]);
         assert!(offered_bearer(&alone).is_err());
+        assert!(is_recording_download("/api/sessions/u/s/artifacts/a.pcm"));
+        assert!(!is_recording_download("/api/sessions/u/s/artifacts"));
+        assert!(!is_recording_download("/api/sessions/u/s"));
         let uri: Uri = "/ws/u/s?audio=pcm&token=abc.def&x=1".parse().unwrap();
         assert_eq!(query_token(&uri).as_deref(), Some("abc.def"));
         assert_eq!(query_token(&"/ws/u/s?tokens=1".parse().unwrap()), None);
@@ -500,6 +535,11 @@ mod tests {
         let mut state = Map::new();
         state.insert("user:name".into(), json!("A"));
         assert!(alice.check_state(&state).is_ok());
+        assert_eq!(
+            bound.check_state(&state).unwrap_err().reason,
+            "user_state",
+            "user: state is shared by the user's other sessions"
+        );
         state.insert("app:flag".into(), json!(true));
         assert!(alice.check_state(&state).is_err());
         assert!(Principal::Operator.check_state(&state).is_ok());

@@ -23,7 +23,7 @@ pub const MIN_SECRET_BYTES: usize = 32;
 /// Longest token read from a request; JWTs this gateway accepts are a few hundred bytes, and an
 /// identity provider's rarely pass a few KiB.
 const MAX_TOKEN_BYTES: usize = 8 * 1024;
-/// Clock skew tolerated on `exp`.
+/// Clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECONDS: u64 = 30;
 
 /// The claims of a client token.
@@ -63,6 +63,9 @@ pub enum TokenError {
     /// Past its expiry.
     #[error("token expired")]
     Expired,
+    /// Its `nbf` (not before) is still to come.
+    #[error("token not valid yet")]
+    NotYetValid,
     /// The signature does not verify, or no key here could verify it.
     #[error("token signature does not verify")]
     BadSignature,
@@ -77,6 +80,7 @@ impl TokenError {
         match self {
             TokenError::Malformed => "malformed",
             TokenError::Expired => "expired",
+            TokenError::NotYetValid => "not_yet_valid",
             TokenError::BadSignature => "bad_signature",
             TokenError::WrongIssuer => "wrong_issuer",
         }
@@ -196,7 +200,10 @@ impl Verifier {
             Some(secret) => {
                 check_secret(secret)?;
                 let mut validation = validation(&[Algorithm::HS256]);
+                // Only tokens minted here: a token signed with the secret by anything else
+                // (another tool sharing it), with another issuer or none, is refused.
                 validation.set_issuer(&[ISSUER]);
+                validation.set_required_spec_claims(&["exp", "sub", "iss"]);
                 validation.validate_aud = false;
                 Some((
                     DecodingKey::from_secret(secret.expose().as_bytes()),
@@ -230,10 +237,14 @@ impl Verifier {
         let data =
             jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
                 ErrorKind::ExpiredSignature => TokenError::Expired,
+                ErrorKind::ImmatureSignature => TokenError::NotYetValid,
                 ErrorKind::InvalidSignature | ErrorKind::InvalidAlgorithm => {
                     TokenError::BadSignature
                 }
                 ErrorKind::InvalidIssuer | ErrorKind::InvalidAudience => TokenError::WrongIssuer,
+                ErrorKind::MissingRequiredClaim(claim) if claim == "iss" || claim == "aud" => {
+                    TokenError::WrongIssuer
+                }
                 _ => TokenError::Malformed,
             })?;
         let claims = data.claims;
@@ -252,6 +263,7 @@ fn validation(algorithms: &[Algorithm]) -> Validation {
     let mut validation = Validation::new(algorithms[0]);
     validation.algorithms = algorithms.to_vec();
     validation.leeway = LEEWAY_SECONDS;
+    validation.validate_nbf = true;
     validation.set_required_spec_claims(&["exp", "sub"]);
     validation
 }
@@ -416,6 +428,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(verifier().verify(&token), Err(TokenError::WrongIssuer));
+    }
+
+    /// A token signed with the shared secret carrying exactly `claims`.
+    fn signed(claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret().expose().as_bytes()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_shared_secret_token_needs_the_livegate_issuer_and_to_be_valid_now() {
+        let now = now_seconds();
+        let exp = now + 600;
+        let without_iss = signed(serde_json::json!({"sub": "alice", "exp": exp}));
+        assert_eq!(
+            verifier().verify(&without_iss),
+            Err(TokenError::WrongIssuer)
+        );
+        let later = signed(
+            serde_json::json!({"sub": "alice", "exp": exp, "iss": ISSUER, "nbf": now + 300}),
+        );
+        assert_eq!(verifier().verify(&later), Err(TokenError::NotYetValid));
+        let skewed =
+            signed(serde_json::json!({"sub": "alice", "exp": exp, "iss": ISSUER, "nbf": now + 10}));
+        assert!(verifier().verify(&skewed).is_ok(), "within the clock skew");
     }
 
     #[test]

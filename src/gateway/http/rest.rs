@@ -16,6 +16,7 @@ use crate::artifact::{ArtifactError, ArtifactScope};
 use crate::event::Blob;
 use crate::gateway::auth::{Denied, Principal};
 use crate::gateway::ids::PathId;
+use crate::gateway::media;
 use crate::gateway::state::Gateway;
 use crate::session::{GetSessionConfig, Session, SessionError};
 
@@ -23,6 +24,12 @@ use crate::session::{GetSessionConfig, Session, SessionError};
 const DEFAULT_PAGE: usize = 100;
 /// Most events one page may hold.
 const MAX_PAGE: usize = 1000;
+/// Most bytes of events (as JSON) one page holds: fewer events than asked for when they are
+/// large, but always at least one, so paging by `nextOffset` goes on.
+const MAX_PAGE_BYTES: usize = 1024 * 1024;
+/// Events read from the store at a time while a page fills: what a page holds in memory at most
+/// beside its bytes.
+const READ_CHUNK: usize = 50;
 
 /// A failed request: its status and what went wrong, answered as `{"error": message}`.
 #[derive(Debug)]
@@ -129,6 +136,18 @@ pub(crate) async fn create(
     .and_then(|()| principal.check_state(&state));
     if let Err(denied) = allowed {
         return denied.into_response();
+    }
+    let quotas = &gateway.quotas;
+    let admitted = match quotas.check_state(gateway, principal, &Map::new(), &state) {
+        Ok(()) => {
+            quotas
+                .admit_new_session(gateway, principal, user.as_str())
+                .await
+        }
+        Err(refused) => Err(refused),
+    };
+    if let Err(refused) = admitted {
+        return refused.into_response();
     }
     let created = gateway
         .runner
@@ -279,7 +298,9 @@ fn number<T: std::str::FromStr>(
         .transpose()
 }
 
-/// `GET /api/sessions/{user}/{session}?offset=N&limit=M`: state and a page of events, oldest first.
+/// `GET /api/sessions/{user}/{session}?offset=N&limit=M`: state and a page of events, oldest
+/// first: at most `limit` events and about [`MAX_PAGE_BYTES`] of them, with `nextOffset` where
+/// the next page starts.
 pub(crate) async fn get_session(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
@@ -293,15 +314,49 @@ pub(crate) async fn get_session(
             return Err(bad_request(format!("limit must be 1..={MAX_PAGE}")));
         }
         let session = existing_session(&gateway, &principal, &user_id, &session_id).await?;
-        let page = gateway
+        let page = read_page(&gateway, &session, offset, limit).await?;
+        let head = serde_json::to_string(&summary(&session))
+            .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let body = format!(
+            "{{\"session\":{head},\"events\":[{}],\"total\":{},\"offset\":{offset},\"limit\":{limit},\"nextOffset\":{}}}",
+            page.events, page.total, offset + page.count
+        );
+        Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A page of events as JSON array items, and how many, with the session's event count.
+struct JsonPage {
+    events: String,
+    count: usize,
+    total: usize,
+}
+
+/// Reads up to `limit` events from `offset`, a chunk at a time, until the page holds
+/// [`MAX_PAGE_BYTES`]: six readers of pages of large events cannot hold gigabytes.
+async fn read_page(
+    gateway: &Gateway,
+    session: &Session,
+    offset: usize,
+    limit: usize,
+) -> Result<JsonPage, ApiError> {
+    let mut page = JsonPage {
+        events: String::new(),
+        count: 0,
+        total: 0,
+    };
+    while page.count < limit {
+        let want = (limit - page.count).min(READ_CHUNK);
+        let chunk = gateway
             .runner
             .sessions
             .list_events(
                 &session.app_name,
                 &session.user_id,
                 &session.id,
-                offset,
-                limit,
+                offset + page.count,
+                want,
             )
             .await
             .map_err(session_error)?
@@ -311,16 +366,25 @@ pub(crate) async fn get_session(
                     format!("session {} not found", session.id),
                 )
             })?;
-        Ok(Json(json!({
-            "session": summary(&session),
-            "events": page.events,
-            "total": page.total,
-            "offset": offset,
-            "limit": limit,
-        }))
-        .into_response())
-    };
-    result.await.unwrap_or_else(IntoResponse::into_response)
+        page.total = chunk.total;
+        let read = chunk.events.len();
+        for event in &chunk.events {
+            let json = serde_json::to_string(event)
+                .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            if page.count > 0 && page.events.len() + json.len() > MAX_PAGE_BYTES {
+                return Ok(page);
+            }
+            if page.count > 0 {
+                page.events.push(',');
+            }
+            page.events.push_str(&json);
+            page.count += 1;
+        }
+        if read < want {
+            break;
+        }
+    }
+    Ok(page)
 }
 
 /// `DELETE /api/sessions/{user}/{session}`: 204, or 404 for an unknown session.
@@ -411,31 +475,21 @@ pub(crate) async fn download_artifact(
             let blob = Blob::new(artifact.data, artifact.mime_type);
             if !blob.is_pcm() {
                 return Err(bad_request(format!(
-                    "format=wav needs PCM audio; {name:?} is {}",
-                    blob.mime_type
+                    "format=wav needs PCM audio; {name:?} is {:?}",
+                    media::served_type(&blob.mime_type)
                 )));
             }
             let rate = blob.sample_rate().unwrap_or(DEFAULT_PCM_RATE);
             ("audio/wav".to_owned(), wav_file(&blob.data, rate))
         } else {
-            (artifact.mime_type, artifact.data)
+            (media::served_type(&artifact.mime_type), artifact.data)
         };
         let download_name = if wav {
             format!("{}.wav", name.trim_end_matches(".pcm"))
         } else {
             name.clone()
         };
-        Ok((
-            [
-                (header::CONTENT_TYPE, mime),
-                (
-                    header::CONTENT_DISPOSITION,
-                    format!("inline; filename=\"{}\"", download_name.replace('"', "")),
-                ),
-            ],
-            body,
-        )
-            .into_response())
+        Ok((media::download_headers(&mime, &download_name), body).into_response())
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::event::Content;
 use crate::gateway::auth::Principal;
 use crate::gateway::ids::PathId;
+use crate::gateway::server::limits::{LiveSlot, Refused};
 use crate::gateway::state::Gateway;
 use crate::live::RunConfig;
 use crate::runner::{LiveRun, RunError};
@@ -50,13 +51,25 @@ fn run_error(e: RunError) -> Response {
     error(status, e.to_string())
 }
 
+/// A turn-based run under way, and its place under the user's cap on live sessions, which it
+/// holds until its events have all been taken.
+struct Started {
+    run: LiveRun,
+    _slot: LiveSlot,
+}
+
 /// Parses and starts a run; errors are finished responses.
 async fn start(
-    gateway: &Gateway,
+    gateway: &Arc<Gateway>,
     principal: &Principal,
     body: &[u8],
-) -> Result<(LiveRun, bool), Response> {
-    let request: RunAgentRequest = serde_json::from_slice(body)
+) -> Result<Started, Response> {
+    let mut request: RunAgentRequest = serde_json::from_slice(body)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid run request: {e}")))?;
+    // The same limits as a turn on the socket: a turn is stored, replayed and paged alike.
+    gateway
+        .frame_limits
+        .check_turn(&mut request.new_message)
         .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid run request: {e}")))?;
     if request.app_name != gateway.runner.app_name {
         return Err(error(
@@ -73,6 +86,12 @@ async fn start(
         .check_session(user_id.as_str(), session_id.as_str())
         .and_then(|()| principal.check_state(&state_delta))
         .map_err(IntoResponse::into_response)?;
+    check_state_quota(gateway, principal, &user_id, &session_id, &state_delta).await?;
+    // A turn is the user's live session while it runs, as a WebSocket is.
+    let slot = gateway
+        .limits
+        .admit_run(user_id.as_str(), session_id.as_str())
+        .map_err(Refused::response)?;
     let run = gateway
         .runner
         .run_async(
@@ -92,7 +111,44 @@ async fn start(
         streaming = request.streaming,
         "turn-based run"
     );
-    Ok((run, request.streaming))
+    Ok(Started { run, _slot: slot })
+}
+
+/// Refuses a client's state delta that would take the session's state past its quota (reading
+/// the session's state only when there is a quota to keep).
+async fn check_state_quota(
+    gateway: &Gateway,
+    principal: &Principal,
+    user_id: &PathId,
+    session_id: &PathId,
+    delta: &Map<String, Value>,
+) -> Result<(), Response> {
+    if delta.is_empty()
+        || gateway.quotas.state_bytes == 0
+        || !matches!(principal, Principal::Client(_))
+    {
+        return Ok(());
+    }
+    let config = crate::session::GetSessionConfig {
+        num_recent_events: Some(0),
+        after_timestamp: None,
+    };
+    let session = gateway
+        .runner
+        .sessions
+        .get_session(
+            &gateway.runner.app_name,
+            user_id.as_str(),
+            session_id.as_str(),
+            &config,
+        )
+        .await
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let current = session.map(|s| s.state).unwrap_or_default();
+    gateway
+        .quotas
+        .check_state(gateway, principal, &current, delta)
+        .map_err(IntoResponse::into_response)
 }
 
 /// `POST /run`: runs a turn and answers with every event, once it is over.
@@ -102,7 +158,10 @@ pub(crate) async fn run(
     body: Bytes,
 ) -> Response {
     match start(&gateway, &principal, &body).await {
-        Ok((run, _)) => Json(run.events.collect::<Vec<_>>().await).into_response(),
+        Ok(started) => {
+            let events = started.run.events.collect::<Vec<_>>().await;
+            Json(events).into_response()
+        }
         Err(response) => response,
     }
 }
@@ -114,8 +173,10 @@ pub(crate) async fn run_sse(
     body: Bytes,
 ) -> Response {
     match start(&gateway, &principal, &body).await {
-        Ok((run, _)) => {
-            let events = run.events.map(|event| {
+        Ok(Started { run, _slot: slot }) => {
+            // The slot goes with the stream: the run is live until its last event is sent.
+            let events = run.events.map(move |event| {
+                let _live = &slot;
                 let data = serde_json::to_string(&event)
                     .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
                 Ok::<_, Infallible>(SseEvent::default().data(data))

@@ -87,8 +87,10 @@ pub struct ServeArgs {
     /// How far model audio may run ahead of real-time playback at the client, in milliseconds.
     #[arg(long, env = "LIVEGATE_AUDIO_LEAD_MS", default_value_t = 500)]
     pub audio_lead_ms: u64,
-    /// Largest WebSocket message a client may send, in bytes (larger ones close with 1009).
-    #[arg(long, env = "LIVEGATE_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    /// Largest WebSocket message or HTTP request body a client may send, in bytes (larger
+    /// messages close with 1009, larger bodies get 413). The default holds the largest message
+    /// the protocol has: an image of `--max-media-bytes` in base64, in its JSON.
+    #[arg(long, env = "LIVEGATE_MAX_MESSAGE_BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
     /// Requests a live run may queue before the socket reader waits for the model.
     #[arg(long, env = "LIVEGATE_QUEUE_CAPACITY", default_value_t = crate::live::DEFAULT_QUEUE_CAPACITY)]
@@ -124,10 +126,34 @@ pub struct ServeArgs {
     /// Most WebSocket connections at once (beyond it: 503 before the upgrade; 0: no cap).
     #[arg(long, env = "LIVEGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
-    /// Most live sessions one user may have at once (beyond it: 429 before the upgrade; 0: no cap).
-    /// User ids are only trustworthy with authentication on.
-    #[arg(long, env = "LIVEGATE_MAX_SESSIONS_PER_USER", default_value_t = 0)]
-    pub max_sessions_per_user: usize,
+    /// Most live sessions one user may have at once, WebSockets and `/run` turns alike (beyond
+    /// it: 429 before any work; 0: no cap) [default: 10 with `--auth token`, no cap without: user
+    /// ids are only trustworthy with authentication on].
+    #[arg(long, env = "LIVEGATE_MAX_SESSIONS_PER_USER")]
+    pub max_sessions_per_user: Option<usize>,
+    /// Most sessions a client token's user may keep stored (creating one more: 429; 0: no cap)
+    /// [default: 1000 with `--auth token`, no cap without].
+    #[arg(long, env = "LIVEGATE_MAX_STORED_SESSIONS_PER_USER")]
+    pub max_stored_sessions_per_user: Option<usize>,
+    /// Most bytes of state (as JSON) a client token may give a session (beyond it: 413; 0: no
+    /// cap) [default: 65536 with `--auth token`, no cap without].
+    #[arg(long, env = "LIVEGATE_MAX_STATE_BYTES")]
+    pub max_state_bytes: Option<usize>,
+    /// Most requests one client address may have in flight at once (beyond it: 429; loopback
+    /// addresses are not limited; 0: no cap).
+    #[arg(long, env = "LIVEGATE_MAX_REQUESTS_IN_FLIGHT", default_value_t = 64)]
+    pub max_requests_in_flight: usize,
+    /// How long a client may take to send a request's whole body (beyond it: 408; `0` for never).
+    #[arg(long, env = "LIVEGATE_BODY_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+    /// How long a WebSocket client may take to finish a message once it has begun sending it
+    /// (beyond it: close 1008; `0` for never).
+    #[arg(long, env = "LIVEGATE_MESSAGE_READ_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub message_read_timeout: Duration,
+    /// The longest a turn's end waits for its recordings to be saved to a bucket; a recording not
+    /// saved by then waits on local disk and is saved later (`0` for no bound).
+    #[arg(long, env = "LIVEGATE_RECORDING_SAVE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub recording_save_timeout: Duration,
     /// New connections one client address may open per second, in bursts of twice as many
     /// (beyond it: 429; loopback addresses are not limited; 0: no limit).
     #[arg(long, env = "LIVEGATE_CONNECTIONS_PER_SECOND", default_value_t = 20)]
@@ -267,7 +293,7 @@ impl ServeArgs {
             save_live_blob: true,
             log_format: LogFormat::Text,
             audio_lead_ms: 500,
-            max_message_bytes: 4 * 1024 * 1024,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
             sim_pacing: SimPacingArg::Realtime,
             sim_reply_delay_ms: None,
@@ -277,7 +303,13 @@ impl ServeArgs {
             header_read_timeout_secs: 10,
             max_unfinished_connections: 1024,
             max_connections: 10_000,
-            max_sessions_per_user: 0,
+            max_sessions_per_user: None,
+            max_stored_sessions_per_user: None,
+            max_state_bytes: None,
+            max_requests_in_flight: 64,
+            body_read_timeout: Duration::from_secs(10),
+            message_read_timeout: Duration::from_secs(20),
+            recording_save_timeout: Duration::from_secs(10),
             connections_per_second: 20,
             trusted_proxies: Vec::new(),
             history_max_events: crate::runner::DEFAULT_HISTORY_EVENTS,
@@ -419,13 +451,22 @@ impl ServeArgs {
         }
     }
 
-    /// Caps on live connections and the rate of new ones.
-    pub fn limit_settings(&self) -> crate::gateway::server::limits::LimitSettings {
+    /// Caps on live connections, requests and their rate, with the defaults of auth `mode`.
+    pub fn limit_settings(&self, mode: AuthMode) -> crate::gateway::server::limits::LimitSettings {
         crate::gateway::server::limits::LimitSettings {
             max_connections: self.max_connections,
-            max_sessions_per_user: self.max_sessions_per_user,
+            max_sessions_per_user: with_auth(mode, self.max_sessions_per_user, 10),
             connections_per_second: self.connections_per_second,
             trusted_proxies: self.trusted_proxies.clone(),
+            max_requests_in_flight: self.max_requests_in_flight,
+        }
+    }
+
+    /// What a client token's user may keep, with the defaults of auth `mode`.
+    pub fn quotas(&self, mode: AuthMode) -> crate::gateway::server::quota::Quotas {
+        crate::gateway::server::quota::Quotas {
+            stored_sessions: with_auth(mode, self.max_stored_sessions_per_user, 1000),
+            state_bytes: with_auth(mode, self.max_state_bytes, 64 * 1024),
         }
     }
 
@@ -449,6 +490,19 @@ impl ServeArgs {
             .clone()
             .unwrap_or_else(|| format!("file://{}", self.data_dir.join("artifacts").display()))
     }
+}
+
+/// Largest client message by default: a JSON image of the default `--max-media-bytes` (1 MiB,
+/// 1.34 MiB in base64) with room to spare, 1.5 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1536 * 1024;
+
+/// A per-user cap as set, or by default `token_default` with authentication and none (0)
+/// without: without it, anyone may name any user.
+fn with_auth(mode: AuthMode, set: Option<usize>, token_default: usize) -> usize {
+    set.unwrap_or(match mode {
+        AuthMode::Token => token_default,
+        AuthMode::None => 0,
+    })
 }
 
 /// A configuration file that could not be used.
@@ -505,6 +559,12 @@ struct FileConfig {
     max_unfinished_connections: Option<usize>,
     max_connections: Option<usize>,
     max_sessions_per_user: Option<usize>,
+    max_stored_sessions_per_user: Option<usize>,
+    max_state_bytes: Option<usize>,
+    max_requests_in_flight: Option<usize>,
+    body_read_timeout: Option<String>,
+    message_read_timeout: Option<String>,
+    recording_save_timeout: Option<String>,
     connections_per_second: Option<u32>,
     trusted_proxies: Option<Vec<String>>,
     history_max_events: Option<usize>,
@@ -667,6 +727,7 @@ impl FileConfig {
         fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
         fill!(fill, args, file => header_read_timeout_secs, max_unfinished_connections);
         fill!(fill, args, file => max_connections, max_sessions_per_user, connections_per_second);
+        fill!(fill, args, file => max_stored_sessions_per_user, max_state_bytes, max_requests_in_flight);
         let proxies = |list: Vec<String>| list.iter().map(|p| parse_proxy(p)).collect();
         let trusted_proxies = &mut args.trusted_proxies;
         fill.parsed(
@@ -681,7 +742,8 @@ impl FileConfig {
         fill!(fill, args, file => max_text_bytes, max_audio_frame_bytes, max_media_bytes);
         fill_parsed!(fill, args, file, parse_duration =>
             idle_timeout, max_session_duration, slow_client_timeout,
-            gemini_connect_timeout, gemini_silence_timeout);
+            gemini_connect_timeout, gemini_silence_timeout,
+            body_read_timeout, message_read_timeout, recording_save_timeout);
         fill_parsed!(fill, args, file, |v| AuthMode::from_str(v, true).map(Some) => auth);
         fill!(fill, args, file => allow_anonymous, api_keys_file, auth_public_key);
         fill!(fill, args, file => auth_issuer, auth_audience, allowed_origins, metrics_bind);
@@ -932,7 +994,7 @@ mod tests {
         let config = path.to_str().unwrap();
         let args = parse(&["livegate", "--config", config, "--max-connections", "9"]).unwrap();
         assert_eq!(args.max_connections, 9, "the flag wins");
-        assert_eq!(args.max_sessions_per_user, 3);
+        assert_eq!(args.max_sessions_per_user, Some(3));
         assert_eq!(args.header_read_timeout_secs, 4);
         assert_eq!(args.max_unsaved_recording_bytes, 1024);
         assert_eq!(
@@ -945,6 +1007,13 @@ mod tests {
         assert_eq!(args.tls_cert, Some(PathBuf::from("c.pem")));
         let defaults = parse(&["livegate"]).unwrap();
         assert_eq!(defaults.connections_per_second, 20);
+        assert_eq!(
+            defaults
+                .limit_settings(AuthMode::None)
+                .max_sessions_per_user,
+            0,
+            "no per-user cap where user ids are not authenticated"
+        );
         assert_eq!(defaults.tls_cert, None);
         std::fs::write(&path, "trusted-proxies = [\"not-an-ip\"]").unwrap();
         let error = parse(&["livegate", "--config", config]).unwrap_err();
@@ -970,6 +1039,40 @@ mod tests {
         assert!(parse_duration("10 parsecs").is_err());
         assert!(parse_duration("").is_err());
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+    }
+
+    #[test]
+    fn per_user_quotas_default_on_with_auth_and_off_without() {
+        let args = parse(&["livegate"]).unwrap();
+        let token = args.limit_settings(AuthMode::Token);
+        assert_eq!(token.max_sessions_per_user, 10);
+        let quotas = args.quotas(AuthMode::Token);
+        assert_eq!(
+            (quotas.stored_sessions, quotas.state_bytes),
+            (1000, 64 * 1024)
+        );
+        let quotas = args.quotas(AuthMode::None);
+        assert_eq!((quotas.stored_sessions, quotas.state_bytes), (0, 0));
+        let set = parse(&[
+            "livegate",
+            "--max-sessions-per-user",
+            "0",
+            "--max-state-bytes",
+            "10",
+        ]);
+        let set = set.unwrap();
+        assert_eq!(
+            set.limit_settings(AuthMode::Token).max_sessions_per_user,
+            0,
+            "0 turns it off"
+        );
+        assert_eq!(set.quotas(AuthMode::None).state_bytes, 10);
+        assert_eq!(args.max_message_bytes, 1536 * 1024);
+        let largest_image = crate::gateway::ws::codec::DEFAULT_MAX_MEDIA_BYTES.div_ceil(3) * 4;
+        assert!(
+            largest_image + 4096 < args.max_message_bytes,
+            "an image message fits"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! Admission limits for live connections: a cap on WebSocket connections in total, a cap on the
-//! live sessions of one user, and a per-address rate of new connections, each answered before
-//! the upgrade. Also where a request's client address comes from (`X-Forwarded-For` only when
-//! the peer is a trusted proxy).
+//! Admission limits: a cap on WebSocket connections in total, a cap on the live sessions of one
+//! user (WebSockets and `/run` turns), a per-address rate of requests and a per-address cap on
+//! requests in flight, each answered before any work. Also where a request's client address
+//! comes from (`X-Forwarded-For` only when the peer is a trusted proxy).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,8 +32,18 @@ pub enum Refused {
     Connections,
     /// The user has its most live sessions (429).
     UserSessions,
-    /// The address opened too many connections in the last second (429).
+    /// The address sent too many requests in the last second (429).
     Rate,
+    /// The address has its most requests in flight (429).
+    InFlight,
+    /// The request's body did not arrive in time (408).
+    BodyTimeout,
+    /// The request's body is over the size limit (413).
+    BodyTooLarge,
+    /// The user has its most stored sessions (429).
+    StoredSessions,
+    /// The session's state would be over its size limit (413).
+    StateBytes,
 }
 
 impl Refused {
@@ -43,7 +53,77 @@ impl Refused {
             Refused::Connections => "connections",
             Refused::UserSessions => "user_sessions",
             Refused::Rate => "rate",
+            Refused::InFlight => "in_flight",
+            Refused::BodyTimeout => "body_timeout",
+            Refused::BodyTooLarge => "body_size",
+            Refused::StoredSessions => "stored_sessions",
+            Refused::StateBytes => "state_bytes",
         }
+    }
+}
+
+impl Refused {
+    /// The answer: its status, `Retry-After` where trying again soon may work, and `{"error"}`.
+    /// Refusals made before the request was read whole close the connection (its unread body
+    /// would otherwise be taken for the next request).
+    pub fn response(self) -> axum::response::Response {
+        use axum::http::{header, StatusCode};
+        use axum::response::IntoResponse;
+        let (status, message) = match self {
+            Refused::Connections => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the gateway has its most connections; try again later",
+            ),
+            Refused::UserSessions => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this user has its most live sessions",
+            ),
+            Refused::Rate => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests from this address",
+            ),
+            Refused::InFlight => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests in flight from this address",
+            ),
+            Refused::BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "the request's body did not arrive in time",
+            ),
+            Refused::BodyTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request's body is over the size limit (--max-message-bytes)",
+            ),
+            Refused::StoredSessions => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "this user has its most stored sessions (--max-stored-sessions-per-user); delete one first",
+            ),
+            Refused::StateBytes => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the session's state would be over its size limit (--max-state-bytes)",
+            ),
+        };
+        let body = axum::Json(serde_json::json!({ "error": message }));
+        let mut response = (status, body).into_response();
+        if matches!(
+            self,
+            Refused::Connections | Refused::UserSessions | Refused::Rate | Refused::InFlight
+        ) {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        if matches!(
+            self,
+            Refused::Rate | Refused::InFlight | Refused::BodyTimeout | Refused::BodyTooLarge
+        ) {
+            response.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }
 
@@ -64,7 +144,7 @@ impl LimitCounters {
         let counters = LimitCounters::default();
         registry.register(
             "limit_refusals",
-            "Requests refused by a limit before any work, by reason (connections, user_sessions, rate)",
+            "Requests refused by a limit or quota before any work, by reason (connections, user_sessions, rate, in_flight, body_timeout, body_size, stored_sessions, state_bytes)",
             counters.refusals.clone(),
         );
         registry.register(
@@ -90,6 +170,7 @@ impl LimitCounters {
         counters
     }
 
+    /// Counts a refusal.
     pub(crate) fn refused(&self, why: Refused) {
         self.refusals
             .get_or_create(&[("reason", why.label())])
@@ -120,6 +201,8 @@ pub struct LimitSettings {
     pub connections_per_second: u32,
     /// Peers whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<IpNet>,
+    /// Most requests of one client address in flight at once.
+    pub max_requests_in_flight: usize,
 }
 
 #[derive(Debug, Default)]
@@ -135,6 +218,8 @@ struct Live {
 pub struct Limits {
     settings: LimitSettings,
     live: Mutex<Live>,
+    /// Requests in flight per client address (its rate key), those with any.
+    in_flight: Mutex<HashMap<IpAddr, usize>>,
     rate: Option<DefaultKeyedRateLimiter<IpAddr>>,
     checks: AtomicU64,
     /// What the limits refused.
@@ -147,12 +232,16 @@ pub struct LiveSlot {
     limits: Arc<Limits>,
     user_id: String,
     session_id: String,
+    /// It counts under the cap on WebSocket connections (a `/run` turn does not).
+    connection: bool,
 }
 
 impl Drop for LiveSlot {
     fn drop(&mut self) {
         let mut live = self.limits.lock();
-        live.connections = live.connections.saturating_sub(1);
+        if self.connection {
+            live.connections = live.connections.saturating_sub(1);
+        }
         if let Some(sessions) = live.users.get_mut(&self.user_id) {
             if let Some(count) = sessions.get_mut(&self.session_id) {
                 *count = count.saturating_sub(1);
@@ -162,6 +251,30 @@ impl Drop for LiveSlot {
             }
             if sessions.is_empty() {
                 live.users.remove(&self.user_id);
+            }
+        }
+    }
+}
+
+/// A request's place under its address's cap on requests in flight, given back when dropped.
+#[derive(Debug)]
+pub struct RequestSlot {
+    counted: Option<(Arc<Limits>, IpAddr)>,
+}
+
+impl Drop for RequestSlot {
+    fn drop(&mut self) {
+        let Some((limits, key)) = &self.counted else {
+            return;
+        };
+        let mut in_flight = limits
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = in_flight.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                in_flight.remove(key);
             }
         }
     }
@@ -177,6 +290,7 @@ impl Limits {
         Limits {
             settings,
             live: Mutex::new(Live::default()),
+            in_flight: Mutex::default(),
             rate,
             checks: AtomicU64::new(0),
             counters,
@@ -191,9 +305,28 @@ impl Limits {
     /// Admits a live connection to a session, or says which cap it is over. A connection that
     /// takes over a session the user already has live does not count as another session.
     pub fn admit(self: &Arc<Self>, user_id: &str, session_id: &str) -> Result<LiveSlot, Refused> {
+        self.admit_as(user_id, session_id, true)
+    }
+
+    /// Admits a turn-based run (`/run`, `/run_sse`) on a session: it counts as the user's live
+    /// session while it runs, not as a WebSocket connection.
+    pub fn admit_run(
+        self: &Arc<Self>,
+        user_id: &str,
+        session_id: &str,
+    ) -> Result<LiveSlot, Refused> {
+        self.admit_as(user_id, session_id, false)
+    }
+
+    fn admit_as(
+        self: &Arc<Self>,
+        user_id: &str,
+        session_id: &str,
+        connection: bool,
+    ) -> Result<LiveSlot, Refused> {
         let mut live = self.lock();
         let max = self.settings.max_connections;
-        if max != 0 && live.connections >= max {
+        if connection && max != 0 && live.connections >= max {
             drop(live);
             self.counters.refused(Refused::Connections);
             return Err(Refused::Connections);
@@ -206,11 +339,38 @@ impl Limits {
             return Err(Refused::UserSessions);
         }
         *sessions.entry(session_id.to_owned()).or_default() += 1;
-        live.connections += 1;
+        if connection {
+            live.connections += 1;
+        }
         Ok(LiveSlot {
             limits: self.clone(),
             user_id: user_id.to_owned(),
             session_id: session_id.to_owned(),
+            connection,
+        })
+    }
+
+    /// Counts a request of `client` in flight until the returned slot drops, or refuses it when
+    /// the address has its most (loopback addresses are not limited, as for the rate).
+    pub fn begin_request(self: &Arc<Self>, client: IpAddr) -> Result<RequestSlot, Refused> {
+        let max = self.settings.max_requests_in_flight;
+        if max == 0 || client.is_loopback() {
+            return Ok(RequestSlot { counted: None });
+        }
+        let key = rate_key(client);
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = in_flight.entry(key).or_default();
+        if *count >= max {
+            drop(in_flight);
+            self.counters.refused(Refused::InFlight);
+            return Err(Refused::InFlight);
+        }
+        *count += 1;
+        Ok(RequestSlot {
+            counted: Some((self.clone(), key)),
         })
     }
 
@@ -219,10 +379,11 @@ impl Limits {
         self.lock().connections
     }
 
-    /// Counts a new connection from `client`; false when the address is over its rate. Loopback
-    /// addresses are never limited: they are local tools, load tests, or a proxy on the same host
-    /// (declare it in `--trusted-proxies` so its clients are told apart).
-    pub fn allow_new_connection(&self, client: IpAddr) -> bool {
+    /// Counts a request (a new connection's first, or any after it) from `client`; false when the
+    /// address is over its rate. Loopback addresses are never limited: they are local tools, load
+    /// tests, or a proxy on the same host (declare it in `--trusted-proxies` so its clients are
+    /// told apart).
+    pub fn allow_request(&self, client: IpAddr) -> bool {
         let Some(rate) = &self.rate else {
             return true;
         };
@@ -360,7 +521,7 @@ mod tests {
             ..LimitSettings::default()
         });
         let a = l.admit("u", "s1").unwrap();
-        let _b = l.admit("u", "s2").unwrap();
+        let b = l.admit("u", "s2").unwrap();
         assert_eq!(l.admit("u", "s3").unwrap_err(), Refused::UserSessions);
         // Taking over a live session is not another session.
         let _c = l.admit("u", "s1").unwrap();
@@ -368,6 +529,30 @@ mod tests {
         drop(a);
         let _d = l.admit("v", "s1").unwrap();
         assert_eq!(l.live_connections(), 3);
+        // A turn-based run counts as the user's live session, not as a connection.
+        drop(b);
+        let run = l.admit_run("u", "s9").unwrap();
+        assert_eq!(l.admit_run("u", "s10").unwrap_err(), Refused::UserSessions);
+        assert_eq!(l.live_connections(), 2);
+        drop(run);
+    }
+
+    #[test]
+    fn requests_in_flight_are_capped_per_address_but_never_loopback() {
+        let l = limits(LimitSettings {
+            max_requests_in_flight: 2,
+            ..LimitSettings::default()
+        });
+        let a: IpAddr = "203.0.113.7".parse().unwrap();
+        let first = l.begin_request(a).unwrap();
+        let _second = l.begin_request(a).unwrap();
+        assert_eq!(l.begin_request(a).unwrap_err(), Refused::InFlight);
+        assert!(l.begin_request("203.0.113.8".parse().unwrap()).is_ok());
+        drop(first);
+        assert!(l.begin_request(a).is_ok(), "a finished request makes room");
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        let held: Vec<_> = (0..10).map(|_| l.begin_request(local).unwrap()).collect();
+        assert_eq!(held.len(), 10);
     }
 
     #[test]
@@ -378,16 +563,16 @@ mod tests {
         });
         let a: IpAddr = "203.0.113.7".parse().unwrap();
         let b: IpAddr = "203.0.113.8".parse().unwrap();
-        assert!(l.allow_new_connection(a) && l.allow_new_connection(a));
-        assert!(!l.allow_new_connection(a), "a burst of twice the rate");
-        assert!(l.allow_new_connection(b));
+        assert!(l.allow_request(a) && l.allow_request(a));
+        assert!(!l.allow_request(a), "a burst of twice the rate");
+        assert!(l.allow_request(b));
         let local: IpAddr = "127.0.0.1".parse().unwrap();
-        assert!((0..100).all(|_| l.allow_new_connection(local)));
+        assert!((0..100).all(|_| l.allow_request(local)));
         // One IPv6 /64 is one bucket.
         let v6 = |a: &str| a.parse::<IpAddr>().unwrap();
-        assert!(l.allow_new_connection(v6("2001:db8::1")));
-        assert!(l.allow_new_connection(v6("2001:db8::2")));
-        assert!(!l.allow_new_connection(v6("2001:db8::3")));
-        assert!(l.allow_new_connection(v6("2001:db8:0:1::1")));
+        assert!(l.allow_request(v6("2001:db8::1")));
+        assert!(l.allow_request(v6("2001:db8::2")));
+        assert!(!l.allow_request(v6("2001:db8::3")));
+        assert!(l.allow_request(v6("2001:db8:0:1::1")));
     }
 }

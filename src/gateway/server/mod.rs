@@ -2,7 +2,9 @@
 //! limits it enforces before a request reaches a route.
 
 pub mod config;
+pub mod io_watch;
 pub mod limits;
+pub mod quota;
 pub mod serve;
 pub mod start;
 pub mod tls;

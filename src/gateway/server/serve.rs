@@ -9,8 +9,11 @@
 //!   fails for want of descriptors the oldest unfinished connection is shed and accepting backs
 //!   off, logging at most once a second. With none to shed, a reserve descriptor is given up to
 //!   let one waiting connection in: a probe is answered, anything else refused with 503.
-//! - New connections per client address per second, and the client address itself (see
-//!   [`crate::gateway::server::limits`]).
+//! - Requests per client address per second, requests in flight per client address, and the
+//!   client address itself (see [`crate::gateway::server::limits`]).
+//! - A request's body is read whole, within the body-read timeout and the size limit, before any
+//!   handler runs; a response's writes time out when the client stops reading (see
+//!   [`crate::gateway::server::io_watch`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -32,7 +35,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
 
-use crate::gateway::server::limits::{ClientAddr, Limits};
+use crate::gateway::server::io_watch::{IoWatch, Watched};
+use crate::gateway::server::limits::{ClientAddr, Limits, Refused};
 use crate::gateway::server::tls::ReloadingTls;
 use crate::signal::Signal;
 
@@ -62,6 +66,12 @@ pub(crate) struct ServeOptions {
     pub tls: Option<Arc<ReloadingTls>>,
     /// How long in-flight requests may run on after shutdown before their connections are closed.
     pub grace: Duration,
+    /// Longest a client may take to send a request's whole body (`None`: no limit).
+    pub body_read_timeout: Option<Duration>,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Longest a response's write may wait for the client to read (`None`: no limit).
+    pub write_timeout: Option<Duration>,
 }
 
 /// Connections accepted that have not finished their first request, oldest first.
@@ -295,19 +305,22 @@ async fn serve_io<IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let first = Arc::new(AtomicBool::new(true));
+    let watch = Arc::new(IoWatch::default());
+    let io = Watched::new(io, watch.clone(), shared.options.write_timeout);
     let service = {
         let shared = shared.clone();
-        hyper::service::service_fn(move |request: Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: Request<Incoming>| {
             let shared = shared.clone();
             let first = first.swap(false, Ordering::Relaxed);
             if first {
                 shared.unfinished.finish(id);
             }
+            request.extensions_mut().insert(watch.clone());
             async move {
                 if probes_only {
                     return Ok::<_, Infallible>(probe_only(&shared, request, peer).await);
                 }
-                Ok(handle(&shared, request, peer, first).await)
+                Ok(handle(&shared, request, peer).await)
             }
         })
     };
@@ -343,29 +356,83 @@ fn is_probe(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
-async fn handle(
-    shared: &Shared,
-    mut request: Request<Incoming>,
-    peer: SocketAddr,
-    first_on_connection: bool,
-) -> Response {
+/// The web client's own files (`/`, `/static/…`, `/lib/…`, `/examples/…`, `/app.js`): served from
+/// memory, fetched many at once by every page load, and not counted by the rate.
+fn is_asset(path: &str) -> bool {
+    path == "/"
+        || ["/static/", "/lib/", "/examples/"]
+            .iter()
+            .any(|folder| path.starts_with(folder))
+        || (path.len() > 1 && !path[1..].contains('/') && path.contains('.'))
+}
+
+async fn handle(shared: &Shared, mut request: Request<Incoming>, peer: SocketAddr) -> Response {
     let client = shared.limits.client_addr(peer.ip(), request.headers());
     request.extensions_mut().insert(ConnectInfo(peer));
     request.extensions_mut().insert(ClientAddr(client));
-    let upgrade = request
-        .headers()
-        .get(header::UPGRADE)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
-    if (first_on_connection || upgrade)
-        && !is_probe(request.uri().path())
-        && !shared.limits.allow_new_connection(client)
-    {
-        return too_many_connections();
+    let (probe, asset) = (
+        is_probe(request.uri().path()),
+        is_asset(request.uri().path()),
+    );
+    if probe {
+        return call(shared, request.map(Body::new)).await;
     }
+    // Every request counts, not only a connection's first: requests pipelined on one
+    // keep-alive connection cost as much as requests on new ones.
+    if !asset && !shared.limits.allow_request(client) {
+        return Refused::Rate.response();
+    }
+    let _in_flight = match shared.limits.begin_request(client) {
+        Ok(slot) => slot,
+        Err(refused) => return refused.response(),
+    };
+    let request = match read_body(&shared.options, request).await {
+        Ok(request) => request,
+        Err(refused) => {
+            shared.limits.counters.refused(refused);
+            return refused.response();
+        }
+    };
+    call(shared, request).await
+}
+
+async fn call(shared: &Shared, request: Request<Body>) -> Response {
     let mut app = shared.app.clone();
-    match app.call(request.map(Body::new)).await {
+    match app.call(request).await {
         Ok(response) => response,
         Err(never) => match never {},
+    }
+}
+
+/// The request with its body read whole, within the body-read timeout and the size limit, so
+/// that a client trickling a body holds neither a handler nor its descriptor for long.
+async fn read_body(
+    options: &ServeOptions,
+    request: Request<Incoming>,
+) -> Result<Request<Body>, Refused> {
+    use http_body_util::BodyExt;
+    use hyper::body::Body as _;
+    if request.body().is_end_stream() {
+        return Ok(request.map(Body::new));
+    }
+    // A length announced over the limit is refused before a byte of it is read.
+    let announced = request.body().size_hint().lower();
+    if announced > u64::try_from(options.max_body_bytes).unwrap_or(u64::MAX) {
+        return Err(Refused::BodyTooLarge);
+    }
+    let (parts, body) = request.into_parts();
+    let limited = http_body_util::Limited::new(body, options.max_body_bytes).collect();
+    let collected = match options.body_read_timeout {
+        Some(timeout) => tokio::time::timeout(timeout, limited)
+            .await
+            .map_err(|_| Refused::BodyTimeout)?,
+        None => limited.await,
+    };
+    match collected {
+        Ok(body) => Ok(Request::from_parts(parts, Body::from(body.to_bytes()))),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Refused::BodyTooLarge),
+        // The client broke the body off: a timeout's answer is as good as any.
+        Err(_) => Err(Refused::BodyTimeout),
     }
 }
 
@@ -373,7 +440,7 @@ async fn handle(
 /// and the connection is closed after the answer to give the descriptor back.
 async fn probe_only(shared: &Shared, request: Request<Incoming>, peer: SocketAddr) -> Response {
     let mut response = if is_probe(request.uri().path()) {
-        handle(shared, request, peer, false).await
+        handle(shared, request, peer).await
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -387,15 +454,6 @@ async fn probe_only(shared: &Shared, request: Request<Incoming>, peer: SocketAdd
         header::HeaderValue::from_static("close"),
     );
     response
-}
-
-fn too_many_connections() -> Response {
-    (
-        StatusCode::TOO_MANY_REQUESTS,
-        [(header::RETRY_AFTER, "1"), (header::CONNECTION, "close")],
-        axum::Json(serde_json::json!({"error": "too many new connections from this address"})),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

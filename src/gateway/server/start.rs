@@ -18,7 +18,7 @@ use crate::gateway::cluster::registry::SessionRegistry;
 use crate::gateway::http::ready;
 use crate::gateway::http::router::{metrics_open, router};
 use crate::gateway::server::config::ServeArgs;
-use crate::gateway::server::{limits, serve, tls};
+use crate::gateway::server::{config, limits, serve, tls};
 use crate::gateway::state::Gateway;
 use crate::gateway::telemetry::metrics;
 use crate::gateway::ws::live_settings;
@@ -155,7 +155,10 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let (sessions, registry) = open_sessions(args).await?;
     // A bucket's recordings wait on the local disk on their way to it.
     let spool_root = args.spool_dir();
-    let artifacts = open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root)).await?;
+    let save_timeout = config::limit(args.recording_save_timeout);
+    let artifacts =
+        open_artifact_service_in(&args.artifact_store_url(), Some(&spool_root), save_timeout)
+            .await?;
     let options = ModelOptions {
         sim: args.sim_config(),
         gemini: args.gemini_options(),
@@ -176,9 +179,10 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     )
     .map_err(StartError::Telephony)?;
     let limits = Arc::new(limits::Limits::new(
-        args.limit_settings(),
+        args.limit_settings(auth.mode()),
         metrics.limits.clone(),
     ));
+    let quotas = args.quotas(auth.mode());
     let gateway = Arc::new(Gateway {
         runner,
         registry,
@@ -200,6 +204,8 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         queue_max_bytes: args.queue_max_bytes,
         session_limits: args.session_limits(),
         telephony,
+        message_read_timeout: config::limit(args.message_read_timeout),
+        quotas,
     });
     let (listener, addr) = bind(args.bind).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -213,6 +219,9 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         max_unfinished: serve::unfinished_cap(args.max_unfinished_connections),
         tls,
         grace: HTTP_GRACE,
+        body_read_timeout: config::limit(args.body_read_timeout),
+        max_body_bytes: args.max_message_bytes,
+        write_timeout: config::limit(args.slow_client_timeout),
     };
     let task = tokio::spawn(serve::serve(
         listener,
@@ -261,7 +270,11 @@ fn build_runner(
         Some(path) => AgentConfig::load(path)?,
         None => AgentConfig::default_agent(DEFAULT_INSTRUCTION),
     };
-    let agent = agent_config.build(&args.model, &|name| model_for_name(name, options))?;
+    let warned = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let agent = agent_config.build(&args.model, &|name| {
+        warn_without_credentials(name, options, &warned);
+        model_for_name(name, options)
+    })?;
     let live = live_settings::LiveDefaults {
         settings: args
             .live
@@ -276,6 +289,27 @@ fn build_runner(
         bytes: args.history_max_bytes,
     };
     Ok((runner, live))
+}
+
+/// Warns, once per model name, when a model the agent uses needs a key that the environment
+/// does not give: each of its turns would fail with the server's refusal.
+fn warn_without_credentials(
+    name: &str,
+    options: &ModelOptions,
+    warned: &std::sync::Mutex<std::collections::BTreeSet<String>>,
+) {
+    let Some(needed) = crate::model::missing_credentials(name, options) else {
+        return;
+    };
+    let mut warned = warned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.insert(name.to_owned()) {
+        tracing::warn!(
+            model = name,
+            "model {name} needs a key and none is set: set {needed}; every turn will fail until then"
+        );
+    }
 }
 
 /// The TLS certificate and key, reloaded when they change; `None` without `--tls-cert`.

@@ -56,6 +56,9 @@ pub enum FrameError {
     /// Audio must be whole 16-bit samples.
     #[error("audio frame of {0} bytes is not a whole number of 16-bit samples")]
     OddAudioLength(usize),
+    /// The media type is not one a client may send.
+    #[error(transparent)]
+    MediaType(#[from] crate::gateway::media::MediaTypeError),
     /// Base64 data could not be decoded.
     #[error("invalid base64 in the data field: {0}")]
     InvalidBase64(String),
@@ -146,22 +149,9 @@ impl FrameLimits {
                 setting: "--max-text-bytes / --max-media-bytes",
             });
         }
-        let request = decode_text(text)?;
-        if let Some(content) = &request.content {
-            let size: usize = content
-                .parts
-                .iter()
-                .filter_map(|p| p.text.as_ref())
-                .map(String::len)
-                .sum();
-            if size > self.text_bytes {
-                return Err(FrameError::TooLarge {
-                    what: "text turn",
-                    size,
-                    limit: self.text_bytes,
-                    setting: "--max-text-bytes",
-                });
-            }
+        let mut request = decode_text(text)?;
+        if let Some(content) = &mut request.content {
+            self.check_turn(content)?;
         }
         if let Some(blob) = &request.blob {
             if blob.data.len() > self.media_bytes {
@@ -174,6 +164,54 @@ impl FrameLimits {
             }
         }
         Ok(request)
+    }
+}
+
+impl FrameLimits {
+    /// Checks a turn's content as a client sent it (a text message, a `/run` request): its text
+    /// and its inline media within their limits, each medium of a type a client may send
+    /// (normalised in place), and no control characters in a file reference.
+    pub fn check_turn(&self, content: &mut Content) -> Result<(), FrameError> {
+        let size: usize = content
+            .parts
+            .iter()
+            .filter_map(|p| p.text.as_ref())
+            .map(String::len)
+            .sum();
+        if size > self.text_bytes {
+            return Err(FrameError::TooLarge {
+                what: "text turn",
+                size,
+                limit: self.text_bytes,
+                setting: "--max-text-bytes",
+            });
+        }
+        for part in &mut content.parts {
+            if let Some(blob) = &mut part.inline_data {
+                if blob.data.len() > self.media_bytes {
+                    return Err(FrameError::TooLarge {
+                        what: "media",
+                        size: blob.data.len(),
+                        limit: self.media_bytes,
+                        setting: "--max-media-bytes",
+                    });
+                }
+                blob.mime_type = crate::gateway::media::client_blob_type(&blob.mime_type)?;
+            }
+            if let Some(file) = &part.file_data {
+                let fields = [Some(file.file_uri.as_str()), file.mime_type.as_deref()];
+                if fields
+                    .iter()
+                    .flatten()
+                    .any(|f| f.chars().any(char::is_control))
+                {
+                    return Err(FrameError::MalformedJson(
+                        "fileData holds a control character".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -254,15 +292,13 @@ pub fn decode_text(text: &str) -> Result<LiveRequest, FrameError> {
             if is_audio && !bytes.len().is_multiple_of(2) {
                 return Err(FrameError::OddAudioLength(bytes.len()));
             }
-            let default_mime = if is_audio {
-                INPUT_AUDIO_MIME
+            // The type goes with the bytes into the model and, for audio, into the recording
+            // served for download: only the types that are what they say.
+            let mime = if is_audio {
+                crate::gateway::media::client_audio_type(raw.mime_type.as_deref())?
             } else {
-                "image/jpeg"
+                crate::gateway::media::client_image_type(raw.mime_type.as_deref())?
             };
-            let mime = raw
-                .mime_type
-                .clone()
-                .unwrap_or_else(|| default_mime.to_owned());
             LiveRequest {
                 blob: Some(Blob::new(bytes, mime)),
                 ..LiveRequest::default()

@@ -306,13 +306,14 @@ impl Connection {
                 }
                 message = stream.next() => message,
             };
-            // One clock read per frame, for the idle limit and first-audio latency.
-            last_frame = tokio::time::Instant::now();
             let decoded = match self.decode(message, &mut audio_blocks) {
                 Decoded::Request(decoded) => decoded,
+                // Pings are answered but are no use of the session: a client library's
+                // keep-alive must not hold a model session open for ever.
                 Decoded::Control => continue,
                 Decoded::End(end) => return end,
             };
+            last_frame = tokio::time::Instant::now();
             match decoded {
                 Ok(mut request) => {
                     // The moment it was read, give or take a decode: the start of first-audio latency.
@@ -528,6 +529,10 @@ fn log_exit(exit: WriterExit, stats: WriterStats) {
 fn socket_error(error: axum::Error) -> End {
     // axum wraps the tungstenite error it read; its type says what happened.
     let error = error.into_inner();
+    if error.is::<crate::gateway::server::io_watch::MessageTimedOut>() {
+        tracing::info!(%error, "client socket error");
+        return End::Violation(close::POLICY, "message not finished in time");
+    }
     let end = match error.downcast_ref::<tungstenite::Error>() {
         Some(tungstenite::Error::Capacity(_)) => End::Violation(close::TOO_BIG, "message too big"),
         Some(tungstenite::Error::Utf8(_)) => {

@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use crate::gateway::auth;
 use crate::gateway::ids::PathId;
-use crate::gateway::server::limits;
+use crate::gateway::server::io_watch::{IoWatch, MessageDeadline};
 use crate::gateway::state::Gateway;
 use crate::gateway::ws::connection;
 use crate::gateway::ws::live_settings::ConnectOptions;
@@ -34,6 +34,7 @@ fn bad_request(message: String) -> Response {
 pub(crate) async fn ws_upgrade(
     State(gateway): State<Arc<Gateway>>,
     axum::Extension(principal): axum::Extension<auth::Principal>,
+    watch: Option<axum::Extension<Arc<IoWatch>>>,
     Path((user_id, session_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
     upgrade: WebSocketUpgrade,
@@ -61,8 +62,21 @@ pub(crate) async fn ws_upgrade(
     }
     let slot = match gateway.limits.admit(user_id.as_str(), session_id.as_str()) {
         Ok(slot) => slot,
-        Err(refused) => return limit_response(refused),
+        Err(refused) => return refused.response(),
     };
+    // A live run creates its session when it has none: that is one more of the user's.
+    if let Err(refused) = gateway
+        .quotas
+        .admit_session(&gateway, &principal, &user_id, &session_id)
+        .await
+    {
+        return refused.into_response();
+    }
+    let watch = watch.map(|axum::Extension(watch)| watch);
+    if let Some(watch) = &watch {
+        watch.upgraded();
+    }
+    let message_deadline = gateway.message_read_timeout;
     let tracker = gateway.connections.clone();
     upgrade
         // Echoed when offered; a token offered beside it (`livegate.bearer.…`) never is.
@@ -75,6 +89,7 @@ pub(crate) async fn ws_upgrade(
         .write_buffer_size(SOCKET_WRITE_BUFFER)
         .on_upgrade(move |socket| {
             let (sink, stream) = socket.split();
+            let stream = MessageDeadline::new(stream, watch, message_deadline);
             tracker.track_future(async move {
                 // Counted under the caps for as long as the connection lives.
                 let _slot = slot;
@@ -82,28 +97,4 @@ pub(crate) async fn ws_upgrade(
                     .await
             })
         })
-}
-
-/// The answer to a live connection a limit refused, before the upgrade.
-fn limit_response(refused: limits::Refused) -> Response {
-    let (status, message) = match refused {
-        limits::Refused::Connections => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the gateway has its most connections; try again later",
-        ),
-        limits::Refused::UserSessions => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "this user has its most live sessions",
-        ),
-        limits::Refused::Rate => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many new connections from this address",
-        ),
-    };
-    (
-        status,
-        [(axum::http::header::RETRY_AFTER, "1")],
-        Json(serde_json::json!({ "error": message })),
-    )
-        .into_response()
 }

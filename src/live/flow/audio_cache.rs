@@ -54,6 +54,8 @@ struct Recording {
     /// Bytes in `chunks`.
     pending: usize,
     spool: Spool,
+    /// A failed save of it was reported to the client already: its later failures are not.
+    reported: bool,
 }
 
 /// Where a recording's earlier audio is, besides memory.
@@ -183,37 +185,62 @@ impl Recording {
         )
     }
 
-    /// All of the recording in one spool file in `dir` (chunks still in memory appended), for a
-    /// store to keep; `None` when there is no folder or a write failed.
-    async fn into_spool(mut self, dir: Option<&SpoolDir>) -> Option<SpoolFile> {
+    /// All of the recording for a store to keep: in one spool file in `dir` (chunks still in
+    /// memory appended) when the disk takes it, else in memory (a full disk); `None` when
+    /// nothing of it can be read back.
+    async fn into_later(mut self, dir: Option<&SpoolDir>) -> Option<Later> {
         self.await_spill().await;
         let spool = match std::mem::take(&mut self.spool) {
             Spool::Ready(spool) => Some(spool),
             Spool::None => None,
-            Spool::Writing(_) | Spool::Stuck(_) => return None,
+            // Its file holds its first bytes but takes no more: read them back.
+            Spool::Stuck(Some(spool)) => return self.into_memory(Some(&spool)).await,
+            Spool::Writing(_) | Spool::Stuck(None) => return self.into_memory(None).await,
         };
-        if spool.is_some() && self.chunks.is_empty() {
-            return spool;
+        if self.chunks.is_empty() {
+            return spool.map(Later::Spooled);
         }
-        let dir = dir?.clone();
-        let chunks = std::mem::take(&mut self.chunks);
+        let Some(dir) = dir.cloned() else {
+            return self.into_memory(spool.as_ref()).await;
+        };
+        let chunks = self.chunks.clone();
         let appended = tokio::task::spawn_blocking(move || {
             let mut spool = match spool {
                 Some(spool) => spool,
-                None => SpoolFile::create(&dir)?,
+                None => SpoolFile::create(&dir).map_err(|e| (e, None))?,
             };
-            spool.append(&chunks)?;
-            Ok::<_, std::io::Error>(spool)
+            match spool.append(&chunks) {
+                Ok(()) => Ok(spool),
+                Err(error) => Err((error, Some(spool))),
+            }
         })
         .await;
         match appended {
-            Ok(Ok(spool)) => Some(spool),
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "could not write a recording to disk for a later save");
-                None
+            Ok(Ok(spool)) => Some(Later::Spooled(spool)),
+            Ok(Err((error, spool))) => {
+                tracing::warn!(%error, "could not write a recording to disk for a later save; keeping it in memory");
+                self.into_memory(spool.as_ref()).await
             }
             Err(_) => None,
         }
+    }
+
+    /// All of the recording in memory: what `spool` holds, then the chunks.
+    async fn into_memory(self, spool: Option<&SpoolFile>) -> Option<Later> {
+        let mut data = BytesMut::new();
+        if let Some(spool) = spool {
+            match spool.read().await {
+                Ok(head) => data.extend_from_slice(&head),
+                Err(error) => {
+                    tracing::error!(%error, "a recording's spool file cannot be read back");
+                    return None;
+                }
+            }
+        }
+        for chunk in &self.chunks {
+            data.extend_from_slice(chunk);
+        }
+        Some(Later::InMemory(data.freeze()))
     }
 
     /// Waits for a write under way, if any, and takes back its spool.
@@ -268,6 +295,15 @@ impl Recording {
             .await
             .map_err(|error| (error, self))
     }
+}
+
+/// A recording handed to its store to save later, when its run ends unsaved.
+#[derive(Debug)]
+enum Later {
+    /// Whole in a spool file.
+    Spooled(SpoolFile),
+    /// Whole in memory: the disk would not take it.
+    InMemory(Bytes),
 }
 
 /// A side's recording of the current turn, and earlier ones whose save failed (retried first).
@@ -438,7 +474,8 @@ impl AudioCache {
 
     /// Saves the cached audio of the chosen sides and returns the events to yield: a `fileData`
     /// event per saved recording, or an error event when a save failed (the audio stays cached
-    /// and its save is retried at the next flush).
+    /// and its save is retried at the next flush; a recording's failure is reported once, the
+    /// first time). Error events are notices for the client: the flow does not store them.
     ///
     /// The recordings are saved at once, not one after another: each save ends in an `fsync`,
     /// and the turn's `turnComplete` waits for all of them, so on a busy disk the two sides of a
@@ -459,7 +496,7 @@ impl AudioCache {
         let saved = futures::future::join_all(saves).await;
         let mut events: Vec<Event> = saved
             .into_iter()
-            .map(|(event, failed)| {
+            .filter_map(|(event, failed)| {
                 if let Some((side, recording)) = failed {
                     self.hold(side, recording);
                 }
@@ -508,30 +545,33 @@ impl AudioCache {
         for (side, recording) in left {
             let filename = recording.filename(side);
             let mime_type = recording.mime_type.clone();
-            let Some(spool) = recording.into_spool(self.spool_dir.as_ref()).await else {
-                tracing::error!(filename, "a recording whose save failed ends with its run");
-                continue;
-            };
-            match artifacts
-                .save_later(scope, &filename, mime_type, spool)
-                .await
-            {
-                Ok(()) => {}
-                Err((error, _)) => {
-                    tracing::error!(%error, filename, "a recording whose save failed ends with its run");
+            let kept = match recording.into_later(self.spool_dir.as_ref()).await {
+                Some(Later::Spooled(spool)) => artifacts
+                    .save_later(scope, &filename, mime_type, spool)
+                    .await
+                    .map_err(|(error, _)| error),
+                Some(Later::InMemory(data)) => {
+                    artifacts
+                        .save_later_in_memory(scope, &filename, mime_type, data)
+                        .await
                 }
+                None => continue,
+            };
+            if let Err(error) = kept {
+                tracing::error!(%error, filename, "a recording whose save failed ends with its run");
             }
         }
     }
 
-    /// Saves one recording: its `fileData` event, or an error event and the recording to hold.
+    /// Saves one recording: its `fileData` event, or the recording to hold and, the first time
+    /// it fails, an error event (retries that fail again are logged, not reported again).
     async fn save(
         &self,
         artifacts: &dyn ArtifactService,
         target: &RecordingTarget,
         side: AudioSide,
         mut recording: Recording,
-    ) -> (Event, Option<(AudioSide, Recording)>) {
+    ) -> (Option<Event>, Option<(AudioSide, Recording)>) {
         recording.finish_spool(self.spool_dir.as_ref()).await;
         let mime_type = recording.mime_type.clone();
         let timestamp = recording.started;
@@ -563,17 +603,21 @@ impl AudioCache {
                     }],
                     role: Some(role.into()),
                 });
-                (event, None)
+                (Some(event), None)
             }
-            Err((error, recording)) => {
+            Err((error, mut recording)) => {
                 tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
+                if recording.reported {
+                    return (None, Some((side, recording)));
+                }
+                recording.reported = true;
                 let error = Event::error(
                     &target.invocation_id,
                     &target.agent_name,
                     error.code(),
                     format!("could not save audio recording {filename}: {error}"),
                 );
-                (error, Some((side, recording)))
+                (Some(error), Some((side, recording)))
             }
         }
     }
@@ -864,7 +908,8 @@ mod tests {
         let cache = AudioCache::new(store.spool_dir().cloned());
         let target = || target(store.clone());
         // Three turns' input: the first turn's save fails, then both saves of the second flush
-        // (the held one and the new one, saved at once).
+        // (the held one and the new one, saved at once). A recording's failure is told once:
+        // the held one's second failure is not told again.
         let mut errors = Vec::new();
         for (turn, fails) in [(0..5, 1), (5..10, 2), (10..15, 0)] {
             for n in turn {
@@ -880,7 +925,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(errors, [1, 2, 0]);
+        assert_eq!(errors, [1, 1, 0]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,12 +56,30 @@ pub struct FlowItem {
     pub event: Event,
     /// Yield to the caller (false: commit only, like ADK's user-content events).
     pub emit: bool,
+    /// Store it with the session when ADK's live rule would (false: a notice for the client
+    /// only, such as a recording that could not be saved: the node's storage, not the
+    /// conversation, which a later turn's retry would otherwise store again and again).
+    pub store: bool,
 }
 
 impl FlowItem {
     /// An event to commit and yield.
     pub fn emit(event: Event) -> Self {
-        FlowItem { event, emit: true }
+        FlowItem {
+            event,
+            emit: true,
+            store: true,
+        }
+    }
+
+    /// An event of a recordings' flush: a `fileData` event is stored, an error is a notice.
+    fn flushed(event: Event) -> Self {
+        let store = event.error_code.is_none();
+        FlowItem {
+            event,
+            emit: true,
+            store,
+        }
     }
 }
 

@@ -468,7 +468,7 @@ impl FlowRun {
             Step::Emit(event) => event,
             Step::Flush { input, output } => {
                 let flushed = self.cache.flush(&self.target, input, output).await;
-                self.out.extend(flushed.into_iter().map(FlowItem::emit));
+                self.out.extend(flushed.into_iter().map(FlowItem::flushed));
                 return None;
             }
         };
@@ -651,7 +651,7 @@ impl FlowRun {
             Some(Step::Emit(event)) => self.emit(event),
             Some(Step::Flush { input, output }) => {
                 let flushed = self.cache.flush(&self.target, input, output).await;
-                self.out.extend(flushed.into_iter().map(FlowItem::emit));
+                self.out.extend(flushed.into_iter().map(FlowItem::flushed));
             }
             None => {
                 self.close_connection().await;
@@ -738,7 +738,7 @@ impl FlowRun {
         // recording).
         self.cache.drop_silent_input();
         let flushed = self.cache.flush(&self.target, true, true).await;
-        self.out.extend(flushed.into_iter().map(FlowItem::emit));
+        self.out.extend(flushed.into_iter().map(FlowItem::flushed));
         // What could not be saved now is saved later, where the store can.
         Phase::SaveHeld
     }

@@ -229,7 +229,12 @@ async fn forward(ctx: &SendContext, model: &InputSender, input: LiveInput) -> bo
 /// Commits an event through the flow (yielding it too when `emit`) and waits until it is committed.
 async fn persist(ctx: &SendContext, event: Event, emit: bool) -> bool {
     let (ack, committed) = oneshot::channel();
-    let request = Box::new((FlowItem { event, emit }, ack));
+    let item = FlowItem {
+        event,
+        emit,
+        store: true,
+    };
+    let request = Box::new((item, ack));
     if !ctx.stop.send_unless_fired(&ctx.persist, request).await {
         return false;
     }

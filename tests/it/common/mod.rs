@@ -320,3 +320,83 @@ pub fn metric(metrics: &str, name: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// A small tmpfs mounted on a fresh folder, unmounted when dropped: a real disk a test can fill.
+/// Mounting needs root (CAP_SYS_ADMIN): without it the test is skipped (`None`), unless
+/// `LIVEGATE_TEST_TMPFS` is set, which makes it a failure (`.ci/run` sets it).
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// A tmpfs of `size` (`mount`'s syntax: `4m`).
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().expect("a folder to mount on");
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status();
+        if matches!(&mounted, Ok(status) if status.success()) {
+            return Some(Tmpfs { dir });
+        }
+        assert!(
+            std::env::var_os("LIVEGATE_TEST_TMPFS").is_none(),
+            "LIVEGATE_TEST_TMPFS is set but a tmpfs cannot be mounted: {mounted:?}"
+        );
+        eprintln!("cannot mount a tmpfs (not root?): skipped");
+        None
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the disk with one file, grown until the disk takes no byte more; its path.
+    pub fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.path().join("filler");
+        let mut file = std::fs::File::create(&path).expect("the filler file");
+        let block = vec![0u8; 64 * 1024];
+        loop {
+            match file.write(&block) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        loop {
+            match file.write(&block[..1]) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazily: a file the gateway still holds open would make a plain unmount fail.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A listener that accepts connections and never answers, nor closes them (a black-holed
+/// server); its address. It lives until the runtime ends.
+pub async fn black_hole() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binds");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    addr
+}

@@ -1,0 +1,296 @@
+//! The socket under every HTTP connection, watched, so that a client cannot pin memory by never
+//! finishing what it began:
+//!
+//! - **Writes.** A write that makes no progress for the write timeout (`--slow-client-timeout`)
+//!   fails the connection, so a response (and whatever holds it in memory) is never kept for a
+//!   client that stopped reading. A WebSocket has its writer's own send timeout instead, which
+//!   closes with 1008 first.
+//! - **Reads.** The time the first byte after the last whole WebSocket message arrived is noted,
+//!   so that [`MessageDeadline`] can close a socket whose client began a message and does not
+//!   finish it (each byte of a 1.5 MiB message trickled just inside the idle timeout would hold
+//!   the buffer for hours otherwise).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::ws::Message;
+use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// What the watched socket of one connection tells its handlers.
+#[derive(Debug)]
+pub struct IoWatch {
+    /// The connection became a WebSocket, whose writer times its own sends.
+    upgraded: AtomicBool,
+    /// Milliseconds after `epoch` (plus one, so 0 means none) at which the first byte after the
+    /// last whole message arrived.
+    reading_since: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for IoWatch {
+    fn default() -> Self {
+        IoWatch {
+            upgraded: AtomicBool::new(false),
+            reading_since: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl IoWatch {
+    /// The connection is a WebSocket now: its writer's send timeout applies, not this one's.
+    pub fn upgraded(&self) {
+        self.upgraded.store(true, Ordering::Relaxed);
+        // The request's own bytes began no message.
+        self.message_done();
+    }
+
+    /// Bytes arrived: the first since the last whole message starts the message's clock.
+    fn read(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let _ = self
+            .reading_since
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// A whole message was taken: nothing is under way.
+    fn message_done(&self) {
+        self.reading_since.store(0, Ordering::Relaxed);
+    }
+
+    /// When the bytes of the message under way began to arrive, if any have.
+    fn reading_since(&self) -> Option<Instant> {
+        match self.reading_since.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.epoch + Duration::from_millis(ms - 1)),
+        }
+    }
+}
+
+/// A socket whose writes time out and whose reads are noted in an [`IoWatch`].
+#[derive(Debug)]
+pub struct Watched<IO> {
+    io: IO,
+    watch: Arc<IoWatch>,
+    /// `None`: writes may wait for ever.
+    write_timeout: Option<Duration>,
+    /// Running while a write waits for the client to read.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<IO> Watched<IO> {
+    /// Watches `io`, its writes bounded by `write_timeout`.
+    pub fn new(io: IO, watch: Arc<IoWatch>, write_timeout: Option<Duration>) -> Self {
+        Watched {
+            io,
+            watch,
+            write_timeout,
+            stalled: None,
+        }
+    }
+
+    /// Called when a write is pending: an error once it has waited the whole timeout.
+    fn poll_stalled<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+        let Some(timeout) = self.write_timeout else {
+            return Poll::Pending;
+        };
+        if self.watch.upgraded.load(Ordering::Relaxed) {
+            self.stalled = None;
+            return Poll::Pending;
+        }
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not read the response in time",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// A write's outcome: progress stops the stall clock.
+    fn wrote<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match poll {
+            Poll::Ready(done) => {
+                self.stalled = None;
+                Poll::Ready(done)
+            }
+            Poll::Pending => self.poll_stalled(cx),
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.watch.read();
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.wrote(cx, polled)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.wrote(cx, polled)
+    }
+}
+
+/// A WebSocket message was begun and not finished within the message read timeout.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("a message was not finished within the message read timeout")]
+pub struct MessageTimedOut;
+
+/// A WebSocket's messages, each of which must arrive whole within `limit` of its first byte:
+/// past it the stream yields [`MessageTimedOut`] (and the connection closes with 1008). Without
+/// a watch or a limit, the messages as they come.
+///
+/// The clock starts at the first read after the last whole message, so while the connection
+/// does not read (the model is behind, and the socket's window closes) no clock runs.
+pub struct MessageDeadline<S> {
+    inner: S,
+    watch: Option<Arc<IoWatch>>,
+    limit: Option<Duration>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> MessageDeadline<S> {
+    /// `inner`'s messages, each due within `limit` of its first byte as `watch` saw it.
+    pub fn new(inner: S, watch: Option<Arc<IoWatch>>, limit: Option<Duration>) -> Self {
+        MessageDeadline {
+            inner,
+            watch,
+            limit,
+            timer: None,
+        }
+    }
+}
+
+impl<S> Stream for MessageDeadline<S>
+where
+    S: Stream<Item = Result<Message, axum::Error>> + Unpin,
+{
+    type Item = Result<Message, axum::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_next(cx);
+        let (Some(watch), Some(limit)) = (&this.watch, this.limit) else {
+            return polled;
+        };
+        if polled.is_ready() {
+            watch.message_done();
+            this.timer = None;
+            return polled;
+        }
+        let Some(since) = watch.reading_since() else {
+            this.timer = None;
+            return Poll::Pending;
+        };
+        let due = since + limit;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                this.timer = None;
+                Poll::Ready(Some(Err(axum::Error::new(MessageTimedOut))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_waits_past_the_timeout_fails_and_progress_resets_it() {
+        let (client, server) = tokio::io::duplex(16);
+        let watch = Arc::new(IoWatch::default());
+        let mut watched = Watched::new(server, watch.clone(), Some(Duration::from_secs(1)));
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        watched.write_all(&[0; 16]).await.unwrap();
+        let error = watched.write_all(&[0; 16]).await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+        let mut client = client;
+        let mut read = [0; 16];
+        client.read_exact(&mut read).await.unwrap();
+        // A WebSocket's writer times its own sends.
+        watch.upgraded();
+        let blocked = tokio::time::timeout(Duration::from_secs(5), async {
+            watched.write_all(&[0; 32]).await
+        });
+        assert!(blocked.await.is_err(), "no write timeout once upgraded");
+    }
+
+    #[test]
+    fn the_message_clock_starts_at_the_first_byte_and_stops_at_the_message() {
+        let watch = IoWatch::default();
+        assert_eq!(watch.reading_since(), None);
+        watch.read();
+        let first = watch.reading_since().unwrap();
+        watch.read();
+        assert_eq!(
+            watch.reading_since(),
+            Some(first),
+            "later bytes do not move it"
+        );
+        watch.message_done();
+        assert_eq!(watch.reading_since(), None);
+    }
+}
