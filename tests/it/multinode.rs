@@ -640,7 +640,7 @@ fn spawn_load(
     urls: &[String],
     sessions: usize,
     report: &Path,
-    stop: livegate::signal::Signal,
+    stop: livegate::latch::Latch,
 ) -> tokio::task::JoinHandle<Result<livegate_loadtest::Report, livegate_loadtest::LoadtestError>> {
     let args = livegate_loadtest::LoadtestArgs {
         url: urls.to_vec(),
@@ -848,7 +848,7 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         .clone();
     let report_path = dir.path().join("load.json");
     let started = Instant::now();
-    let stop = livegate::signal::Signal::new();
+    let stop = livegate::latch::Latch::new();
     let load = spawn_load(&urls, SESSIONS, &report_path, stop.clone());
 
     // Every session has answered before the first restart, and again after the last one.

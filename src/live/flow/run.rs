@@ -18,12 +18,12 @@ use super::screen::{screen, Blocked};
 use super::send::{send_loop, PersistRequest, SendContext, SendInputs};
 use super::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, GO_AWAY_ANSWER_GRACE, TASK_COMPLETED};
 use crate::event::{Content, Event, FunctionResponse};
+use crate::latch::Latch;
 use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelMessage,
     SessionResumptionConfig,
 };
-use crate::signal::Signal;
 
 /// Where a flow is.
 enum Phase {
@@ -89,7 +89,7 @@ enum Wake {
 struct ModelLink {
     receiver: mpsc::Receiver<ModelMessage>,
     send_task: JoinHandle<SendInputs>,
-    stop: Signal,
+    stop: Latch,
     processor: ResponseProcessor,
     /// The processor's steps still to do for the message in hand, and what that message said.
     steps: std::vec::IntoIter<Step>,
@@ -315,7 +315,7 @@ impl FlowRun {
         };
         self.untried_handle = false;
         let save_live_blob = self.run_config.save_live_blob;
-        let stop = Signal::new();
+        let stop = Latch::new();
         let send_task = tokio::spawn(send_loop(
             inputs,
             sender,

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 pub use report::{Percentiles, Report, ServerStats, Traffic};
 use session::{Live, Outcome, Plan};
 
-use livegate::signal::Signal;
+use livegate::latch::Latch;
 
 /// The clips used when no `--audio` is given (from `tests/fixtures`), cycled across turns.
 const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
@@ -272,12 +272,12 @@ fn clips(args: &LoadtestArgs) -> Result<Vec<(Bytes, usize)>, LoadtestError> {
 
 /// Runs a load test and returns its report (also written to `--report` / `--plot`).
 pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
-    run_until(args, Signal::new()).await
+    run_until(args, Latch::new()).await
 }
 
 /// Runs a load test that `stop` can end early: no session opens or starts a turn once it has
 /// fired, the turns under way finish, and the report covers what ran.
-pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, LoadtestError> {
+pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, LoadtestError> {
     if args.sessions == 0 || args.ramp <= 0.0 {
         return Err(LoadtestError::Invalid(
             "--sessions and --ramp must be positive".into(),
