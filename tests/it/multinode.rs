@@ -12,7 +12,7 @@ use crate::common::*;
 use futures::FutureExt;
 use livegate::event::Event;
 use livegate::gateway::close::{SERVICE_RESTART, TAKEN_OVER};
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 use livegate::gateway::ServeArgs;
 use livegate::session::{GetSessionConfig, PostgresSessionService, Session, SessionService};
 use serde_json::Value;
@@ -280,7 +280,7 @@ async fn a_client_on_another_node_takes_the_session_over() {
     let url = db.url.clone();
     let artifacts = tempfile::tempdir().unwrap();
     let mut slow = node_args(&url, artifacts.path());
-    slow.sim_pacing = SimPacingArg::Realtime;
+    slow.sim_pacing = Pacing::RealTime;
     let a = start(slow).await;
     let b = start(node_args(&url, artifacts.path())).await;
 
