@@ -7,6 +7,7 @@ mod arrival;
 mod auth;
 mod backlog;
 mod calls;
+mod endpoints;
 pub mod phone;
 mod procfs;
 pub mod report;
@@ -22,7 +23,8 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub use report::{Percentiles, Report, ServerStats, Traffic};
+pub use procfs::ServerStats;
+pub use report::{Percentiles, Report, Traffic};
 use session::{Live, Outcome, Plan};
 
 use livegate::latch::Latch;
@@ -303,7 +305,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, Loadt
     let http = reqwest::Client::new();
     // Beside the only node: with several, the gateway's counts are one node's only if asked for.
     let metrics_url = args.metrics_url.clone().or_else(|| match &base_urls[..] {
-        [only] => scrape::metrics_url(only),
+        [only] => endpoints::metrics_url(only),
         _ => None,
     });
     let metrics_before = match &metrics_url {
