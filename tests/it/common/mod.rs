@@ -26,7 +26,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 pub const WAIT: Duration = Duration::from_secs(20);
 
 /// How often [`eventually`] looks again.
-const POLL: Duration = Duration::from_millis(20);
+pub const POLL: Duration = Duration::from_millis(20);
 
 /// What a probe of [`eventually`] says: `true` or `Some(value)` once it holds.
 pub trait Holds {
@@ -50,11 +50,27 @@ impl<T> Holds for Option<T> {
     }
 }
 
-/// Runs `probe` until it holds, every 20 ms, for at most `within`; panics with `what` if it
+/// Runs `probe` until it holds, every [`POLL`], for at most `within`; panics with `what` if it
 /// never does. For what the gateway does on its own time and tells no one about (a count going
 /// down, a cache expiring, a file reloaded), where there is nothing to await.
 pub async fn eventually<F, Fut>(
     within: Duration,
+    what: &str,
+    probe: F,
+) -> <Fut::Output as Holds>::Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future,
+    Fut::Output: Holds,
+{
+    eventually_every(within, POLL, what, probe).await
+}
+
+/// [`eventually`], looking again every `every`: for a probe that costs the system under test
+/// (a query against a loaded database).
+pub async fn eventually_every<F, Fut>(
+    within: Duration,
+    every: Duration,
     what: &str,
     mut probe: F,
 ) -> <Fut::Output as Holds>::Value
@@ -68,7 +84,7 @@ where
             if let Some(value) = probe().await.holds() {
                 return value;
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(every).await;
         }
     });
     match polled.await {
