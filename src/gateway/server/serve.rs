@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -39,6 +39,7 @@ use crate::gateway::server::io_watch::{IoWatch, Watched};
 use crate::gateway::server::limits::{ClientAddr, Limits, Refused};
 use crate::gateway::server::tls::ReloadingTls;
 use crate::latch::Latch;
+use crate::lock::Recover;
 
 /// Kernel send buffer asked for on accepted sockets (Linux doubles it for its own bookkeeping):
 /// room for about a second of answer audio.
@@ -83,7 +84,7 @@ struct Unfinished {
 
 impl Unfinished {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        self.waiting.lock_or_recover()
     }
 
     /// Registers a new connection; if that makes more than `max`, the oldest is told to close.

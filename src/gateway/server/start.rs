@@ -23,6 +23,7 @@ use crate::gateway::state::Gateway;
 use crate::gateway::telemetry::metrics;
 use crate::gateway::ws::live_settings;
 use crate::latch::Latch;
+use crate::lock::Recover;
 use crate::model::{model_for_name, ModelOptions};
 use crate::runner::Runner;
 use crate::session::{
@@ -301,9 +302,7 @@ fn warn_without_credentials(
     let Some(needed) = crate::model::missing_credentials(name, options) else {
         return;
     };
-    let mut warned = warned
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut warned = warned.lock_or_recover();
     if warned.insert(name.to_owned()) {
         tracing::warn!(
             model = name,

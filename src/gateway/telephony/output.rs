@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use crate::gateway::ws::codec::EncodedEvent;
 use crate::gateway::ws::writer::WriterCommand;
 use crate::latch::Latch;
 use crate::live::flow::RECORDING_DROPPED;
+use crate::lock::Recover;
 use crate::model::Playout;
 
 /// The phone's rate.
@@ -52,7 +53,7 @@ pub struct SharedPlayback(Arc<Mutex<Playback>>);
 
 impl SharedPlayback {
     fn lock(&self) -> MutexGuard<'_, Playback> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.lock_or_recover()
     }
 
     /// A mark came back: if it is the current answer's, the caller has heard that far. Returns
