@@ -601,6 +601,12 @@ struct FileConfig {
     openai_base_url: Option<String>,
     openai_azure: Option<bool>,
     openai_vad: Option<String>,
+    telephony_public_url: Option<String>,
+    telephony_dtmf: Option<String>,
+    telephony_dtmf_gap_ms: Option<u64>,
+    telephony_state_prefix: Option<String>,
+    telephony_session_id: Option<String>,
+    telephony_goodbye: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -762,6 +768,11 @@ impl FileConfig {
         )?;
         fill!(fill, args, file => openai_base_url, openai_azure);
         fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
+        let telephony = &mut args.telephony;
+        fill!(fill, telephony, file => telephony_public_url, telephony_dtmf_gap_ms);
+        fill!(fill, telephony, file => telephony_state_prefix, telephony_goodbye);
+        fill_parsed!(fill, telephony, file, |v| crate::gateway::telephony::DtmfMode::from_str(v, true) => telephony_dtmf);
+        fill_parsed!(fill, telephony, file, str::parse => telephony_session_id);
         Ok(())
     }
 }
@@ -1173,6 +1184,64 @@ mod tests {
         std::fs::write(&path, "client-settings = \"voice,colour\"\n").unwrap();
         let error = parse(&["livegate", "--config", config]).unwrap_err();
         assert!(error.to_string().contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn telephony_settings_come_from_flags_over_the_file() {
+        use crate::gateway::telephony::{DtmfMode, SessionFrom};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "telephony-public-url = \"https://voice.example.com\"\ntelephony_dtmf = \"tool\"\n\
+             telephony-dtmf-gap-ms = 900\ntelephony-state-prefix = \"user:\"\n\
+             telephony-session-id = \"parameter:account\"\ntelephony-goodbye = \"bye.ulaw\"\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config]).unwrap();
+        let telephony = &args.telephony;
+        assert_eq!(
+            telephony.telephony_public_url.as_deref(),
+            Some("https://voice.example.com")
+        );
+        assert_eq!(telephony.telephony_dtmf, DtmfMode::Tool);
+        assert_eq!(telephony.telephony_dtmf_gap_ms, 900);
+        assert_eq!(telephony.telephony_state_prefix, "user:");
+        assert_eq!(
+            telephony.telephony_session_id,
+            SessionFrom::Parameter("account".into())
+        );
+        assert_eq!(
+            telephony.telephony_goodbye.as_deref(),
+            Some(std::path::Path::new("bye.ulaw"))
+        );
+        let args = parse(&[
+            "livegate",
+            "--config",
+            config,
+            "--telephony-dtmf",
+            "off",
+            "--telephony-session-id",
+            "caller",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.telephony.telephony_dtmf,
+            DtmfMode::Off,
+            "the flag wins"
+        );
+        assert_eq!(args.telephony.telephony_session_id, SessionFrom::Caller);
+        assert_eq!(
+            args.telephony.telephony_dtmf_gap_ms, 900,
+            "the rest from the file"
+        );
+        std::fs::write(&path, "telephony-session-id = \"parameter:\"\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(
+            error.to_string().contains("telephony_session_id"),
+            "{error}"
+        );
     }
 
     #[test]
