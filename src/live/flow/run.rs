@@ -43,6 +43,8 @@ enum Phase {
     Drain(ConnectionEnd),
     /// Reconnect, restart or end.
     Decide(ConnectionEnd),
+    /// Wait before reconnecting (after what the decision had to say was yielded).
+    Backoff(Instant),
     /// Stop the tools and flush the recordings.
     Finish,
     /// Leave what could not be saved to be saved later.
@@ -232,7 +234,11 @@ impl FlowRun {
                 },
                 Phase::EndAnswer(end) => self.end_answer(end).await,
                 Phase::Drain(end) => self.drain(end),
-                Phase::Decide(end) => self.decide(end).await,
+                Phase::Decide(end) => self.decide(end),
+                Phase::Backoff(until) => {
+                    tokio::time::sleep_until(until).await;
+                    Phase::Connect
+                }
                 Phase::Finish => self.finish().await,
                 Phase::SaveHeld => {
                     self.cache.save_held_later(&self.target).await;
@@ -808,7 +814,7 @@ impl FlowRun {
     }
 
     /// Reconnects, restarts or ends, as [`reconnect::next`] rules.
-    async fn decide(&mut self, end: ConnectionEnd) -> Phase {
+    fn decide(&mut self, end: ConnectionEnd) -> Phase {
         let now = Attempts {
             handle: self.handle.is_some(),
             untried_handle: self.untried_handle,
@@ -821,7 +827,9 @@ impl FlowRun {
             end,
             ConnectionEnd::GoAway | ConnectionEnd::Dropped(_) | ConnectionEnd::Closed
         );
-        if lost && !now.client_closed && self.turns.pending().is_some() {
+        // A flow that goes on tells the client its turn is over; one that ends says why instead.
+        let goes_on = !matches!(next, Next::End(..));
+        if lost && goes_on && !now.client_closed && self.turns.pending().is_some() {
             self.turns.answered();
             self.emit(lost_turn(&self.target, &end));
             let mut over = Event::new(&self.target.invocation_id, &self.target.agent_name);
@@ -832,7 +840,7 @@ impl FlowRun {
             Next::Reconnect { failures, delay } => {
                 self.failures = failures;
                 if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                    return Phase::Backoff(Instant::now() + delay);
                 }
             }
             Next::Restart => self.handle = None,

@@ -16,7 +16,14 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-type Ws = WebSocketStream<TcpStream>;
+/// A server socket whose client messages are logged.
+struct Logged {
+    ws: WebSocketStream<TcpStream>,
+    n: usize,
+    log: Received,
+}
+
+type Ws = Logged;
 
 /// Which server the stand-in plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +43,8 @@ pub enum Act {
     HandleThenClose,
     /// (Gemini) sends a resumption handle, waits for the user's turn, then does this.
     OnTurn(Fault),
+    /// Answers the first turn (with no handle), then says `goAway`.
+    AnswerThenGoAway,
 }
 
 /// What a connection does to the user's turn.
@@ -67,7 +76,11 @@ pub enum Fault {
 pub struct Hostile {
     pub addr: SocketAddr,
     connections: Arc<Mutex<Vec<Instant>>>,
+    received: Received,
 }
+
+/// Every client message, with the number of the connection it came on.
+type Received = Arc<Mutex<Vec<(usize, Value)>>>;
 
 impl Hostile {
     /// Serves `provider` on a free loopback port: connection `i` does `acts[i]`, and every one
@@ -77,6 +90,8 @@ impl Hostile {
         let addr = listener.local_addr().expect("an address");
         let connections = Arc::new(Mutex::new(Vec::new()));
         let seen = connections.clone();
+        let received = Received::default();
+        let log = received.clone();
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
@@ -88,10 +103,29 @@ impl Hostile {
                     seen.len() - 1
                 };
                 let act = acts[n.min(acts.len() - 1)].clone();
+                let ws = Logged {
+                    ws,
+                    n,
+                    log: log.clone(),
+                };
                 tokio::spawn(serve(ws, provider, act, n));
             }
         });
-        Hostile { addr, connections }
+        Hostile {
+            addr,
+            connections,
+            received,
+        }
+    }
+
+    /// The client messages connection `n` received.
+    pub fn received(&self, n: usize) -> Vec<Value> {
+        let received = self.received.lock().unwrap_or_else(PoisonError::into_inner);
+        received
+            .iter()
+            .filter(|(on, _)| *on == n)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     /// When each connection came, in order.
@@ -117,6 +151,13 @@ async fn serve(mut ws: Ws, provider: Provider, act: Act, n: usize) {
         }
         Act::GoAway => {
             let _ = send(&mut ws, json!({"goAway": {"timeLeft": "1s"}})).await;
+            while next_turn(&mut ws, provider).await.is_some() {}
+        }
+        Act::AnswerThenGoAway => {
+            if next_turn(&mut ws, provider).await.is_some() {
+                let _ = answer(&mut ws, provider, "fine").await;
+                let _ = send(&mut ws, json!({"goAway": {"timeLeft": "1s"}})).await;
+            }
             while next_turn(&mut ws, provider).await.is_some() {}
         }
         Act::HandleThenClose => {
@@ -189,12 +230,15 @@ async fn misbehave(ws: &mut Ws, provider: Provider, fault: Fault) -> Option<()> 
     match fault {
         Fault::Oversize => {
             let big = "x".repeat(17 * 1024 * 1024);
-            ws.send(Message::Binary(big.into_bytes().into())).await.ok()
+            ws.ws
+                .send(Message::Binary(big.into_bytes().into()))
+                .await
+                .ok()
         }
         Fault::BadUtf8 => {
             let frame =
                 Frame::message(vec![b'{', 0xff, 0xfe, b'}'], OpCode::Data(Data::Text), true);
-            ws.send(Message::Frame(frame)).await.ok()
+            ws.ws.send(Message::Frame(frame)).await.ok()
         }
         Fault::Close1011 => close(ws, 1011).await,
         Fault::Dead => {
@@ -290,7 +334,10 @@ async fn answer(ws: &mut Ws, provider: Provider, text: &str) -> Option<()> {
 }
 
 async fn send(ws: &mut Ws, value: Value) -> Option<()> {
-    ws.send(Message::Text(value.to_string().into())).await.ok()
+    ws.ws
+        .send(Message::Text(value.to_string().into()))
+        .await
+        .ok()
 }
 
 async fn close(ws: &mut Ws, code: u16) -> Option<()> {
@@ -298,21 +345,23 @@ async fn close(ws: &mut Ws, code: u16) -> Option<()> {
         code: CloseCode::from(code),
         reason: "hostile".into(),
     };
-    ws.send(Message::Close(Some(frame))).await.ok()?;
-    while ws.next().await.is_some() {}
+    ws.ws.send(Message::Close(Some(frame))).await.ok()?;
+    while ws.ws.next().await.is_some() {}
     Some(())
 }
 
 /// The client's next JSON message; None once it is gone.
 async fn read(ws: &mut Ws) -> Option<Value> {
     loop {
-        let payload = match ws.next().await?.ok()? {
+        let payload = match ws.ws.next().await?.ok()? {
             Message::Text(text) => text.as_bytes().to_vec(),
             Message::Binary(data) => data.to_vec(),
             Message::Close(_) => return None,
             _ => continue,
         };
-        if let Ok(value) = serde_json::from_slice(&payload) {
+        if let Ok(value) = serde_json::from_slice::<Value>(&payload) {
+            let mut log = ws.log.lock().unwrap_or_else(PoisonError::into_inner);
+            log.push((ws.n, value.clone()));
             return Some(value);
         }
     }
