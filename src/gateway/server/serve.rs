@@ -38,7 +38,7 @@ use tower_service::Service;
 use crate::gateway::server::io_watch::{IoWatch, SendBuffer, Watched};
 use crate::gateway::server::limits::{ClientAddr, Limits, Refused};
 use crate::gateway::server::tls::ReloadingTls;
-use crate::signal::Signal;
+use crate::latch::Latch;
 
 /// Descriptors kept out of the unfinished-connection budget: open connections that did finish a
 /// request, the stores' files, and the process's own.
@@ -120,7 +120,7 @@ struct Shared {
     limits: Arc<Limits>,
     options: ServeOptions,
     unfinished: Unfinished,
-    shutdown: Signal,
+    shutdown: Latch,
 }
 
 /// The most unfinished connections for a configured cap: at most half the descriptors the
@@ -140,7 +140,7 @@ pub(crate) async fn serve(
     app: Router,
     limits: Arc<Limits>,
     options: ServeOptions,
-    shutdown: Signal,
+    shutdown: Latch,
 ) {
     let shared = Arc::new(Shared {
         app,

@@ -44,7 +44,7 @@ pub(crate) struct Attempts {
 
 /// What the flow does next.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Next {
+pub(crate) enum AfterEnd {
     /// Connect again after `delay`, resuming with the handle if there is one; `failures` is the
     /// new count of reconnects since the last progress.
     Reconnect { failures: u32, delay: Duration },
@@ -74,12 +74,12 @@ impl From<&ModelError> for FlowError {
     }
 }
 
-fn failed(error: FlowError) -> Next {
-    Next::End(FlowEndReason::Failed, Some(error))
+fn failed(error: FlowError) -> AfterEnd {
+    AfterEnd::End(FlowEndReason::Failed, Some(error))
 }
 
 /// The end of a flow whose reconnects ran out: `UNAVAILABLE`, which a client may retry later.
-fn gave_up(failures: u32, why: &str) -> Next {
+fn gave_up(failures: u32, why: &str) -> AfterEnd {
     failed(FlowError {
         code: "UNAVAILABLE",
         message: format!(
@@ -89,7 +89,7 @@ fn gave_up(failures: u32, why: &str) -> Next {
 }
 
 /// One more reconnect, or the end once `limits` allow no more.
-fn retry(now: Attempts, limits: &FlowLimits, first_free: bool, why: &str) -> Next {
+fn retry(now: Attempts, limits: &FlowLimits, first_free: bool, why: &str) -> AfterEnd {
     let failures = now.failures.saturating_add(1);
     if failures > limits.max_reconnects {
         return gave_up(now.failures, why);
@@ -99,26 +99,26 @@ fn retry(now: Attempts, limits: &FlowLimits, first_free: bool, why: &str) -> Nex
     } else {
         limits.backoff(failures)
     };
-    Next::Reconnect { failures, delay }
+    AfterEnd::Reconnect { failures, delay }
 }
 
 /// What follows a connection that ended for `end`.
-pub(crate) fn next(end: &ConnectionEnd, now: Attempts, limits: &FlowLimits) -> Next {
+pub(crate) fn next(end: &ConnectionEnd, now: Attempts, limits: &FlowLimits) -> AfterEnd {
     let resumable = |error: &ModelError| now.handle && error.is_resumable();
     match end {
-        ConnectionEnd::Done(reason) => Next::End(reason.clone(), None),
+        ConnectionEnd::Done(reason) => AfterEnd::End(reason.clone(), None),
         ConnectionEnd::Refused(error) => {
             if resumable(error) && now.failures < limits.max_reconnects {
                 retry(now, limits, false, "")
             } else if now.untried_handle {
-                Next::Replay
+                AfterEnd::Replay
             } else {
                 failed(error.into())
             }
         }
         // Nobody is listening any more: nothing to reconnect for.
-        _ if now.client_closed => Next::End(FlowEndReason::Closed, None),
-        ConnectionEnd::Blocked => Next::Restart,
+        _ if now.client_closed => AfterEnd::End(FlowEndReason::Closed, None),
+        ConnectionEnd::Blocked => AfterEnd::Restart,
         // The server asked to be left: the first time at once.
         ConnectionEnd::GoAway => retry(now, limits, true, "it asked to reconnect (goAway)"),
         ConnectionEnd::Dropped(error) if resumable(error) => retry(
@@ -130,7 +130,7 @@ pub(crate) fn next(end: &ConnectionEnd, now: Attempts, limits: &FlowLimits) -> N
         ConnectionEnd::Dropped(error) => failed(error.into()),
         ConnectionEnd::Closed if now.handle => retry(now, limits, false, "it closed the session"),
         // Without a handle the model's context is gone with its session: the conversation is over.
-        ConnectionEnd::Closed => Next::End(FlowEndReason::Closed, None),
+        ConnectionEnd::Closed => AfterEnd::End(FlowEndReason::Closed, None),
     }
 }
 
@@ -167,8 +167,8 @@ mod tests {
     }
 
     /// The reconnect's count, and that its delay is within the jittered backoff.
-    fn reconnects(next: Next) -> u32 {
-        let Next::Reconnect { failures, delay } = next else {
+    fn reconnects(next: AfterEnd) -> u32 {
+        let AfterEnd::Reconnect { failures, delay } = next else {
             panic!("a reconnect: {next:?}")
         };
         let full = limits().reconnect_backoff * (1 << (failures - 1));
@@ -176,8 +176,8 @@ mod tests {
         failures
     }
 
-    fn gives_up(next: Next) {
-        let Next::End(FlowEndReason::Failed, Some(error)) = next else {
+    fn gives_up(next: AfterEnd) {
+        let AfterEnd::End(FlowEndReason::Failed, Some(error)) = next else {
             panic!("the reconnects are used up: {next:?}")
         };
         assert_eq!(error.code, "UNAVAILABLE");
@@ -190,7 +190,7 @@ mod tests {
         for now in [Attempts::default(), with_handle(9)] {
             assert_eq!(
                 next(&end, now, &limits()),
-                Next::End(FlowEndReason::Transfer("billing".into()), None)
+                AfterEnd::End(FlowEndReason::Transfer("billing".into()), None)
             );
         }
     }
@@ -200,7 +200,7 @@ mod tests {
         let end = ConnectionEnd::Refused(ModelError::Gone);
         assert_eq!(reconnects(next(&end, with_handle(0), &limits())), 1);
         assert_eq!(reconnects(next(&end, with_handle(2), &limits())), 3);
-        let Next::End(FlowEndReason::Failed, Some(error)) =
+        let AfterEnd::End(FlowEndReason::Failed, Some(error)) =
             next(&end, with_handle(limits().max_reconnects), &limits())
         else {
             panic!("the attempts are used up")
@@ -226,14 +226,14 @@ mod tests {
         };
         // Not resumable: straight to the replay.
         let end = ConnectionEnd::Refused(denied());
-        assert_eq!(next(&end, now, &limits()), Next::Replay);
+        assert_eq!(next(&end, now, &limits()), AfterEnd::Replay);
         // Resumable: the retries first, then the replay.
         let now = Attempts {
             failures: limits().max_reconnects,
             ..now
         };
         let end = ConnectionEnd::Refused(ModelError::Gone);
-        assert_eq!(next(&end, now, &limits()), Next::Replay);
+        assert_eq!(next(&end, now, &limits()), AfterEnd::Replay);
     }
 
     #[test]
@@ -245,7 +245,7 @@ mod tests {
                 Attempts::default(),
                 &limits()
             ),
-            Next::End(FlowEndReason::Failed, Some((&error).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&error).into()))
         );
     }
 
@@ -263,7 +263,7 @@ mod tests {
         ] {
             assert_eq!(
                 next(&end, now, &limits()),
-                Next::End(FlowEndReason::Closed, None),
+                AfterEnd::End(FlowEndReason::Closed, None),
                 "{end:?}"
             );
         }
@@ -273,7 +273,7 @@ mod tests {
     fn a_blocked_answer_restarts_afresh() {
         assert_eq!(
             next(&ConnectionEnd::Blocked, with_handle(2), &limits()),
-            Next::Restart
+            AfterEnd::Restart
         );
     }
 
@@ -282,7 +282,7 @@ mod tests {
         let first = next(&ConnectionEnd::GoAway, with_handle(0), &limits());
         assert_eq!(
             first,
-            Next::Reconnect {
+            AfterEnd::Reconnect {
                 failures: 1,
                 delay: Duration::ZERO
             }
@@ -290,7 +290,7 @@ mod tests {
         // Without a handle too (the history is replayed).
         assert!(matches!(
             next(&ConnectionEnd::GoAway, Attempts::default(), &limits()),
-            Next::Reconnect { failures: 1, .. }
+            AfterEnd::Reconnect { failures: 1, .. }
         ));
         // The next ones back off, and the cap ends a server that only ever says goAway.
         assert_eq!(
@@ -316,7 +316,7 @@ mod tests {
         // Not resumable, with a handle.
         assert_eq!(
             next(&ConnectionEnd::Dropped(denied()), with_handle(0), &limits()),
-            Next::End(FlowEndReason::Failed, Some((&denied()).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&denied()).into()))
         );
         // Resumable, but no handle to resume with.
         assert_eq!(
@@ -325,7 +325,7 @@ mod tests {
                 Attempts::default(),
                 &limits()
             ),
-            Next::End(FlowEndReason::Failed, Some((&dropped()).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&dropped()).into()))
         );
     }
 
@@ -346,7 +346,7 @@ mod tests {
     fn a_close_without_a_handle_ends_the_conversation() {
         assert_eq!(
             next(&ConnectionEnd::Closed, Attempts::default(), &limits()),
-            Next::End(FlowEndReason::Closed, None)
+            AfterEnd::End(FlowEndReason::Closed, None)
         );
     }
 }

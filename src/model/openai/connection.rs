@@ -12,9 +12,9 @@ use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
+use crate::latch::{receiver_gone, Latch};
 use crate::model::upstream::{dial, ping_interval, send_json, Socket, UpstreamWriter};
 use crate::model::{LiveConnection, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY};
-use crate::signal::{receiver_gone, Signal};
 
 /// How long the TCP/TLS/WebSocket handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -76,7 +76,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
     let (input_tx, input_rx) = crate::model::input_channel();
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let (upstream_tx, upstream_rx) = mpsc::channel(UPSTREAM_CAPACITY);
-    let done = Signal::new();
+    let done = Latch::new();
     tokio::spawn(write_loop(
         UpstreamWriter::new(sink, endpoint.audio_chunk),
         input_rx,
@@ -136,7 +136,7 @@ async fn write_loop(
     mut upstream: mpsc::Receiver<Value>,
     mut encoder: Encoder,
     ping_interval: Duration,
-    done: Signal,
+    done: Latch,
 ) {
     let mut ping = tokio::time::interval(ping_interval);
     ping.tick().await;
@@ -184,7 +184,7 @@ struct Reader {
 impl Reader {
     /// Turns server events into responses until the socket closes, the server goes silent or
     /// the flow goes away.
-    async fn run(mut self, mut stream: SplitStream<Socket>, done: Signal) {
+    async fn run(mut self, mut stream: SplitStream<Socket>, done: Latch) {
         let ended = done.fired();
         // A clone to watch, as `handle` needs the reader whole.
         let output = self.output.clone();
