@@ -203,6 +203,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         readiness: readiness(args, &options),
         frame_limits: args.frame_limits(),
         queue_max_bytes: args.queue_max_bytes,
+        flow_limits: args.flow_limits(),
         session_limits: args.session_limits(),
         telephony,
         message_read_timeout: config::limit(args.message_read_timeout),
