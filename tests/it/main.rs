@@ -18,6 +18,7 @@ mod live_shutdown;
 mod live_text;
 mod live_tools;
 mod loadtest;
+mod mcp;
 mod mock_gemini;
 mod multinode;
 mod objstore;
