@@ -34,6 +34,7 @@ use serde_json::Value;
 
 use super::builtin::{builtin_tool, BUILTIN_TOOLS};
 use super::http_tool::http_tool;
+use super::mcp::{McpConfig, McpToolset};
 use super::{Agent, LlmAgent, SequentialAgent};
 use crate::live::settings::LiveSettings;
 use crate::model::{LiveModel, ModelError};
@@ -129,6 +130,9 @@ pub struct AgentConfig {
     /// HTTP tools.
     #[serde(default)]
     pub http_tools: Vec<HttpToolConfig>,
+    /// MCP servers whose tools this agent (and none of its sub-agents) may call.
+    #[serde(default)]
+    pub mcp: Vec<McpConfig>,
     /// Sub-agents (transfer targets of a coordinator, or the steps of a sequence).
     #[serde(default)]
     pub sub_agents: Vec<AgentConfig>,
@@ -149,6 +153,7 @@ impl AgentConfig {
             instruction: instruction.into(),
             builtin_tools: BUILTIN_TOOLS.iter().map(|t| (*t).to_owned()).collect(),
             http_tools: Vec::new(),
+            mcp: Vec::new(),
             sub_agents: Vec::new(),
             live: None,
         }
@@ -204,7 +209,10 @@ impl AgentConfig {
             .collect::<Result<Vec<_>, _>>()?;
         match self.kind {
             AgentKind::Sequential => {
-                if !self.builtin_tools.is_empty() || !self.http_tools.is_empty() {
+                if !self.builtin_tools.is_empty()
+                    || !self.http_tools.is_empty()
+                    || !self.mcp.is_empty()
+                {
                     return Err(AgentConfigError::Invalid(format!(
                         "sequential agent {:?} cannot have tools; give them to its sub-agents",
                         self.name
@@ -242,6 +250,10 @@ impl AgentConfig {
                         Duration::from_millis(http.timeout_ms.max(1)),
                         client.clone(),
                     ));
+                }
+                for mcp in &self.mcp {
+                    let toolset = McpToolset::start(mcp).map_err(AgentConfigError::Invalid)?;
+                    agent = agent.with_toolset(toolset);
                 }
                 let names: Vec<&str> = agent.tools.iter().map(|t| t.name()).collect();
                 if let Some(dup) = names

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::toolset::Toolset;
 use super::transfer::{task_completed_tool, transfer_to_agent_tool};
 use super::{Agent, Callbacks, FunctionTool};
 use crate::event::Content;
@@ -21,6 +22,8 @@ pub struct LlmAgent {
     pub model: Arc<dyn LiveModel>,
     /// Tools the model may call.
     pub tools: Vec<FunctionTool>,
+    /// Toolsets whose tools the model may call too, as they are when a run connects.
+    pub toolsets: Vec<Arc<dyn Toolset>>,
     /// Agents it may transfer the conversation to.
     pub sub_agents: Vec<Agent>,
     /// Its callbacks.
@@ -40,6 +43,7 @@ impl LlmAgent {
             instruction: instruction.into(),
             model,
             tools: Vec::new(),
+            toolsets: Vec::new(),
             sub_agents: Vec::new(),
             callbacks: Callbacks::default(),
         }
@@ -57,6 +61,12 @@ impl LlmAgent {
         self
     }
 
+    /// Adds a toolset (an MCP server's tools, say).
+    pub fn with_toolset(mut self, toolset: Arc<dyn Toolset>) -> Self {
+        self.toolsets.push(toolset);
+        self
+    }
+
     /// Adds a sub-agent to transfer to.
     pub fn with_sub_agent(mut self, agent: impl Into<Agent>) -> Self {
         self.sub_agents.push(agent.into());
@@ -69,10 +79,24 @@ impl LlmAgent {
         self
     }
 
-    /// The tools of a run of this agent inside `root`'s tree: its own, plus `transfer_to_agent`
-    /// when it has transfer targets and `task_completed` when it is a step of a sequence.
+    /// The tools of a run of this agent inside `root`'s tree: its own, its toolsets' as they are
+    /// now (a name already taken is left out), plus `transfer_to_agent` when it has transfer
+    /// targets and `task_completed` when it is a step of a sequence.
     pub fn tools_in(&self, root: &Agent) -> Vec<FunctionTool> {
         let mut tools = self.tools.clone();
+        for toolset in &self.toolsets {
+            for tool in toolset.tools() {
+                if tools.iter().any(|t| t.name() == tool.name()) {
+                    tracing::debug!(
+                        toolset = toolset.name(),
+                        tool = tool.name(),
+                        "a tool of that name is already declared; left out"
+                    );
+                    continue;
+                }
+                tools.push(tool);
+            }
+        }
         let targets = root.transfer_targets(&self.name);
         if !targets.is_empty() {
             let names: Vec<&str> = targets.iter().map(|a| a.name()).collect();
@@ -127,21 +151,19 @@ impl LlmAgent {
         text
     }
 
-    /// The connect config for a live run of this agent inside `root`'s tree.
+    /// The connect config for a live run of this agent inside `root`'s tree, declaring `tools`
+    /// (from [`LlmAgent::tools_in`]).
     pub fn connect_config(
         &self,
         root: &Agent,
+        tools: &[FunctionTool],
         run_config: &RunConfig,
         history: Vec<Content>,
     ) -> LiveConnectConfig {
         LiveConnectConfig {
             model: self.model.name().to_owned(),
             system_instruction: Some(self.system_instruction_in(root)),
-            tools: self
-                .tools_in(root)
-                .iter()
-                .map(|t| t.declaration().clone())
-                .collect(),
+            tools: tools.iter().map(|t| t.declaration().clone()).collect(),
             response_modalities: run_config.live_modalities(),
             speech_config: run_config.speech_config.clone(),
             input_audio_transcription: run_config.input_audio_transcription,

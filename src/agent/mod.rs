@@ -10,8 +10,10 @@ mod context;
 mod http_tool;
 mod live_hooks;
 mod llm;
+pub mod mcp;
 mod sequential;
 mod tool;
+mod toolset;
 mod transfer;
 
 use std::sync::Arc;
@@ -24,6 +26,7 @@ pub use live_hooks::AgentHooks;
 pub use llm::LlmAgent;
 pub use sequential::SequentialAgent;
 pub use tool::{string_arg, FunctionTool, ToolBody, ToolError, ToolResult};
+pub use toolset::{Toolset, ToolsetStats};
 pub use transfer::{task_completed_tool, transfer_to_agent_tool, TRANSFER_TO_AGENT};
 
 /// An agent in a tree: a model-backed agent, or a workflow of sub-agents.
@@ -78,6 +81,23 @@ impl Agent {
             Agent::Llm(a) => &a.callbacks,
             Agent::Sequential(a) => &a.callbacks,
         }
+    }
+
+    /// Every toolset of this tree, each once.
+    pub fn toolsets(&self) -> Vec<Arc<dyn Toolset>> {
+        let mut found: Vec<Arc<dyn Toolset>> = Vec::new();
+        let mut stack = vec![self];
+        while let Some(agent) = stack.pop() {
+            if let Agent::Llm(llm) = agent {
+                for toolset in &llm.toolsets {
+                    if !found.iter().any(|t| Arc::ptr_eq(t, toolset)) {
+                        found.push(toolset.clone());
+                    }
+                }
+            }
+            stack.extend(agent.sub_agents());
+        }
+        found
     }
 
     /// Finds an agent by name in this tree (this agent included).

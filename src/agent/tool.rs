@@ -100,6 +100,19 @@ impl FunctionTool {
         }
     }
 
+    /// An async tool with a ready declaration (whose schema is shared, not copied).
+    pub fn from_declaration<F, Fut>(declaration: FunctionDeclaration, run: F) -> Self
+    where
+        F: Fn(Value, Context) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ToolResult> + Send + 'static,
+    {
+        FunctionTool {
+            declaration,
+            long_running: false,
+            body: ToolBody::Async(Arc::new(move |args, ctx| Box::pin(run(args, ctx)))),
+        }
+    }
+
     /// A blocking tool, run off the async runtime.
     pub fn sync<F>(name: &str, description: &str, parameters: Value, run: F) -> Self
     where

@@ -11,6 +11,7 @@ pub mod gemini;
 pub mod openai;
 mod playout;
 mod response;
+pub mod schema;
 pub mod sim;
 pub mod tls;
 mod upstream;

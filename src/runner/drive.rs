@@ -214,7 +214,7 @@ impl Drive {
         let tools = llm.tools_in(&self.root);
         LiveFlow {
             model: llm.model.clone(),
-            connect_config: llm.connect_config(&self.root, &self.run_config, history),
+            connect_config: llm.connect_config(&self.root, &tools, &self.run_config, history),
             run_config: self.run_config.clone(),
             target: RecordingTarget {
                 artifacts: Some(self.invocation.artifacts.clone()),

@@ -19,6 +19,7 @@ mod live_shutdown;
 mod live_text;
 mod live_tools;
 mod loadtest;
+mod mcp;
 mod mock_gemini;
 mod multinode;
 mod objstore;

@@ -1,5 +1,5 @@
-//! `/readyz`: ready when the session store and the artifact store can write (a tiny write each)
-//! and, with `--ready-checks-model`, when the model can be reached. The answer is cached briefly,
+//! `/readyz`: ready when the session store and the artifact store can write (a tiny write each),
+//! every MCP server of the agent tree is connected, and, with `--ready-checks-model`, when the model can be reached. The answer is cached briefly,
 //! so a probe polled often costs one write per store a second at most.
 
 use std::sync::Mutex;
@@ -92,6 +92,10 @@ impl Readiness {
             Ok(Ok(())) => {}
             Ok(Err(error)) => return Err(format!("artifact store cannot write: {error}")),
             Err(_) => return Err("artifact store did not answer in time".into()),
+        }
+        // An MCP server that is down does not stop the gateway from starting, but it is not ready.
+        for toolset in runner.agent.toolsets() {
+            toolset.health()?;
         }
         if let ModelCheck::Connect { authority } = &self.model {
             let connect = tokio::net::TcpStream::connect(authority.as_str());

@@ -172,7 +172,9 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         "sim" => metrics::Metrics::default().with_model_delay(args.sim_config().answer_delay()),
         _ => metrics::Metrics::default(),
     };
-    let metrics = metrics.with_store_reads(runner.sessions.clone());
+    let metrics = metrics
+        .with_store_reads(runner.sessions.clone())
+        .with_toolsets(runner.agent.toolsets());
     let tls = open_tls(args, &metrics)?;
     let telephony = crate::gateway::telephony::Telephony::new(
         &args.telephony,

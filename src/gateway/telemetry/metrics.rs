@@ -331,6 +331,78 @@ impl prometheus_client::collector::Collector for StoreReads {
     }
 }
 
+/// Reports each toolset's (MCP server's) calls, failures by kind, reconnects and whether it is up,
+/// read from the toolsets at each scrape.
+#[derive(Debug)]
+struct Toolsets(Vec<Arc<dyn crate::agent::Toolset>>);
+
+impl prometheus_client::collector::Collector for Toolsets {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let stats: Vec<_> = self.0.iter().map(|t| (t.name(), t.stats())).collect();
+        let mut counter =
+            |name: &str,
+             help: &str,
+             value: &dyn Fn(&crate::agent::ToolsetStats) -> Vec<(&'static str, u64)>| {
+                let mut family = encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    prometheus_client::metrics::MetricType::Counter,
+                )?;
+                for (server, s) in &stats {
+                    for (kind, n) in value(s) {
+                        let labels: Vec<(&str, &str)> = if kind.is_empty() {
+                            vec![("server", server)]
+                        } else {
+                            vec![("server", server), ("kind", kind)]
+                        };
+                        ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+                    }
+                }
+                Ok::<(), std::fmt::Error>(())
+            };
+        counter(
+            "livegate_mcp_calls",
+            "Tool calls made to each MCP server",
+            &|s| vec![("", s.calls)],
+        )?;
+        counter(
+            "livegate_mcp_failures",
+            "MCP tool calls that failed, by kind: timeout, unavailable (down or gone mid-call), protocol (an error or garbage instead of a result), tool (the tool's own isError)",
+            &|s| {
+                vec![
+                    ("timeout", s.timeouts),
+                    ("unavailable", s.unavailable),
+                    ("protocol", s.protocol_errors),
+                    ("tool", s.tool_errors),
+                ]
+            },
+        )?;
+        counter(
+            "livegate_mcp_reconnects",
+            "Times each MCP server was connected again after it was lost",
+            &|s| vec![("", s.reconnects)],
+        )?;
+        let mut family = encoder.encode_descriptor(
+            "livegate_mcp_up",
+            "1 while the MCP server is connected",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (server, s) in &stats {
+            ConstGauge::new(i64::from(s.up))
+                .encode(family.encode_family(&[("server", *server)])?)?;
+        }
+        Ok(())
+    }
+}
+
 /// The model's own delay from the end of speech to its answer (the sim's), for load tests.
 pub const MODEL_DELAY: &str = "livegate_model_delay_seconds";
 
@@ -339,6 +411,15 @@ impl Metrics {
     pub fn with_store_reads(mut self, sessions: Arc<dyn crate::session::SessionService>) -> Self {
         self.registry
             .register_collector(Box::new(StoreReads(sessions)));
+        self
+    }
+
+    /// Adds the toolsets' (MCP servers') `livegate_mcp_*` metrics, when the agent tree has any.
+    pub fn with_toolsets(mut self, toolsets: Vec<Arc<dyn crate::agent::Toolset>>) -> Self {
+        if !toolsets.is_empty() {
+            self.registry
+                .register_collector(Box::new(Toolsets(toolsets)));
+        }
         self
     }
 

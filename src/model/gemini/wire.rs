@@ -10,7 +10,7 @@ use crate::event::{
     Blob, Content, FunctionCall, ModalityTokenCount, SessionResumptionUpdate, Transcription,
     UsageMetadata,
 };
-use crate::model::{GoAway, LiveConnectConfig, LiveInput, LlmResponse, ModelError};
+use crate::model::{schema, GoAway, LiveConnectConfig, LiveInput, LlmResponse, ModelError};
 
 /// The `setup` message: the first thing a client sends.
 pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
@@ -52,7 +52,8 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
             .map(|t| {
                 let mut d = json!({ "name": t.name, "description": t.description });
                 if let Some(schema) = &t.parameters_json_schema {
-                    d["parametersJsonSchema"] = Value::clone(schema);
+                    d["parametersJsonSchema"] =
+                        schema::for_backend(Some(schema), schema::Backend::Gemini);
                 }
                 d
             })

@@ -97,11 +97,10 @@ pub fn session_update(config: &LiveConnectConfig, vad: Vad) -> Value {
             .tools
             .iter()
             .map(|t| {
-                let parameters = t
-                    .parameters_json_schema
-                    .as_deref()
-                    .cloned()
-                    .unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
+                let parameters = crate::model::schema::for_backend(
+                    t.parameters_json_schema.as_deref(),
+                    crate::model::schema::Backend::OpenAi,
+                );
                 json!({
                     "type": "function",
                     "name": t.name,
