@@ -3,9 +3,10 @@
 //! Layers, lowest first: [`event`] (ADK events and their JSON), [`model`] (live model
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
-//! Lower layers never import upper ones. Beside them, used by any layer: [`signal`] (a shared
-//! "it happened" flag), [`byte_channel`] (a channel bounded in messages and bytes), [`procfs`] (a
-//! process's CPU and memory from `/proc`) and [`audio`] (the resampler and the G.711 codec).
+//! Lower layers never import upper ones. Beside them, used by any layer: [`latch`] (a shared
+//! "it happened" flag), [`lock`] (taking a mutex a panicked holder poisoned), [`byte_channel`] (a
+//! channel bounded in messages and bytes), [`procfs`] (a process's CPU and memory from `/proc`)
+//! and [`audio`] (the resampler and the G.711 codec).
 //!
 //! The tools are crates of their own in the same workspace, so the server's binary carries
 //! neither them nor their test audio: `livegate-mock` (`tools/mock`) serves the `sim` model over
@@ -24,9 +25,10 @@ pub mod byte_channel;
 pub mod cli;
 pub mod event;
 pub mod gateway;
+pub mod latch;
 pub mod live;
+pub mod lock;
 pub mod model;
 pub mod procfs;
 pub mod runner;
 pub mod session;
-pub mod signal;

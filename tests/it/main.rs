@@ -10,6 +10,7 @@ mod cli_errors;
 mod codec_fuzz;
 mod gemini_backend;
 mod gemini_tls;
+mod hostile_model;
 mod http;
 mod live_audio;
 mod live_sessions;

@@ -16,5 +16,7 @@ pub const TOO_BIG: u16 = 1009;
 pub const INTERNAL: u16 = 1011;
 /// The gateway is draining (SIGTERM): reconnect, to another node, and carry on.
 pub const SERVICE_RESTART: u16 = 1012;
+/// The model is unavailable (its server kept failing or hanging up): reconnect later, with backoff.
+pub const TRY_AGAIN_LATER: u16 = 1013;
 /// The session was taken over by a newer connection.
 pub const TAKEN_OVER: u16 = 4000;

@@ -2,7 +2,7 @@
 //! owns the sink and takes the run's events.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -27,9 +27,9 @@ use crate::gateway::ws::live_settings::{self, ConnectOptions};
 use crate::gateway::ws::writer::{
     close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats,
 };
+use crate::latch::Latch;
 use crate::live::flow::RECORDING_DROPPED;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
-use crate::signal::Signal;
 
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
@@ -130,11 +130,12 @@ struct Connection {
     writer_rx: Option<mpsc::Receiver<WriterCommand>>,
     /// Fires when the writer stops writing: a stalled or vanished client ends the connection
     /// rather than leaving a run that nobody hears.
-    writer_done: Signal,
+    writer_done: Latch,
     /// Fires when the run has ended.
-    run_done: Signal,
-    /// Whether the run's last event (recordings aside) was an error: it failed rather than ended.
-    run_failed: Arc<AtomicBool>,
+    run_done: Latch,
+    /// The run's last event (recordings aside) was an error: it failed rather than ended
+    /// (`RUN_FAILED`), or its model was unavailable (`RUN_UNAVAILABLE`).
+    run_failed: Arc<AtomicU8>,
 }
 
 impl Connection {
@@ -147,8 +148,8 @@ impl Connection {
             meter,
             writer_tx,
             writer_rx: Some(writer_rx),
-            writer_done: Signal::new(),
-            run_done: Signal::new(),
+            writer_done: Latch::new(),
+            run_done: Latch::new(),
             run_failed: Arc::default(),
         }
     }
@@ -192,6 +193,7 @@ impl Connection {
             bounded_live_request_queue(gateway.queue_capacity, gateway.queue_max_bytes);
         let run_config = RunConfig {
             on_reconnect: gateway.metrics.on_reconnect(),
+            limits: gateway.flow_limits,
             ..run_config
         };
         let started = gateway
@@ -417,7 +419,12 @@ impl Connection {
                     code: close::SERVICE_RESTART,
                     reason: "gateway restarting; reconnect".into(),
                 }
-            } else if self.run_failed.load(Ordering::Relaxed) {
+            } else if self.run_failed.load(Ordering::Relaxed) == RUN_UNAVAILABLE {
+                WriterCommand::Close {
+                    code: close::TRY_AGAIN_LATER,
+                    reason: "model unavailable; try again later".into(),
+                }
+            } else if self.run_failed.load(Ordering::Relaxed) == RUN_FAILED {
                 WriterCommand::Close {
                     code: close::INTERNAL,
                     reason: "live run failed".into(),
@@ -587,7 +594,7 @@ fn spawn_writer<S>(
     mut run: RunEvents,
     abort: oneshot::Receiver<Abort>,
     meter: Meter,
-    writer_done: &Signal,
+    writer_done: &Latch,
 ) -> JoinHandle<(WriterExit, WriterStats)>
 where
     S: Sink<Message> + Unpin + Send + 'static,
@@ -624,9 +631,10 @@ struct RunEvents {
     /// Counts the run while it lasts; `None` once it has ended (or for no run at all).
     meter: Option<RunMeter>,
     mode: AudioEncoding,
-    done: Signal,
-    /// Set while the run's last event (recordings aside) is an error.
-    failed: Arc<AtomicBool>,
+    done: Latch,
+    /// Set while the run's last event (recordings aside) is an error: `RUN_FAILED`, or
+    /// `RUN_UNAVAILABLE` for an `UNAVAILABLE` one.
+    failed: Arc<AtomicU8>,
 }
 
 impl RunEvents {
@@ -636,7 +644,7 @@ impl RunEvents {
             events: futures::stream::empty().boxed(),
             meter: None,
             mode: AudioEncoding::default(),
-            done: Signal::new(),
+            done: Latch::new(),
             failed: Arc::default(),
         }
     }
@@ -669,10 +677,11 @@ impl Stream for RunEvents {
                     // The recordings a run flushes as it ends come after its last word, and a
                     // recording that could not be kept is no failure of the run.
                     if !announces_recordings(&event) {
-                        let failed = event
-                            .error_code
-                            .as_deref()
-                            .is_some_and(|code| code != RECORDING_DROPPED);
+                        let failed = match event.error_code.as_deref() {
+                            None | Some(RECORDING_DROPPED) => RUN_ENDED,
+                            Some("UNAVAILABLE") => RUN_UNAVAILABLE,
+                            Some(_) => RUN_FAILED,
+                        };
                         this.failed.store(failed, Ordering::Relaxed);
                     }
                     if let Some(command) = encoded(meter.counted(event), this.mode) {
@@ -685,6 +694,11 @@ impl Stream for RunEvents {
         Poll::Ready(None)
     }
 }
+
+/// How a run's last event (recordings aside) left it: ended, failed, or failed for want of a model.
+const RUN_ENDED: u8 = 0;
+const RUN_FAILED: u8 = 1;
+const RUN_UNAVAILABLE: u8 = 2;
 
 /// True for an event that only announces saved recordings.
 fn announces_recordings(event: &Event) -> bool {

@@ -109,7 +109,7 @@ pub struct Utterance {
 impl Utterance {
     /// From PCM16 at 16 kHz, whose speech ends at byte `speech_end`.
     pub fn from_pcm16k(pcm: &[u8], speech_end: usize) -> Self {
-        let mut resampler = Resampler::new(16_000, 8_000).expect("16 to 8 kHz");
+        let mut resampler = to_phone_rate();
         let mut pcm8 = resampler.push(pcm);
         pcm8.extend(resampler.flush());
         let mut ulaw = Vec::new();
@@ -257,6 +257,7 @@ impl Phone {
             commands_rx,
             events_tx.clone(),
             stream_sid.clone(),
+            frame_phase(&dial.call_sid),
         ));
         tokio::spawn(read(stream, commands.clone(), events_tx));
         Ok(Phone {
@@ -317,19 +318,32 @@ impl Phone {
     }
 }
 
-/// The writer: a 20 ms frame clock of speech or silence, keys, acknowledgements.
+/// Where in the 20 ms frame period a call's frames go out: spread over the period by its call
+/// id, as independent phones' are. Calls dialled at the ramp's fixed interval would otherwise
+/// send on a few phases, every call's frame landing together: a burst no set of phones makes,
+/// which the WebSocket load spreads too (`Plan::clock_start`).
+fn frame_phase(call_sid: &str) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    call_sid.hash(&mut hasher);
+    FRAME.mul_f64((hasher.finish() % 1024) as f64 / 1024.0)
+}
+
+/// The writer: a 20 ms frame clock of speech or silence (starting `phase` from now), keys,
+/// acknowledgements.
 async fn write(
     mut sink: SplitSink<Socket, Message>,
     mut commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<PhoneEvent>,
     stream_sid: String,
+    phase: Duration,
 ) {
     let silence = STANDARD.encode([SILENCE; FRAME_ULAW]);
     let mut speech: VecDeque<(String, bool)> = VecDeque::new();
     let mut sequence: u64 = 1;
     let mut chunk: u64 = 0;
     let started = Instant::now();
-    let mut next_frame = started;
+    let mut next_frame = started + phase;
     loop {
         let command = tokio::select! {
             () = sleep_until(next_frame) => None,
@@ -460,6 +474,15 @@ async fn read(
     }
 }
 
+/// The resampler from the clips' 16 kHz to the phone's 8 kHz.
+#[allow(
+    clippy::expect_used,
+    reason = "16 and 8 kHz are constants the resampler supports, not input"
+)]
+fn to_phone_rate() -> Resampler {
+    Resampler::new(16_000, 8_000).expect("16 to 8 kHz")
+}
+
 /// Plays on `bytes` of μ-law: how long it lasts.
 pub fn ulaw_duration(bytes: usize) -> Duration {
     Duration::from_micros(bytes as u64 * 125)
@@ -467,7 +490,7 @@ pub fn ulaw_duration(bytes: usize) -> Duration {
 
 /// A clip as base64-free μ-law (for tests that check what the gateway heard).
 pub fn ulaw_of(pcm16k: &Bytes) -> Vec<u8> {
-    let mut resampler = Resampler::new(16_000, 8_000).expect("16 to 8 kHz");
+    let mut resampler = to_phone_rate();
     let pcm8 = resampler.push(pcm16k);
     let mut ulaw = Vec::new();
     g711::encode_into(&pcm8, &mut ulaw);
@@ -477,6 +500,25 @@ pub fn ulaw_of(pcm16k: &Bytes) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_frames_are_spread_over_the_frame_period() {
+        let phases: Vec<Duration> = (0..200)
+            .map(|i| frame_phase(&format!("CA{i:032}")))
+            .collect();
+        assert!(phases.iter().all(|p| *p < FRAME));
+        // Each of the period's 20 milliseconds holds some calls' frames, none most of them.
+        let mut per_ms = [0usize; 20];
+        for phase in &phases {
+            per_ms[phase.as_millis() as usize] += 1;
+        }
+        assert!(per_ms.iter().all(|n| (1..=40).contains(n)), "{per_ms:?}");
+        assert_eq!(
+            frame_phase("CA1"),
+            frame_phase("CA1"),
+            "a call keeps its phase"
+        );
+    }
 
     #[test]
     fn twiml_streams_and_their_parameters_are_read() {
