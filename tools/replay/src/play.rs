@@ -117,25 +117,8 @@ pub async fn play(
         target.ws_base.trim_end_matches('/'),
         script.modality
     );
-    let failed = |reason: String| PlayError::Connect {
-        url: url.clone(),
-        reason,
-    };
-    let mut request = url
-        .as_str()
-        .into_client_request()
-        .map_err(|e| failed(e.to_string()))?;
-    if let Some(token) = &target.token {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| failed("the token is not a valid header value".into()))?;
-        request.headers_mut().insert("authorization", value);
-    }
-    let (socket, _) = timeout(SOCKET_TIMEOUT, tokio_tungstenite::connect_async(request))
-        .await
-        .map_err(|_| failed("timed out".into()))?
-        .map_err(|e| failed(e.to_string()))?;
-    let (mut sink, mut stream) = socket.split();
+    let socket = connect(&url, target.token.as_deref()).await?;
+    let (mut sink, stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Message>(64);
     let writer = tokio::spawn(async move {
         while let Some(message) = rx.recv().await {
@@ -147,33 +130,7 @@ pub async fn play(
     });
     let seen = Arc::new(Mutex::new(Seen::default()));
     let (ended_tx, ended) = watch::channel(0usize);
-    let reader = tokio::spawn({
-        let seen = seen.clone();
-        async move {
-            let mut closed = None;
-            while let Some(message) = stream.next().await {
-                match message {
-                    Ok(Message::Binary(pcm)) => lock(&seen).audio(&pcm),
-                    Ok(Message::Text(text)) => {
-                        let Ok(event) = serde_json::from_str::<Value>(text.as_str()) else {
-                            continue;
-                        };
-                        on_event(&seen, &event, &ended_tx);
-                    }
-                    Ok(Message::Close(frame)) => {
-                        closed = frame.map(|f| format!("{} {}", u16::from(f.code), f.reason));
-                        break;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        closed = Some(e.to_string());
-                        break;
-                    }
-                }
-            }
-            closed
-        }
-    });
+    let mut reader = tokio::spawn(read(stream, seen.clone(), ended_tx));
     let mut run = Run {
         target,
         tx: &tx,
@@ -186,7 +143,9 @@ pub async fn play(
     let length_ms = first.map_or(0.0, |f| f.elapsed().as_secs_f64() * 1000.0);
     let _ = tx.send(Message::Close(None)).await;
     drop(tx);
-    let closed = timeout(SOCKET_TIMEOUT, reader).await;
+    let closed = timeout(SOCKET_TIMEOUT, &mut reader).await;
+    // A gateway that never closes leaves neither task behind.
+    reader.abort();
     writer.abort();
     let mut problems = problems;
     match closed {
@@ -207,6 +166,55 @@ pub async fn play(
         length_ms,
         problems,
     })
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens the WebSocket, with the token as `Authorization: Bearer`.
+async fn connect(url: &str, token: Option<&str>) -> Result<Socket, PlayError> {
+    let failed = |reason: String| PlayError::Connect {
+        url: url.to_owned(),
+        reason,
+    };
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| failed(e.to_string()))?;
+    if let Some(token) = token {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| failed("the token is not a valid header value".into()))?;
+        request.headers_mut().insert("authorization", value);
+    }
+    let (socket, _) = timeout(SOCKET_TIMEOUT, tokio_tungstenite::connect_async(request))
+        .await
+        .map_err(|_| failed("timed out".into()))?
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(socket)
+}
+
+/// The reader task: audio and events into `seen` until the socket ends; how it closed.
+async fn read(
+    mut stream: futures::stream::SplitStream<Socket>,
+    seen: Arc<Mutex<Seen>>,
+    ended: watch::Sender<usize>,
+) -> Option<String> {
+    while let Some(message) = stream.next().await {
+        match message {
+            Ok(Message::Binary(pcm)) => lock(&seen).audio(&pcm),
+            Ok(Message::Text(text)) => {
+                if let Ok(event) = serde_json::from_str::<Value>(text.as_str()) {
+                    on_event(&seen, &event, &ended);
+                }
+            }
+            Ok(Message::Close(frame)) => {
+                return frame.map(|f| format!("{} {}", u16::from(f.code), f.reason));
+            }
+            Ok(_) => {}
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    None
 }
 
 /// Files an event under the current input; counts ended turns; notes the audio's rate.
