@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::*;
-use livegate::gateway::config::SimPacingArg;
 use livegate::gateway::ServeArgs;
+use livegate::model::sim::Pacing;
 use livegate_replay::{self as replay, ExportArgs, RunArgs};
 use tokio::time::timeout;
 
@@ -32,7 +32,7 @@ fn agent_file(dir: &Path, name: &str, with_calculate: bool) -> PathBuf {
 /// A gateway answering at speaking speed (so an answer can be interrupted), with `agent`.
 fn gateway_args(agent: PathBuf) -> ServeArgs {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     args.agent = Some(agent);
     args
 }
