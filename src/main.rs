@@ -1,7 +1,7 @@
 //! The `livegate` command: `serve` (the default) runs the gateway and `token` mints a client
-//! token; `loadtest`, `mock-gemini` and `mock-openai` run the tools built beside it
-//! (`livegate-loadtest`, `livegate-mock-gemini`, `livegate-mock-openai`), which are crates of their
-//! own so that this binary carries neither them nor their test audio.
+//! token; `loadtest`, `replay`, `mock-gemini` and `mock-openai` run the tools built beside it
+//! (`livegate-loadtest`, `livegate-replay`, `livegate-mock-gemini`, `livegate-mock-openai`), which
+//! are crates of their own so that this binary carries neither them nor their test audio.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -38,6 +38,10 @@ enum Command {
     /// memory (`livegate-loadtest`; `livegate loadtest --help` for its options).
     #[command(disable_help_flag = true)]
     Loadtest(ToolArgs),
+    /// Replay recorded calls against a gateway and compare what the agent does, turn by turn;
+    /// `replay export` fetches them as bundles (`livegate-replay`; `livegate replay --help`).
+    #[command(disable_help_flag = true)]
+    Replay(ToolArgs),
     /// Mint a client token with `LIVEGATE_TOKEN_SECRET` and print it with the URL that opens the
     /// built-in page signed in.
     Token(TokenArgs),
@@ -118,6 +122,7 @@ async fn run() -> anyhow::Result<()> {
         Some(Command::MockGemini(tool)) => return run_tool("mock-gemini", "livegate-mock", tool),
         Some(Command::MockOpenai(tool)) => return run_tool("mock-openai", "livegate-mock", tool),
         Some(Command::Loadtest(tool)) => return run_tool("loadtest", "livegate-loadtest", tool),
+        Some(Command::Replay(tool)) => return run_tool("replay", "livegate-replay", tool),
         Some(Command::Token(args)) => return token(&args),
         Some(Command::Serve(args)) => (
             *args,

@@ -156,7 +156,7 @@ function updateControls() {
   $("user-id").disabled = !signedIn || (signin && signin.required);
   $("modality").disabled = !signedIn;
   $("new-session").disabled = !signedIn || state.bound;
-  for (const id of ["export-text", "export-json", "delete-session"]) $(id).disabled = !signedIn;
+  for (const id of ["export-text", "export-json", "export-bundle", "delete-session"]) $(id).disabled = !signedIn;
   sessions.setDisabled(!signedIn || state.bound);
 }
 
@@ -583,7 +583,7 @@ microphone.onChunk = (pcm, level) => {
 // ---- export and delete -----------------------------------------------------------------------
 
 function download(name, type, text) {
-  const url = URL.createObjectURL(new Blob([text], { type }));
+  const url = URL.createObjectURL(text instanceof Blob ? text : new Blob([text], { type }));
   const a = document.createElement("a");
   a.href = url;
   a.download = name;
@@ -610,6 +610,15 @@ async function exportSession(format) {
 }
 
 $("export-json").addEventListener("click", () => exportSession("json"));
+// The replay bundle (`livegate replay run` takes its folder once unpacked: `tar xf`).
+$("export-bundle").addEventListener("click", async () => {
+  try {
+    const tar = await api.exportBundle(state.userId, state.sessionId);
+    download(`${state.sessionId}.tar`, "application/x-tar", tar);
+  } catch (error) {
+    conversation.system(`Could not export this session: ${error.message}`, "error");
+  }
+});
 $("export-text").addEventListener("click", () => exportSession("text"));
 
 let deleteArmed = 0;

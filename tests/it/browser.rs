@@ -1301,6 +1301,10 @@ async fn sessions_have_titles_export_and_delete() {
         let exported: Value = serde_json::from_str(json.as_str().unwrap()).unwrap();
         assert_eq!(exported["sessionId"], "first-1");
         assert!(exported["events"].as_array().unwrap().len() >= 3, "{exported}");
+        // The replay bundle: the export route's tar, fetched with the page's credentials.
+        click(&page, "#export-bundle").await;
+        let size = wait_until(&page, "the bundle export", "livegate.lastExport.type === 'application/x-tar' && livegate.lastExport.name === 'first-1.tar' && livegate.lastExport.text.size", WAIT).await;
+        assert!(size.as_u64().unwrap() > 1024, "{size}");
 
         // Delete asks twice, then the session is gone and a new one is open.
         click(&page, "#delete-session").await;

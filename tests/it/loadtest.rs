@@ -17,6 +17,7 @@ fn one_turn_each(addr: std::net::SocketAddr, sessions: usize, duration: Duration
         audio: vec![
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")
         ],
+        replay: None,
         turns: 1,
         idle: false,
         in_phase: false,
@@ -375,6 +376,7 @@ async fn a_stopped_run_ends_with_the_turns_under_way_and_reports_them() {
     // A minute of turns, and a second session that would open 50 s in: far later than the first
     // turn ends, however slow the machine.
     let args = LoadtestArgs {
+        replay: None,
         turns: 0,
         ramp: 0.02,
         ..one_turn_each(server.addr, 5, Duration::from_secs(60))
@@ -437,6 +439,7 @@ async fn sessions_spread_over_nodes_and_move_on_when_one_shuts_down() {
             format!("ws://{}/ws", node_a.addr),
             format!("ws://{}/ws/", node_b.addr),
         ],
+        replay: None,
         turns: 0,
         ..one_turn_each(node_a.addr, 8, Duration::from_secs(5))
     };
@@ -608,4 +611,61 @@ async fn sessions_authenticate_with_a_minted_token_each_or_one_shared_token() {
         "{listed}"
     );
     server.shutdown(WAIT).await;
+}
+
+/// A bundle holding one input recording of `clip` with a second of silence after it.
+fn recorded_call(dir: &std::path::Path, name: &str, clip: &str) -> Vec<u8> {
+    let mut pcm = fixture_pcm(clip);
+    pcm.extend(silence(1000));
+    let recording = "adk_live_audio_storage_input_audio_1000000000000.pcm";
+    let event = serde_json::json!({
+        "author": "user",
+        "timestamp": 1_000_000_000.0,
+        "content": {"role": "user", "parts": [{"fileData": {
+            "fileUri": format!("artifact://livegate/u/{name}/_adk_live/{recording}#0"),
+            "mimeType": "audio/pcm;rate=16000"}}]},
+    });
+    livegate_replay::bundle::write(
+        &dir.join(name),
+        "u",
+        name,
+        &[event],
+        &[(recording.to_owned(), "input", 1_000_000_000.0, &pcm)],
+    )
+    .unwrap();
+    pcm
+}
+
+#[tokio::test]
+async fn a_replayed_load_speaks_the_recorded_calls_in_turn() {
+    let server = start(test_args()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let calls = [
+        recorded_call(dir.path(), "a", "hello.wav"),
+        recorded_call(dir.path(), "b", "count.wav"),
+    ];
+    let args = LoadtestArgs {
+        replay: Some(dir.path().to_owned()),
+        audio: Vec::new(),
+        ..one_turn_each(server.addr, 4, Duration::from_secs(5))
+    };
+    let report = run(&args).await;
+    assert_eq!(
+        (report.errors, report.unexpected_closes),
+        (0, 0),
+        "{:?}",
+        report.error_samples
+    );
+    assert_eq!(report.turns_completed, 4);
+    // Session i spoke call i mod 2 (3.8 s or 6.9 s): the gateway recorded that call's audio
+    // for it, up to the second of silence, which the turn's end may cut.
+    let user = format!("load-{}", report.run_id);
+    for i in 0..4 {
+        let (input, _) = recorded_audio(&server, &user, &format!("s{i}")).await;
+        let spoken = calls[i % 2].len();
+        assert!(
+            spoken - 32_000 <= input && input < spoken + 48_000,
+            "session {i}: {input} bytes recorded for a call of {spoken}"
+        );
+    }
 }

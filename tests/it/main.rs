@@ -24,6 +24,7 @@ mod mock_gemini;
 mod multinode;
 mod objstore;
 mod openai_backend;
+mod replay;
 mod rest_api;
 mod runtime;
 mod security_auth;

@@ -648,6 +648,7 @@ fn spawn_load(
         duration: Duration::from_secs(600),
         ramp: 50.0,
         audio: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hello.wav")],
+        replay: None,
         turns: 0,
         idle: false,
         in_phase: false,

@@ -1,4 +1,4 @@
-//! `livegate loadtest`, `livegate mock-gemini` and `livegate mock-openai` run the tools' own
+//! `livegate loadtest`, `livegate replay`, `livegate mock-gemini` and `livegate mock-openai` run the tools' own
 //! binaries (crates of their own): the one next to `livegate`, else the first on `PATH`, with the
 //! arguments untouched and the tool's exit status; a missing tool is an error naming the build.
 #![cfg(unix)]
@@ -41,7 +41,7 @@ fn setup() -> &'static Setup {
             gateway_in(dir);
         }
         stand_in(&setup.beside, "livegate-loadtest", "beside");
-        for tool in ["loadtest", "mock-gemini", "mock-openai"] {
+        for tool in ["loadtest", "replay", "mock-gemini", "mock-openai"] {
             stand_in(&setup.path, &format!("livegate-{tool}"), "on PATH");
         }
         setup
@@ -94,7 +94,7 @@ fn the_tool_beside_livegate_runs_with_its_arguments_and_exit_status() {
 #[test]
 fn without_one_beside_the_tool_on_path_runs() {
     let setup = setup();
-    for tool in ["loadtest", "mock-gemini", "mock-openai"] {
+    for tool in ["loadtest", "replay", "mock-gemini", "mock-openai"] {
         let out = run(&setup.alone, &setup.path, &[tool, "--port", "0"]);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
@@ -110,6 +110,7 @@ fn a_missing_tool_fails_naming_its_binary_and_the_build_command() {
     let setup = setup();
     for (tool, package) in [
         ("loadtest", "livegate-loadtest"),
+        ("replay", "livegate-replay"),
         ("mock-gemini", "livegate-mock"),
         ("mock-openai", "livegate-mock"),
     ] {
@@ -130,7 +131,7 @@ fn the_gateways_help_lists_the_tools() {
     let out = run(&setup.alone, &setup.empty, &["--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    for tool in ["loadtest", "mock-gemini", "mock-openai"] {
+    for tool in ["loadtest", "replay", "mock-gemini", "mock-openai"] {
         assert!(help.contains(tool), "{help}");
     }
 }

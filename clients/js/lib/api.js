@@ -36,7 +36,7 @@ export class GatewayApi {
     return typeof this.token === "function" ? await this.token() : this.token;
   }
 
-  async request(method, path, body) {
+  async request(method, path, body, as = "json") {
     const token = await this.currentToken();
     const headers = { accept: "application/json" };
     if (token) headers.authorization = `Bearer ${token}`;
@@ -57,7 +57,8 @@ export class GatewayApi {
       }
       throw new ApiError(response.status, message);
     }
-    return response.status === 204 ? null : response.json();
+    if (response.status === 204) return null;
+    return as === "blob" ? response.blob() : response.json();
   }
 
   /** `{auth: "none"|"token"}`: whether the gateway wants tokens (asked without one). */
@@ -123,6 +124,11 @@ export class GatewayApi {
       if (error instanceof ApiError && error.status === 404) return [];
       throw error;
     }
+  }
+
+  /** The session as a replay bundle (a tar: events, recordings, bundle.json; docs/REPLAY.md). */
+  exportBundle(userId, sessionId) {
+    return this.request("GET", `/api/sessions/${seg(userId)}/${seg(sessionId)}/export`, undefined, "blob");
   }
 
   /**

@@ -225,6 +225,8 @@ export declare class GatewayApi {
   history(userId: string, sessionId: string, options?: { max?: number }): Promise<{ events: AdkEvent[]; total: number }>;
   deleteSession(userId: string, sessionId: string): Promise<void>;
   artifacts(userId: string, sessionId: string): Promise<ArtifactInfo[]>;
+  /** The session as a replay bundle: a tar of `events.jsonl`, `recordings/` and `bundle.json`. */
+  exportBundle(userId: string, sessionId: string): Promise<Blob>;
   artifactUrl(userId: string, sessionId: string, name: string, version: number, format?: "wav" | "raw"): Promise<string>;
 }
 

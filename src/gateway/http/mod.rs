@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod assets;
+pub mod export;
 pub mod live_info;
 pub mod ready;
 pub mod rest;

@@ -59,7 +59,7 @@ impl From<Denied> for ApiError {
     }
 }
 
-fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
+pub(crate) fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
     ApiError::Failed {
         status,
         message: message.into(),
@@ -242,7 +242,7 @@ pub(crate) async fn create_session(
 
 /// The session a path names: 400 for a bad id, 403 when the principal may not reach it (before
 /// looking, so a refusal tells nothing about whether it exists), 404 when it does not exist.
-async fn existing_session(
+pub(crate) async fn existing_session(
     gateway: &Gateway,
     principal: &Principal,
     user_id: &str,
@@ -275,7 +275,7 @@ async fn existing_session(
 }
 
 /// Where a session's artifacts live.
-fn artifact_scope(session: &Session) -> ArtifactScope<'_> {
+pub(crate) fn artifact_scope(session: &Session) -> ArtifactScope<'_> {
     ArtifactScope {
         app_name: &session.app_name,
         user_id: &session.user_id,

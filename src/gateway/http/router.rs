@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::gateway::auth;
-use crate::gateway::http::{access, assets, live_info, rest, run_api};
+use crate::gateway::http::{access, assets, export, live_info, rest, run_api};
 use crate::gateway::state::Gateway;
 use crate::gateway::ws::upgrade::ws_upgrade;
 
@@ -30,6 +30,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             get(rest::get_session).delete(rest::delete_session),
         )
         .route(&format!("{sessions}/artifacts"), get(rest::list_artifacts))
+        .route(&format!("{sessions}/export"), get(export::export_session))
         .route(
             &format!("{sessions}/artifacts/{{name}}"),
             get(rest::download_artifact),

@@ -75,6 +75,12 @@ pub struct LoadtestArgs {
     /// 16 kHz mono PCM16 WAV files to speak, cycled (default: the built-in speech clips).
     #[arg(long)]
     pub audio: Vec<PathBuf>,
+    /// Recorded calls to speak instead (`livegate replay export`'s bundles: a bundle's folder or
+    /// a folder of them): session `i` speaks bundle `i mod n`'s input recordings in order, each
+    /// a turn, its pauses included, cycled; sessions start at jittered times. Typed messages of
+    /// the calls are not sent.
+    #[arg(long, conflicts_with = "audio")]
+    pub replay: Option<PathBuf>,
     /// Turns per session (0: as many as fit in the duration).
     #[arg(long, default_value_t = 0)]
     pub turns: u32,
@@ -248,7 +254,44 @@ pub fn speech_end(pcm: &[u8]) -> usize {
     end.max(session::FRAME_BYTES.min(pcm.len()))
 }
 
-fn clips(args: &LoadtestArgs) -> Result<Vec<(Bytes, usize)>, LoadtestError> {
+/// Utterances, each with the byte offset where its speech ends.
+type Clips = Vec<(Bytes, usize)>;
+
+/// The input recordings of the bundles under `dir`, every bundle's in order, and each bundle's
+/// range of them.
+fn replay_clips(
+    dir: &std::path::Path,
+) -> Result<(Clips, Vec<std::ops::Range<usize>>), LoadtestError> {
+    let bundles = livegate_replay::open_all(&[dir]).map_err(|e| LoadtestError::Audio {
+        name: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut clips = Vec::new();
+    let mut calls = Vec::new();
+    for bundle in &bundles {
+        let first = clips.len();
+        for recording in &bundle.recordings {
+            // Only what the microphone sent at the protocol's binary rate.
+            if recording.side == "input" && recording.rate == 16_000 && !recording.pcm.is_empty() {
+                let pcm = recording.pcm.clone();
+                let end = speech_end(&pcm);
+                clips.push((pcm, end));
+            }
+        }
+        if clips.len() > first {
+            calls.push(first..clips.len());
+        }
+    }
+    if calls.is_empty() {
+        return Err(LoadtestError::Audio {
+            name: dir.display().to_string(),
+            reason: "no bundle there holds an input recording at 16 kHz".into(),
+        });
+    }
+    Ok((clips, calls))
+}
+
+fn clips(args: &LoadtestArgs) -> Result<Clips, LoadtestError> {
     let with_end = |pcm: Bytes| {
         let end = speech_end(&pcm);
         (pcm, end)
@@ -270,6 +313,15 @@ fn clips(args: &LoadtestArgs) -> Result<Vec<(Bytes, usize)>, LoadtestError> {
             load_clip(&name, &wav).map(with_end)
         })
         .collect()
+}
+
+/// A recorded call's session starts up to one ramp gap late (spread by the golden ratio, so
+/// repeatable): recorded calls do not begin on a clock.
+fn jitter(args: &LoadtestArgs, index: usize, gap: Duration) -> Duration {
+    if args.replay.is_none() {
+        return Duration::ZERO;
+    }
+    gap.mul_f64((index as f64 * 0.618_033_988_749_895).fract())
 }
 
 /// Runs a load test and returns its report (also written to `--report` / `--plot`).
@@ -329,10 +381,15 @@ pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, Loadt
         args.api_key.as_deref(),
         &base_urls[0],
     )?;
+    let (clips, calls) = match &args.replay {
+        Some(dir) => replay_clips(dir)?,
+        None => (clips(args)?, Vec::new()),
+    };
     let plan = Arc::new(Plan {
         base_urls,
         query: args.query.trim_start_matches('?').to_owned(),
-        clips: clips(args)?,
+        clips,
+        calls,
         deadline: start + args.duration,
         stop: stop.clone(),
         turns: args.turns,
@@ -374,7 +431,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, Loadt
         tokio::select! {
             biased;
             () = stop.fired() => break,
-            () = tokio::time::sleep_until(start + gap * index as u32) => {}
+            () = tokio::time::sleep_until(start + gap * index as u32 + jitter(args, index, gap)) => {}
         }
         match &calls {
             Some(calls) => {

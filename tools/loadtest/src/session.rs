@@ -52,6 +52,9 @@ pub struct Plan {
     pub query: String,
     /// Utterances (PCM16 16 kHz mono), cycled, each with the byte offset where its speech ends.
     pub clips: Vec<(Bytes, usize)>,
+    /// With `--replay`, each recorded call's range of `clips`: session `i` speaks call
+    /// `i mod len`'s, in order. Empty: session `i`'s turn `t` speaks clip `i + t`.
+    pub calls: Vec<std::ops::Range<usize>>,
     /// Stop starting turns after this instant.
     pub deadline: Instant,
     /// Fires when the run is stopped early (Ctrl-C): no session starts another turn, and idle
@@ -84,6 +87,14 @@ pub struct Plan {
 const GOLDEN_FRACTION: f64 = 0.618_033_988_749_895;
 
 impl Plan {
+    /// The clip session `index` speaks in its turn `turn`.
+    pub fn clip_index(&self, index: usize, turn: u32) -> usize {
+        match self.calls.get(index % self.calls.len().max(1)) {
+            Some(call) if !call.is_empty() => call.start + turn as usize % call.len(),
+            _ => (index + turn as usize) % self.clips.len(),
+        }
+    }
+
     /// When session `index`'s frame clock starts: the first instant from `now` on at the
     /// session's phase of the 20 ms frame period.
     ///
@@ -587,7 +598,7 @@ async fn speak(
         && !plan.stop.is_fired()
         && (plan.turns == 0 || *turn < plan.turns)
     {
-        let (clip, speech_end) = &plan.clips[(index + *turn as usize) % plan.clips.len()];
+        let (clip, speech_end) = &plan.clips[plan.clip_index(index, *turn)];
         {
             // A fresh turn that keeps what the session measured so far: a mark added to `Turn`
             // later starts each turn unset without being listed here.
@@ -912,6 +923,7 @@ mod tests {
             base_urls: vec![String::new()],
             query: String::new(),
             clips: Vec::new(),
+            calls: Vec::new(),
             deadline: Instant::now(),
             stop: Latch::new(),
             turns: 0,
