@@ -30,3 +30,4 @@ pub mod procfs;
 pub mod runner;
 pub mod session;
 pub mod signal;
+pub mod trace_context;

@@ -66,6 +66,8 @@ pub(super) struct Drive {
     pub handles: Option<HandleKeeper>,
     /// Where the handles' writes run (the runner's, which waits for them at shutdown).
     pub background: TaskTracker,
+    /// The session store's commits, added up on the run's trace span.
+    pub commits: super::traced::CommitTally,
 }
 
 impl Drive {
@@ -275,10 +277,13 @@ impl Drive {
         if to_store.is_empty() {
             return out;
         }
+        let (count, started) = (to_store.len(), std::time::Instant::now());
         let outcomes = self
             .sessions
             .append_events(&mut session.session, to_store)
             .await;
+        let failed = outcomes.iter().filter(|o| o.is_err()).count();
+        self.commits.add(count, failed, started.elapsed());
         session.drop_events();
         let inv = &self.invocation.invocation_id;
         let mut failed = Vec::new();

@@ -5,6 +5,7 @@
 mod drive;
 mod handles;
 mod history;
+mod traced;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -271,6 +272,12 @@ impl Runner {
             session.state.clone(),
         );
         invocation.user_content = prompt.clone();
+        let span = traced::invocation_span(
+            &invocation_id,
+            start.name(),
+            &session.id,
+            mode == Mode::Live,
+        );
         let drive = Drive {
             root: self.agent.clone(),
             sessions: self.sessions.clone(),
@@ -283,10 +290,12 @@ impl Runner {
             resume,
             handles: None,
             background: self.background.clone(),
+            commits: traced::CommitTally::new(span.clone()),
         };
+        let events = drive.run(session, start, requests);
         LiveRun {
             invocation_id,
-            events: drive.run(session, start, requests).boxed(),
+            events: traced::InSpan::new(events, span).boxed(),
         }
     }
 

@@ -22,6 +22,7 @@ mod mock_gemini;
 mod multinode;
 mod objstore;
 mod openai_backend;
+mod otel;
 mod rest_api;
 mod runtime;
 mod security_auth;

@@ -217,6 +217,7 @@ impl Default for Metrics {
             events: Arc::new(events),
         };
         let limits = crate::gateway::server::limits::LimitCounters::register(registry);
+        register_trace_export(registry);
         Metrics {
             registry: root,
             connections,
@@ -226,6 +227,26 @@ impl Default for Metrics {
             auth_failures,
         }
     }
+}
+
+/// Registers the trace export's counters (the process's one queue; zero while tracing is off).
+fn register_trace_export(registry: &mut Registry) {
+    let counters = &*crate::gateway::telemetry::otel::COUNTERS;
+    registry.register(
+        "trace_spans_exported",
+        "Trace spans handed to the OTLP collector",
+        counters.exported.clone(),
+    );
+    registry.register(
+        "trace_spans_dropped",
+        "Trace spans dropped: the export queue was full (a slow or absent collector) or their export failed",
+        counters.dropped.clone(),
+    );
+    registry.register(
+        "trace_export_failures",
+        "OTLP exports that failed (collector down, refused, timed out)",
+        counters.failed_exports.clone(),
+    );
 }
 
 /// Registers the counters of client messages and bytes each way, and of slow clients cut off:
