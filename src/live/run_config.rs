@@ -41,6 +41,49 @@ pub struct RunConfig {
     /// What the listener has heard of the current answer, where the transport knows (a phone
     /// call's mark acknowledgements): an interrupted answer is cut there (livegate's).
     pub playout: Option<crate::model::Playout>,
+    /// The run's audio each way, for its usage totals (livegate's; a fresh one per run).
+    pub audio: AudioTally,
+}
+
+/// Seconds of PCM audio a run took from the client and had from the model, counted in
+/// microseconds by whoever sees it pass (the send loop, the flow).
+///
+/// It only observes, so two configs that differ in it alone compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct AudioTally(Arc<[std::sync::atomic::AtomicU64; 2]>);
+
+impl AudioTally {
+    /// Audio from the client to the model.
+    pub fn input(&self, blob: &crate::event::Blob) {
+        Self::add(&self.0[0], blob, 16_000);
+    }
+
+    /// Audio from the model.
+    pub fn output(&self, blob: &crate::event::Blob) {
+        Self::add(&self.0[1], blob, 24_000);
+    }
+
+    fn add(counter: &std::sync::atomic::AtomicU64, blob: &crate::event::Blob, default_rate: u32) {
+        if !blob.is_pcm() {
+            return;
+        }
+        let rate = u64::from(blob.sample_rate().unwrap_or(default_rate).max(1));
+        // PCM16 mono: two bytes a sample.
+        let micros = blob.data.len() as u64 * 1_000_000 / (2 * rate);
+        counter.fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Seconds in and out so far.
+    pub fn seconds(&self) -> (f64, f64) {
+        let read = |i: usize| self.0[i].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+        (read(0), read(1))
+    }
+}
+
+impl PartialEq for AudioTally {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A callback for a run's upstream reconnects; none by default.
@@ -96,6 +139,7 @@ impl Default for RunConfig {
             custom_metadata: None,
             on_reconnect: OnReconnect::default(),
             playout: None,
+            audio: AudioTally::default(),
         }
     }
 }

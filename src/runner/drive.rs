@@ -68,6 +68,8 @@ pub(super) struct Drive {
     pub background: TaskTracker,
     /// The session store's commits, added up on the run's trace span.
     pub commits: super::traced::CommitTally,
+    /// The session's usage totals, stored with each usage event (never locked across an await).
+    pub usage: std::sync::Mutex<super::usage::UsageTotals>,
 }
 
 impl Drive {
@@ -240,6 +242,27 @@ impl Drive {
         committed.into_iter().map(|item| item.event).collect()
     }
 
+    /// A stored event that reports usage carries the session's new totals in its state delta,
+    /// with the audio each way so far: committed with it, so they are as current as the store.
+    fn add_usage(&self, event: &mut Event) {
+        let Some(usage) = &event.usage_metadata else {
+            return;
+        };
+        let Ok(mut totals) = self.usage.lock() else {
+            return;
+        };
+        totals.add(usage);
+        let (audio_in, audio_out) = self.run_config.audio.seconds();
+        let mut current = *totals;
+        current.audio_seconds_in += audio_in;
+        current.audio_seconds_out += audio_out;
+        drop(totals);
+        event
+            .actions
+            .state_delta
+            .insert(super::usage::USAGE_STATE_KEY.into(), current.to_value());
+    }
+
     /// Commits items in order (those ADK's live rule stores, together) and records their state
     /// for the run, in order. Returns each event with whether to yield it, each failed one
     /// followed by an error event (always yielded).
@@ -269,6 +292,7 @@ impl Drive {
                 }
             }
             if store && event.is_persisted_in_live() {
+                self.add_usage(&mut event);
                 stored.push((out.len(), event.actions.state_delta.clone()));
                 to_store.push(event.clone());
             }

@@ -6,6 +6,7 @@ mod drive;
 mod handles;
 mod history;
 mod traced;
+pub mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -278,6 +279,12 @@ impl Runner {
             &session.id,
             mode == Mode::Live,
         );
+        // The audio of this run only: the totals before it are the session's.
+        let base_usage = usage::UsageTotals::of_state(&session.state);
+        let run_config = RunConfig {
+            audio: crate::live::AudioTally::default(),
+            ..run_config
+        };
         let drive = Drive {
             root: self.agent.clone(),
             sessions: self.sessions.clone(),
@@ -291,6 +298,7 @@ impl Runner {
             handles: None,
             background: self.background.clone(),
             commits: traced::CommitTally::new(span.clone()),
+            usage: std::sync::Mutex::new(base_usage),
         };
         let events = drive.run(session, start, requests);
         LiveRun {

@@ -30,3 +30,4 @@ mod security_limits;
 mod security_ws;
 mod telephony;
 mod tool_commands;
+mod usage;

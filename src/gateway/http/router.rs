@@ -30,6 +30,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             get(rest::get_session).delete(rest::delete_session),
         )
         .route(&format!("{sessions}/artifacts"), get(rest::list_artifacts))
+        .route("/api/users/{user_id}/usage", get(rest::user_usage))
         .route(
             &format!("{sessions}/artifacts/{{name}}"),
             get(rest::download_artifact),

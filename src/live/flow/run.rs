@@ -351,6 +351,7 @@ impl FlowRun {
                 persist: self.persist_tx.clone(),
                 stop: stop.clone(),
                 hooks: self.hooks.clone(),
+                audio: self.run_config.audio.clone(),
             },
         ));
         let processor = ResponseProcessor::new(
@@ -490,9 +491,10 @@ impl FlowRun {
             answer_ends: response.turn_complete || response.interrupted,
             answering,
         });
-        if self.run_config.save_live_blob {
-            let blobs = response.content.iter().flat_map(|c| &c.parts);
-            for blob in blobs.filter_map(|p| p.inline_data.as_ref()) {
+        let blobs = response.content.iter().flat_map(|c| &c.parts);
+        for blob in blobs.filter_map(|p| p.inline_data.as_ref()) {
+            self.run_config.audio.output(blob);
+            if self.run_config.save_live_blob {
                 self.cache.push(AudioSide::Output, blob);
             }
         }

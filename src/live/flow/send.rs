@@ -39,11 +39,14 @@ pub(crate) struct SendContext {
     pub persist: mpsc::Sender<PersistRequest>,
     pub stop: Signal,
     pub hooks: Arc<dyn FlowHooks>,
+    /// The run's audio each way, for its usage totals.
+    pub audio: crate::live::AudioTally,
 }
 
 impl SendContext {
     /// The model input for a client's media chunk, recorded first when the run records audio.
     fn media(&self, blob: Blob) -> LiveInput {
+        self.audio.input(&blob);
         if self.save_live_blob {
             self.cache.push(AudioSide::Input, &blob);
         }
@@ -276,6 +279,7 @@ mod tests {
             persist,
             stop: stop.clone(),
             hooks: Arc::new(NoHooks),
+            audio: Default::default(),
         };
         let inputs = SendInputs { requests, internal };
         let task = tokio::spawn(send_loop(inputs, tx, ctx));
