@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use livegate::artifact::ArtifactScope;
-use livegate::gateway::config::{ServeArgs, SimPacingArg};
+use livegate::gateway::config::{Pacing, ServeArgs};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -48,7 +48,7 @@ async fn speech_yields_user_transcription_then_audio_answer_then_turn_complete()
 #[tokio::test]
 async fn speaking_over_the_answer_interrupts_it() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "").await;
     client
@@ -224,7 +224,7 @@ async fn recorded_bytes_of(server: &livegate::gateway::Server, session: &str, si
 #[tokio::test]
 async fn disconnecting_mid_turn_still_saves_the_partial_recordings() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s2", "").await;
     let mut pcm = fixture_pcm("hello.wav");
@@ -308,17 +308,15 @@ async fn recordings_of_a_session_that_ends_on_a_full_disk_are_saved_once_it_has_
         "nothing saved yet"
     );
     std::fs::remove_file(filler).unwrap();
-    let saved = tokio::time::timeout(WAIT, async {
-        loop {
+    let saved = eventually(
+        WAIT,
+        "the recordings are saved once the disk has room",
+        || async {
             let (input, output) = recorded_audio(&server, "u1", "s1").await;
-            if input > 0 && output > 0 {
-                return (input, output);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("the recordings are saved once the disk has room");
+            (input > 0 && output > 0).then_some((input, output))
+        },
+    )
+    .await;
     assert!(
         saved.0 >= fixture_pcm("hello.wav").len(),
         "the input whole: {saved:?}"

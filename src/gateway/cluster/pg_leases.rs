@@ -17,7 +17,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::Row;
 
 use crate::gateway::cluster::registry::SharedLeases;
-use crate::signal::Signal;
+use crate::latch::Latch;
 
 /// The NOTIFY channel of every lease notice.
 const CHANNEL: &str = "livegate_leases";
@@ -58,11 +58,11 @@ pub struct PgLeases {
     node: String,
     ttl: Duration,
     /// Leases this node holds, with what to fire when they are taken away.
-    held: Mutex<HashMap<Key, (i64, Signal)>>,
+    held: Mutex<HashMap<Key, (i64, Latch)>>,
     /// Woken by every release notice (waiters look at their row again).
     released: tokio::sync::Notify,
     /// Ends the listener and renewal tasks when the leases are dropped.
-    stop: Signal,
+    stop: Latch,
 }
 
 impl Drop for PgLeases {
@@ -94,7 +94,7 @@ impl PgLeases {
             ttl: ttl.max(Duration::from_millis(300)),
             held: Mutex::new(HashMap::new()),
             released: tokio::sync::Notify::new(),
-            stop: Signal::new(),
+            stop: Latch::new(),
         });
         tokio::spawn(listen(
             Arc::downgrade(&leases),
@@ -115,7 +115,7 @@ impl PgLeases {
         &self.node
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (i64, Signal)>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (i64, Latch)>> {
         self.held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -213,10 +213,10 @@ impl PgLeases {
 
     /// Renews every lease this node holds; fires those it no longer holds.
     async fn renew_once(&self, last_renewed: &mut Instant) {
-        let snapshot: Vec<(Key, i64, Signal)> = self
+        let snapshot: Vec<(Key, i64, Latch)> = self
             .held()
             .iter()
-            .map(|(key, (lease, signal))| (key.clone(), *lease, signal.clone()))
+            .map(|(key, (lease, latch))| (key.clone(), *lease, latch.clone()))
             .collect();
         let renewed = sqlx::query(
             "UPDATE session_leases
@@ -228,7 +228,7 @@ impl PgLeases {
         .bind(self.ttl_ms())
         .fetch_all(&self.pool)
         .await;
-        let lost: Vec<(Key, i64, Signal)> = match renewed {
+        let lost: Vec<(Key, i64, Latch)> = match renewed {
             Ok(rows) => {
                 *last_renewed = Instant::now();
                 let still: HashSet<(String, String, i64)> = rows
@@ -269,7 +269,7 @@ impl PgLeases {
 }
 
 /// Hands every notice to the leases until they are dropped.
-async fn listen(leases: Weak<PgLeases>, mut listener: PgListener, stop: Signal) {
+async fn listen(leases: Weak<PgLeases>, mut listener: PgListener, stop: Latch) {
     loop {
         let received = tokio::select! {
             () = stop.fired() => return,
@@ -295,7 +295,7 @@ async fn listen(leases: Weak<PgLeases>, mut listener: PgListener, stop: Signal) 
 }
 
 /// Renews this node's leases every third of their time to live until they are dropped.
-async fn renew(leases: Weak<PgLeases>, stop: Signal) {
+async fn renew(leases: Weak<PgLeases>, stop: Latch) {
     let mut last_renewed = Instant::now();
     loop {
         let Some(period) = leases.upgrade().map(|l| l.ttl / 3) else {
@@ -320,7 +320,7 @@ impl SharedLeases for PgLeases {
         session_id: &str,
         lease: u64,
         grace: Duration,
-        taken_over: Signal,
+        taken_over: Latch,
     ) {
         // Lease ids count up from 0 in each process; the row also names the node.
         let lease = i64::try_from(lease).unwrap_or(i64::MAX);

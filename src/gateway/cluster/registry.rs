@@ -9,16 +9,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::signal::Signal;
+use crate::latch::Latch;
 
 /// A connection's hold on a session.
 #[derive(Debug, Clone)]
 pub struct Lease {
     id: u64,
     /// Fires when a newer connection (on this node or another) takes the session over.
-    pub taken_over: Signal,
+    pub taken_over: Latch,
     /// Fired once the holder's run has ended and flushed (when its guard drops).
-    pub finished: Signal,
+    pub finished: Latch,
 }
 
 /// The part of a session lease that other nodes see: implemented over PostgreSQL, absent on a
@@ -35,7 +35,7 @@ pub trait SharedLeases: Send + Sync + Debug {
         session_id: &str,
         lease: u64,
         grace: Duration,
-        taken_over: Signal,
+        taken_over: Latch,
     );
 
     /// Gives the session back, if `lease` still holds it.
@@ -100,8 +100,8 @@ impl SessionRegistry {
         let inner = &self.0;
         let lease = Lease {
             id: inner.next_id.fetch_add(1, Ordering::Relaxed),
-            taken_over: Signal::new(),
-            finished: Signal::new(),
+            taken_over: Latch::new(),
+            finished: Latch::new(),
         };
         let previous = inner.leases.lock().ok().and_then(|mut leases| {
             leases.insert((user_id.to_owned(), session_id.to_owned()), lease.clone())
