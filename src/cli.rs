@@ -3,7 +3,10 @@
 //! `Pacing`.
 
 use clap::ValueEnum;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -18,14 +21,52 @@ pub enum LogFormat {
 /// Logs go to stderr (stdout carries the listening address and reports), coloured only when
 /// stderr is a terminal, so a log file or a pipe gets no escape codes.
 pub fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    init_logging_with(format, None);
+}
+
+/// Like [`init_logging`], with a layer for the trace spans beside the log lines (the gateway's
+/// OTLP export). Without one, none is installed: the trace-only spans
+/// ([`crate::trace_context::SPAN_TARGET`]) are off for the log filter whatever `RUST_LOG` says,
+/// so they are disabled where they are made.
+pub fn init_logging_with(
+    format: LogFormat,
+    traces: Option<Box<dyn Layer<Registry> + Send + Sync>>,
+) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(trace_spans_off());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    match traces {
+        None => tracing_subscriber::registry()
+            .with(log_layer(format, ansi).with_filter(filter))
+            .init(),
+        Some(traces) => tracing_subscriber::registry()
+            .with(traces)
+            .with(log_layer(format, ansi).with_filter(filter))
+            .init(),
+    }
+}
+
+/// The log filter's directive that keeps the trace-only spans out of the log lines.
+fn trace_spans_off() -> tracing_subscriber::filter::Directive {
+    // A constant directive: parsing it cannot fail, and a test covers it.
+    #[allow(clippy::expect_used)]
+    format!("{}=off", crate::trace_context::SPAN_TARGET)
+        .parse()
+        .expect("a valid directive")
+}
+
+/// The log lines' layer: text or JSON, on stderr.
+fn log_layer<S>(format: LogFormat, ansi: bool) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(ansi);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => layer.boxed(),
+        LogFormat::Json => layer.json().boxed(),
     }
 }
 

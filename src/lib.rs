@@ -32,3 +32,4 @@ pub mod model;
 pub mod procfs;
 pub mod runner;
 pub mod session;
+pub mod trace_context;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use livegate::cli::{init_logging, shutdown_signal};
+use livegate::cli::{init_logging, init_logging_with, shutdown_signal};
 use livegate::gateway::{self, ServeArgs};
 
 /// A bidirectional live-streaming gateway: browser voice and chat to live models, ADK-compatible.
@@ -133,7 +133,14 @@ async fn run() -> anyhow::Result<()> {
     args.apply_config_file(arg_matches)?;
     args.secrets = gateway::auth::AuthSecrets::from_env();
     args.telephony.secrets = gateway::telephony::TelephonySecrets::from_env();
-    init_logging(args.log_format);
+    let tracing = if args.otel {
+        let (layer, tracing) = gateway::telemetry::otel::start()?;
+        init_logging_with(args.log_format, Some(layer));
+        Some(tracing)
+    } else {
+        init_logging(args.log_format);
+        None
+    };
     let server = gateway::start(&args).await?;
     println!("livegate listening on {}://{}", server.scheme, server.addr);
     shutdown_signal().await;
@@ -141,6 +148,10 @@ async fn run() -> anyhow::Result<()> {
     server
         .shutdown(Duration::from_secs(args.drain_timeout))
         .await;
+    if let Some(tracing) = tracing {
+        // The last spans go out (bounded by the export timeout) off the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+    }
     Ok(())
 }
 

@@ -122,7 +122,7 @@ export class SessionList {
   }
 
   render() {
-    const rows = this.sessions.map((s) => ({ id: s.id, when: ago(Number(s.lastUpdateTime)) }));
+    const rows = this.sessions.map((s) => ({ id: s.id, when: ago(Number(s.lastUpdateTime)), usage: usageText(s.usage) }));
     if (this.current && !rows.some((r) => r.id === this.current)) rows.unshift({ id: this.current, when: "new" });
     this.list.replaceChildren(
       ...rows.map((row) => {
@@ -139,11 +139,19 @@ export class SessionList {
         title.textContent = this.title(row.id) || (row.when === "new" ? "New conversation" : "Untitled");
         const meta = document.createElement("span");
         meta.className = "session-meta muted small";
-        meta.textContent = `${row.id} · ${row.when}`;
+        meta.textContent = [row.id, row.when, row.usage].filter(Boolean).join(" · ");
         button.append(title, meta);
         li.append(button);
         return li;
       }),
     );
   }
+}
+
+/** A session's usage totals (`usage` in the REST summary) in a few words, or "" when none. */
+function usageText(usage) {
+  if (!usage || !(usage.totalTokens || usage.inputTokens || usage.audioSecondsIn || usage.audioSecondsOut)) return "";
+  const tokens = usage.totalTokens || usage.inputTokens + usage.outputTokens;
+  const seconds = (s) => `${Math.round(s || 0)} s`;
+  return `${tokens.toLocaleString()} tokens · audio ${seconds(usage.audioSecondsIn)} in, ${seconds(usage.audioSecondsOut)} out`;
 }

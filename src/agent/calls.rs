@@ -4,10 +4,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::context::{merge_actions, Context, Invocation};
 use super::tool::{FunctionTool, ToolBody, ToolError};
@@ -37,7 +38,18 @@ pub async fn call_tools(
     }
     let runs = calls.iter().map(|call| {
         let tool = tools.iter().find(|t| t.name() == call.name);
+        let span = tool_span(call);
+        let outcome = span.clone();
         call_one(invocation, agent_name, tool, callbacks, call, background)
+            .map(move |(response, actions)| {
+                if response.response.get("error").is_some() {
+                    outcome
+                        .record("error.type", "tool_error")
+                        .record("otel.status_code", "error");
+                }
+                (response, actions)
+            })
+            .instrument(span)
     });
     // All at once: two slow tools take as long as the slower one.
     let results = futures::future::join_all(runs).await;
@@ -96,6 +108,33 @@ async fn call_one(
         response: as_object(result),
     };
     (response, ctx.take_actions())
+}
+
+/// A tool call's trace span (GenAI `execute_tool`), in the caller's span (the turn's). The size
+/// of the arguments, not the arguments: they may carry what the user said.
+fn tool_span(call: &FunctionCall) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: crate::trace_context::SPAN_TARGET,
+        "tool",
+        otel.name = %format_args!("execute_tool {}", call.name),
+        otel.kind = "internal",
+        otel.status_code = tracing::field::Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = call.name.as_str(),
+        gen_ai.tool.call.id = call.id.as_deref().unwrap_or_default(),
+        livegate.tool.args_bytes = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let bytes = call
+            .args
+            .as_ref()
+            .and_then(|args| serde_json::to_vec(args).ok())
+            .map_or(0, |json| json.len());
+        // As i64: the OpenTelemetry bridge exports a u64 as a string.
+        span.record("livegate.tool.args_bytes", bytes as i64);
+    }
+    span
 }
 
 fn is_streaming(tool: &FunctionTool) -> bool {

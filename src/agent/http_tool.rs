@@ -24,10 +24,14 @@ pub fn http_tool(
     FunctionTool::new(name, description, parameters, move |args, _ctx| {
         let (client, url, tool_name) = (client.clone(), url.clone(), tool_name.clone());
         async move {
+            // The call's trace goes on to the tool's server (when traces are exported).
+            let traceparent = crate::trace_context::traceparent_of(&tracing::Span::current());
             let call = async {
-                let reply = client
-                    .post(&url)
-                    .json(&args)
+                let mut request = client.post(&url).json(&args);
+                if let Some(traceparent) = traceparent {
+                    request = request.header(crate::trace_context::TRACEPARENT, traceparent);
+                }
+                let reply = request
                     .send()
                     .await
                     .map_err(|e| ToolError::Failed(format!("request failed: {e}")))?;

@@ -10,4 +10,4 @@ pub use queue::{
     bounded_live_request_queue, live_request_queue, LiveRequest, LiveRequestQueue,
     LiveRequestReceiver, QueueClosed, DEFAULT_QUEUE_CAPACITY, DEFAULT_QUEUE_MAX_BYTES,
 };
-pub use run_config::{OnReconnect, RunConfig};
+pub use run_config::{AudioTally, OnReconnect, RunConfig};

@@ -44,6 +44,49 @@ pub struct RunConfig {
     /// What the run allows the model server: reconnects, answer time, bytes per turn
     /// (livegate's).
     pub limits: crate::live::flow::FlowLimits,
+    /// The run's audio each way, for its usage totals (livegate's; a fresh one per run).
+    pub audio: AudioTally,
+}
+
+/// Seconds of PCM audio a run took from the client and had from the model, counted in
+/// microseconds by whoever sees it pass (the send loop, the flow).
+///
+/// It only observes, so two configs that differ in it alone compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct AudioTally(Arc<[std::sync::atomic::AtomicU64; 2]>);
+
+impl AudioTally {
+    /// Audio from the client to the model.
+    pub fn input(&self, blob: &crate::event::Blob) {
+        Self::add(&self.0[0], blob, 16_000);
+    }
+
+    /// Audio from the model.
+    pub fn output(&self, blob: &crate::event::Blob) {
+        Self::add(&self.0[1], blob, 24_000);
+    }
+
+    fn add(counter: &std::sync::atomic::AtomicU64, blob: &crate::event::Blob, default_rate: u32) {
+        if !blob.is_pcm() {
+            return;
+        }
+        let rate = u64::from(blob.sample_rate().unwrap_or(default_rate).max(1));
+        // PCM16 mono: two bytes a sample.
+        let micros = blob.data.len() as u64 * 1_000_000 / (2 * rate);
+        counter.fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Seconds in and out so far.
+    pub fn seconds(&self) -> (f64, f64) {
+        let read = |i: usize| self.0[i].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+        (read(0), read(1))
+    }
+}
+
+impl PartialEq for AudioTally {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A callback for a run's upstream reconnects; none by default.
@@ -100,6 +143,7 @@ impl Default for RunConfig {
             on_reconnect: OnReconnect::default(),
             playout: None,
             limits: crate::live::flow::FlowLimits::default(),
+            audio: AudioTally::default(),
         }
     }
 }

@@ -98,6 +98,10 @@ pub(super) struct Drive {
     pub handles: Option<HandleKeeper>,
     /// Where the handles' writes run (the runner's, which waits for them at shutdown).
     pub background: TaskTracker,
+    /// The session store's commits, added up on the run's trace span.
+    pub commits: super::traced::CommitTally,
+    /// The session's usage totals, stored with each usage event (never locked across an await).
+    pub usage: std::sync::Mutex<super::usage::UsageTotals>,
 }
 
 impl Drive {
@@ -276,6 +280,27 @@ impl Drive {
         committed.into_iter().map(|item| item.event).collect()
     }
 
+    /// A stored event that reports usage carries the session's new totals in its state delta,
+    /// with the audio each way so far: committed with it, so they are as current as the store.
+    fn add_usage(&self, event: &mut Event) {
+        let Some(usage) = &event.usage_metadata else {
+            return;
+        };
+        let Ok(mut totals) = self.usage.lock() else {
+            return;
+        };
+        totals.add(usage);
+        let (audio_in, audio_out) = self.run_config.audio.seconds();
+        let mut current = *totals;
+        current.audio_seconds_in += audio_in;
+        current.audio_seconds_out += audio_out;
+        drop(totals);
+        event
+            .actions
+            .state_delta
+            .insert(super::usage::USAGE_STATE_KEY.into(), current.to_value());
+    }
+
     /// Commits items in order (those ADK's live rule stores, together) and records their state
     /// for the run, in order. Returns each event with whether to yield it, each failed one
     /// followed by an error event (always yielded).
@@ -305,6 +330,7 @@ impl Drive {
                 }
             }
             if store && event.is_persisted_in_live() {
+                self.add_usage(&mut event);
                 stored.push((out.len(), event.actions.state_delta.clone()));
                 to_store.push(event.clone());
             }
@@ -313,10 +339,13 @@ impl Drive {
         if to_store.is_empty() {
             return out;
         }
+        let (count, started) = (to_store.len(), std::time::Instant::now());
         let outcomes = self
             .sessions
             .append_events(&mut session.session, to_store)
             .await;
+        let failed = outcomes.iter().filter(|o| o.is_err()).count();
+        self.commits.add(count, failed, started.elapsed());
         session.drop_events();
         let inv = &self.invocation.invocation_id;
         let mut failed = Vec::new();

@@ -5,6 +5,8 @@
 mod drive;
 mod handles;
 mod history;
+mod traced;
+pub mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -271,6 +273,18 @@ impl Runner {
             session.state.clone(),
         );
         invocation.user_content = prompt.clone();
+        let span = traced::invocation_span(
+            &invocation_id,
+            start.name(),
+            &session.id,
+            mode == Mode::Live,
+        );
+        // The audio of this run only: the totals before it are the session's.
+        let base_usage = usage::UsageTotals::of_state(&session.state);
+        let run_config = RunConfig {
+            audio: crate::live::AudioTally::default(),
+            ..run_config
+        };
         let drive = Drive {
             root: self.agent.clone(),
             sessions: self.sessions.clone(),
@@ -283,10 +297,13 @@ impl Runner {
             resume,
             handles: None,
             background: self.background.clone(),
+            commits: traced::CommitTally::new(span.clone()),
+            usage: std::sync::Mutex::new(base_usage),
         };
+        let events = drive.run(session, start, requests);
         LiveRun {
             invocation_id,
-            events: drive.run(session, start, requests).boxed(),
+            events: traced::InSpan::new(events, span).boxed(),
         }
     }
 

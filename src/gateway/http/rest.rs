@@ -108,6 +108,7 @@ fn summary(session: &Session) -> Value {
         "id": session.id,
         "state": session.state,
         "lastUpdateTime": session.last_update_time,
+        "usage": crate::runner::usage::UsageTotals::of_state(&session.state),
     })
 }
 
@@ -167,6 +168,42 @@ pub(crate) async fn create(
 
 /// `GET /api/sessions?user_id=U`: the user's sessions, most recently updated first. A client
 /// token lists its own user's (the default for it), a session-bound one only its session.
+/// `GET /api/users/{user}/usage`: the user's usage totals, summed over their sessions (the
+/// sessions a session-bound token may see only), with how many sessions that is.
+pub(crate) async fn user_usage(
+    State(gateway): State<Arc<Gateway>>,
+    Extension(principal): Extension<Principal>,
+    Path(user_id): Path<String>,
+) -> Response {
+    let user = match PathId::parse("user id", &user_id) {
+        Ok(id) => id,
+        Err(m) => return bad_request(m).into_response(),
+    };
+    if let Err(denied) = principal.check_user(user.as_str()) {
+        return denied.into_response();
+    }
+    let sessions = match gateway
+        .runner
+        .sessions
+        .list_sessions(&gateway.runner.app_name, user.as_str())
+        .await
+    {
+        Ok(sessions) => sessions,
+        Err(e) => return session_error(e).into_response(),
+    };
+    let mut totals = crate::runner::usage::UsageTotals::default();
+    let mut counted = 0;
+    for session in sessions.iter().filter(|s| {
+        principal
+            .session()
+            .is_none_or(|bound| bound.as_str() == s.id)
+    }) {
+        totals.merge(&crate::runner::usage::UsageTotals::of_state(&session.state));
+        counted += 1;
+    }
+    Json(json!({ "userId": user.as_str(), "sessions": counted, "usage": totals })).into_response()
+}
+
 pub(crate) async fn list_sessions(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,

@@ -31,6 +31,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         )
         .route(&format!("{sessions}/artifacts"), get(rest::list_artifacts))
         .route(&format!("{sessions}/export"), get(export::export_session))
+        .route("/api/users/{user_id}/usage", get(rest::user_usage))
         .route(
             &format!("{sessions}/artifacts/{{name}}"),
             get(rest::download_artifact),

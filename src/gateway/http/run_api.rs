@@ -13,6 +13,7 @@ use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use tracing::Instrument;
 
 use crate::event::Content;
 use crate::gateway::auth::Principal;
@@ -56,12 +57,15 @@ fn run_error(e: RunError) -> Response {
 struct Started {
     run: LiveRun,
     _slot: LiveSlot,
+    /// The request's trace span, kept until the run's last event is taken.
+    _span: tracing::Span,
 }
 
 /// Parses and starts a run; errors are finished responses.
 async fn start(
     gateway: &Arc<Gateway>,
     principal: &Principal,
+    headers: &axum::http::HeaderMap,
     body: &[u8],
 ) -> Result<Started, Response> {
     let mut request: RunAgentRequest = serde_json::from_slice(body)
@@ -92,6 +96,20 @@ async fn start(
         .limits
         .admit_run(user_id.as_str(), session_id.as_str())
         .map_err(Refused::response)?;
+    let span = tracing::info_span!(
+        target: crate::trace_context::TRACE_TARGET,
+        "run",
+        otel.name = "livegate.run",
+        otel.kind = "server",
+        user_id = %user_id,
+        session_id = %session_id,
+        trace_id = tracing::field::Empty,
+        gen_ai.conversation.id = %session_id,
+    );
+    let parent = crate::trace_context::traceparent_header(headers);
+    if let Some(trace_id) = crate::trace_context::continue_trace(&span, parent.as_ref()) {
+        span.record("trace_id", tracing::field::display(&trace_id));
+    }
     let run = gateway
         .runner
         .run_async(
@@ -102,6 +120,7 @@ async fn start(
             RunConfig::default(),
             request.streaming,
         )
+        .instrument(span.clone())
         .await
         .map_err(run_error)?;
     tracing::info!(
@@ -111,7 +130,11 @@ async fn start(
         streaming = request.streaming,
         "turn-based run"
     );
-    Ok(Started { run, _slot: slot })
+    Ok(Started {
+        run,
+        _slot: slot,
+        _span: span,
+    })
 }
 
 /// Refuses a client's state delta that would take the session's state past its quota (reading
@@ -155,9 +178,10 @@ async fn check_state_quota(
 pub(crate) async fn run(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    match start(&gateway, &principal, &body).await {
+    match start(&gateway, &principal, &headers, &body).await {
         Ok(started) => {
             let events = started.run.events.collect::<Vec<_>>().await;
             Json(events).into_response()
@@ -170,13 +194,18 @@ pub(crate) async fn run(
 pub(crate) async fn run_sse(
     State(gateway): State<Arc<Gateway>>,
     Extension(principal): Extension<Principal>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    match start(&gateway, &principal, &body).await {
-        Ok(Started { run, _slot: slot }) => {
+    match start(&gateway, &principal, &headers, &body).await {
+        Ok(Started {
+            run,
+            _slot: slot,
+            _span: span,
+        }) => {
             // The slot goes with the stream: the run is live until its last event is sent.
             let events = run.events.map(move |event| {
-                let _live = &slot;
+                let _live = (&slot, &span);
                 let data = serde_json::to_string(&event)
                     .unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
                 Ok::<_, Infallible>(SseEvent::default().data(data))

@@ -84,6 +84,11 @@ pub struct ServeArgs {
     /// Log output format.
     #[arg(long, env = "LIVEGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Export traces over OTLP/HTTP, configured by the standard `OTEL_*` variables
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, `OTEL_TRACES_SAMPLER`, …;
+    /// docs/OBSERVABILITY.md). Off: no tracing layer is installed at all.
+    #[arg(long, env = "LIVEGATE_OTEL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub otel: bool,
     /// How far model audio may run ahead of real-time playback at the client, in milliseconds.
     #[arg(long, env = "LIVEGATE_AUDIO_LEAD_MS", default_value_t = 500)]
     pub audio_lead_ms: u64,
@@ -316,6 +321,7 @@ impl ServeArgs {
             audio_frames: AudioEncoding::Binary,
             save_live_blob: true,
             log_format: LogFormat::Text,
+            otel: false,
             audio_lead_ms: 500,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
@@ -594,6 +600,7 @@ struct FileConfig {
     #[serde(rename = "save-audio", alias = "save-live-blob")]
     save_live_blob: Option<bool>,
     log_format: Option<String>,
+    otel: Option<bool>,
     audio_lead_ms: Option<u64>,
     upstream_audio_chunk_ms: Option<u64>,
     max_message_bytes: Option<usize>,
@@ -776,6 +783,7 @@ impl FileConfig {
         fill_parsed!(fill, args, file, parse_modality => modality);
         fill_parsed!(fill, args, file, parse_audio_frames => audio_frames);
         fill!(fill, args, file => save_live_blob, audio_lead_ms, max_message_bytes, queue_capacity);
+        fill!(fill, args, file => otel);
         let chunk = &mut args.upstream_audio_chunk_ms;
         fill.parsed(
             "upstream_audio_chunk_ms",

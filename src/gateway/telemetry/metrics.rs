@@ -3,6 +3,7 @@
 //! reconnects, slow clients cut off, and how long the gateway takes to forward an answer's audio;
 //! beside them the process's own CPU time and memory (`process_*`, see [`crate::gateway::telemetry::process`]).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use prometheus_client::encoding::text::encode;
@@ -217,6 +218,7 @@ impl Default for Metrics {
             events: Arc::new(events),
         };
         let limits = crate::gateway::server::limits::LimitCounters::register(registry);
+        register_trace_export(registry);
         Metrics {
             registry: root,
             connections,
@@ -226,6 +228,26 @@ impl Default for Metrics {
             auth_failures,
         }
     }
+}
+
+/// Registers the trace export's counters (the process's one queue; zero while tracing is off).
+fn register_trace_export(registry: &mut Registry) {
+    let counters = &*crate::gateway::telemetry::otel::COUNTERS;
+    registry.register(
+        "trace_spans_exported",
+        "Trace spans handed to the OTLP collector",
+        counters.exported.clone(),
+    );
+    registry.register(
+        "trace_spans_dropped",
+        "Trace spans dropped: the export queue was full (a slow or absent collector) or their export failed",
+        counters.dropped.clone(),
+    );
+    registry.register(
+        "trace_export_failures",
+        "OTLP exports that failed (collector down, refused, timed out)",
+        counters.failed_exports.clone(),
+    );
 }
 
 /// Registers the counters of client messages and bytes each way, and of slow clients cut off:
@@ -299,7 +321,21 @@ impl EventCounters {
         let saved = |source| artifacts.get_or_create(&[("source", source)]).clone();
         let recordings = saved("recording");
         let agent_artifacts = saved("agent");
+        let tokens = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "model_tokens",
+            "Model tokens by direction (input: prompt, output: answer), as the models report them",
+            tokens.clone(),
+        );
+        let audio = Family::<[(&'static str, &'static str); 1], Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "audio_seconds",
+            "Seconds of audio by direction: in, clients' binary audio frames; out, the models' audio",
+            audio.clone(),
+        );
         EventCounters {
+            tokens: ["input", "output"].map(|d| tokens.get_or_create(&[("direction", d)]).clone()),
+            audio_seconds: ["in", "out"].map(|d| audio.get_or_create(&[("direction", d)]).clone()),
             runs,
             kinds: EventKind::ALL.map(|k| kinds.get_or_create(&[("kind", k.label())]).clone()),
             errors,
@@ -512,6 +548,10 @@ struct EventCounters {
     recordings: Counter,
     agent_artifacts: Counter,
     recordings_dropped: Counter,
+    /// The models' tokens, input and output, as they report them.
+    tokens: [Counter; 2],
+    /// Seconds of audio from clients (binary frames) and from the models.
+    audio_seconds: [Counter<f64, AtomicU64>; 2],
 }
 
 impl EventCounters {
@@ -546,6 +586,20 @@ impl EventCounters {
         self.recordings.inc_by(recordings as u64);
         self.agent_artifacts
             .inc_by(event.actions.artifact_delta.len() as u64);
+        if let Some(usage) = &event.usage_metadata {
+            self.tokens[0].inc_by(usage.prompt_token_count.unwrap_or(0));
+            self.tokens[1].inc_by(usage.candidates_token_count.unwrap_or(0));
+        }
+        let audio = event
+            .content
+            .iter()
+            .flat_map(|c| &c.parts)
+            .filter_map(|p| p.inline_data.as_ref())
+            .filter(|b| b.is_pcm());
+        for blob in audio {
+            let rate = f64::from(blob.sample_rate().unwrap_or(24_000).max(1));
+            self.audio_seconds[1].inc_by(blob.data.len() as f64 / (2.0 * rate));
+        }
     }
 }
 
@@ -588,6 +642,10 @@ impl Meter {
     /// A message from the client: binary (audio) or text, with its payload size.
     pub fn received(&self, binary: bool, bytes: usize) {
         self.inbound.count(binary, bytes);
+        if binary {
+            // Binary frames are PCM16 mono at 16 kHz (docs/PROTOCOL.md).
+            self.events.audio_seconds[0].inc_by(bytes as f64 / 32_000.0);
+        }
     }
 
     /// A message to the client.

@@ -63,7 +63,10 @@ pub async fn serve_call(
     grant: Option<Grant>,
 ) {
     let span = tracing::info_span!(
+        target: crate::trace_context::TRACE_TARGET,
         "call",
+        otel.name = "livegate.call",
+        otel.kind = "server",
         carrier = carrier.name(),
         call_id = tracing::field::Empty,
         user_id = tracing::field::Empty,
@@ -245,6 +248,7 @@ impl Call {
             audio: Default::default(),
             modality: Modality::Audio,
             settings: ClientLayer::default(),
+            trace_parent: None,
         };
         let (run_config, _) =
             live_settings::run_config(&gateway.live, &options, gateway.save_live_blob, None);

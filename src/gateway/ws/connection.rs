@@ -102,7 +102,12 @@ pub async fn serve_connection<S, R>(
     S::Error: std::fmt::Display,
     R: Stream<Item = Result<Message, axum::Error>> + Unpin + Send,
 {
-    let span = tracing::info_span!("connection", user_id = %user_id, session_id = %session_id, invocation_id = tracing::field::Empty);
+    let span = connection_span(&user_id, &session_id);
+    if let Some(trace_id) =
+        crate::trace_context::continue_trace(&span, options.trace_parent.as_ref())
+    {
+        span.record("trace_id", tracing::field::display(&trace_id));
+    }
     async move {
         let lease = gateway
             .registry
@@ -119,6 +124,22 @@ pub async fn serve_connection<S, R>(
     }
     .instrument(span)
     .await
+}
+
+/// The connection's span: its log lines' context and, with traces on, its trace's root (or the
+/// client's trace continued). `trace_id` joins the log lines to the trace.
+fn connection_span(user_id: &PathId, session_id: &PathId) -> tracing::Span {
+    tracing::info_span!(
+        target: crate::trace_context::TRACE_TARGET,
+        "connection",
+        otel.name = "livegate.connection",
+        otel.kind = "server",
+        user_id = %user_id,
+        session_id = %session_id,
+        invocation_id = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        gen_ai.conversation.id = %session_id,
+    )
 }
 
 /// One connection's state shared by its steps: start, read loop and close.

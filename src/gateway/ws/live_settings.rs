@@ -246,6 +246,9 @@ pub struct ConnectOptions {
     pub modality: Modality,
     /// Live settings given as query parameters.
     pub settings: ClientLayer,
+    /// The client's W3C trace context (`traceparent` header on the upgrade, or query parameter):
+    /// the connection's trace continues it. A malformed one is ignored, as W3C asks.
+    pub trace_parent: Option<crate::trace_context::TraceParent>,
 }
 
 impl ConnectOptions {
@@ -266,6 +269,9 @@ impl ConnectOptions {
                 None => modality,
             },
             settings: query_settings(query, allowed),
+            trace_parent: query
+                .get(crate::trace_context::TRACEPARENT)
+                .and_then(|v| crate::trace_context::TraceParent::parse(v)),
         })
     }
 }

@@ -37,6 +37,7 @@ pub(crate) async fn ws_upgrade(
     watch: Option<axum::Extension<Arc<IoWatch>>>,
     Path((user_id, session_id)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let ids =
@@ -48,7 +49,7 @@ pub(crate) async fn ws_upgrade(
     if let Err(denied) = principal.check_session(user_id.as_str(), session_id.as_str()) {
         return denied.into_response();
     }
-    let options = match ConnectOptions::from_query(
+    let mut options = match ConnectOptions::from_query(
         &query,
         gateway.audio_frames,
         gateway.modality,
@@ -57,6 +58,10 @@ pub(crate) async fn ws_upgrade(
         Ok(options) => options,
         Err(message) => return bad_request(message),
     };
+    // The header wins over the query parameter (browsers cannot set headers on a WebSocket).
+    if let Some(parent) = crate::trace_context::traceparent_header(&headers) {
+        options.trace_parent = Some(parent);
+    }
     if gateway.shutdown.is_fired() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }

@@ -17,6 +17,7 @@ pub(crate) mod send;
 mod spill;
 #[cfg(test)]
 mod tests;
+mod traced;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::audio_cache::{AudioCache, AudioSide, RecordingTarget};
 use super::hooks::{FlowHooks, Screened};
@@ -16,6 +17,7 @@ use super::receive::{ResponseProcessor, Step};
 use super::reconnect::{self, AfterEnd, Attempts, ConnectionEnd};
 use super::screen::{screen, Blocked};
 use super::send::{send_loop, PersistRequest, SendContext, SendInputs, TurnClock};
+use super::traced::{self, ModelLabel, Opening, Turns};
 use super::{
     FlowEnd, FlowEndReason, FlowItem, FlowLimits, HistorySource, LiveFlow, GO_AWAY_ANSWER_GRACE,
     STABLE_CONNECTION, TASK_COMPLETED,
@@ -117,6 +119,8 @@ struct ModelLink {
     mid_answer: bool,
     /// After a `goAway` during an answer: when the flow stops waiting for its end.
     go_away_by: Option<Instant>,
+    /// The connection's trace span (disabled when traces are off).
+    span: tracing::Span,
 }
 
 /// One running flow.
@@ -158,6 +162,10 @@ pub(super) struct FlowRun {
     /// The events to yield now.
     pub out: VecDeque<FlowItem>,
     then: Option<Then>,
+    /// The model, as the trace spans name it.
+    label: ModelLabel,
+    /// The turn under way, for its trace span.
+    traced: Turns,
 }
 
 impl FlowRun {
@@ -177,6 +185,7 @@ impl FlowRun {
             .as_ref()
             .and_then(|r| r.handle.clone());
         let (turns, turn_sent) = TurnClock::new();
+        let label = ModelLabel::new(flow.model.provider(), flow.model.name());
         FlowRun {
             limits: flow.run_config.limits,
             turns,
@@ -213,6 +222,8 @@ impl FlowRun {
             conn: None,
             out: VecDeque::new(),
             then: None,
+            label,
+            traced: Turns::default(),
         }
     }
 
@@ -336,11 +347,25 @@ impl FlowRun {
         if self.handle.is_none() && !self.first_connect {
             self.refresh_history().await;
         }
-        let config = self.connect_config();
-        let LiveConnection { sender, receiver } = match self.model.connect(config).await {
-            Ok(connection) => connection,
-            Err(error) => return Phase::Decide(ConnectionEnd::Refused(error)),
+        let opening = Opening {
+            reconnect: !self.first_connect,
+            resumed: self.handle.is_some(),
+            replayed: !self.first_connect && self.handle.is_none(),
         };
+        let config = self.connect_config();
+        let span = traced::connection_span(&self.label, opening);
+        let started = std::time::Instant::now();
+        let LiveConnection { sender, receiver } = match self.model.connect(config).await {
+            Ok(connection) => {
+                traced::connected(&span, started, None);
+                connection
+            }
+            Err(error) => {
+                traced::connected(&span, started, Some(error.code()));
+                return Phase::Decide(ConnectionEnd::Refused(error));
+            }
+        };
+        self.traced.resumption_updates = 0;
         let Some(inputs) = self.inputs.take() else {
             return Phase::Finish;
         };
@@ -358,6 +383,7 @@ impl FlowRun {
                 stop: stop.clone(),
                 hooks: self.hooks.clone(),
                 turns: self.turns.clone(),
+                audio: self.run_config.audio.clone(),
             },
         ));
         let processor = ResponseProcessor::new(
@@ -379,6 +405,7 @@ impl FlowRun {
             awaiting_answer: false,
             mid_answer: false,
             go_away_by: None,
+            span,
         });
         Phase::Listen
     }
@@ -493,6 +520,17 @@ impl FlowRun {
             // The user spoke: a new turn, with its own tool rounds.
             self.tool_rounds = 0;
         }
+        if response.go_away.is_some() {
+            conn.span.record("livegate.model.go_away", true);
+        }
+        let traced = response.content.is_some()
+            || response.output_transcription.is_some()
+            || response.interrupted
+            || response.usage_metadata.is_some()
+            || !response.tool_calls.is_empty();
+        if traced {
+            self.traced.on_message(&self.label, &response);
+        }
         for id in &response.tool_call_cancellations {
             if let Some(task) = self.running.remove(id) {
                 tracing::info!(
@@ -510,9 +548,10 @@ impl FlowRun {
             answer_ends: response.turn_complete || response.interrupted,
             answering,
         });
-        if self.run_config.save_live_blob {
-            let blobs = response.content.iter().flat_map(|c| &c.parts);
-            for blob in blobs.filter_map(|p| p.inline_data.as_ref()) {
+        let blobs = response.content.iter().flat_map(|c| &c.parts);
+        for blob in blobs.filter_map(|p| p.inline_data.as_ref()) {
+            self.run_config.audio.output(blob);
+            if self.run_config.save_live_blob {
                 self.cache.push(AudioSide::Output, blob);
             }
         }
@@ -535,6 +574,7 @@ impl FlowRun {
         }
         if new_handle.len() <= self.limits.max_handle_bytes {
             self.handle = Some(new_handle.clone());
+            self.traced.resumption_updates += 1;
             return;
         }
         let bytes = new_handle.len();
@@ -562,7 +602,7 @@ impl FlowRun {
         let mut event = match step {
             Step::Emit(event) => event,
             Step::Flush { input, output } => {
-                let flushed = self.cache.flush(&self.target, input, output).await;
+                let flushed = self.flush_recordings(input, output).await;
                 self.out.extend(flushed.into_iter().map(FlowItem::flushed));
                 return None;
             }
@@ -627,6 +667,10 @@ impl FlowRun {
     fn on_message_done(&mut self, said: Said) -> Option<ConnectionEnd> {
         let conn = self.conn.as_mut()?;
         let answered = conn.awaiting_answer && said.answering;
+        // The answer's turn is over (not a tool call's turn, which the results' answer follows).
+        if said.turn_over && (answered || !conn.awaiting_answer) && self.tools.is_empty() {
+            self.traced.end();
+        }
         if said.answer_ends {
             conn.mid_answer = false;
         } else if said.answering {
@@ -705,9 +749,10 @@ impl FlowRun {
     fn call_tools(&mut self, call_event: Event, ids: Vec<String>) {
         let hooks = self.hooks.clone();
         let to_model = self.internal_tx.clone();
-        let task = self
-            .tools
-            .spawn(async move { hooks.call_tools(call_event, to_model).await });
+        let task = self.tools.spawn(
+            async move { hooks.call_tools(call_event, to_model).await }
+                .instrument(self.traced.span()),
+        );
         for id in ids {
             self.running.insert(id, task.clone());
         }
@@ -733,6 +778,13 @@ impl FlowRun {
             return Phase::Decide(end);
         };
         conn.said = None;
+        traced::connection_ended(&conn.span, &end);
+        if self.traced.resumption_updates > 0 {
+            conn.span.record(
+                "livegate.model.resumption_updates",
+                traced::count(self.traced.resumption_updates),
+            );
+        }
         let ended = matches!(
             end,
             ConnectionEnd::GoAway | ConnectionEnd::Dropped(_) | ConnectionEnd::Closed
@@ -769,7 +821,7 @@ impl FlowRun {
         match conn.steps.next() {
             Some(Step::Emit(event)) => self.emit(event),
             Some(Step::Flush { input, output }) => {
-                let flushed = self.cache.flush(&self.target, input, output).await;
+                let flushed = self.flush_recordings(input, output).await;
                 self.out.extend(flushed.into_iter().map(FlowItem::flushed));
             }
             None => {
@@ -861,6 +913,18 @@ impl FlowRun {
         Phase::Connect
     }
 
+    /// Saves the recordings (the input's, the output's, or both) in a span of the turn's.
+    async fn flush_recordings(&mut self, input: bool, output: bool) -> Vec<Event> {
+        let span = traced::recording_span(&self.traced.span());
+        let flushed = self
+            .cache
+            .flush(&self.target, input, output)
+            .instrument(span.clone())
+            .await;
+        span.record("livegate.recordings.saved", flushed.len() as i64);
+        flushed
+    }
+
     /// Stops the tools and flushes every recording, whatever ended the flow.
     async fn finish(&mut self) -> Phase {
         // Tools still running answer a model that is gone; stop them.
@@ -872,7 +936,8 @@ impl FlowRun {
         // No recording is lost (but the microphone's silent tail after the last turn is no
         // recording).
         self.cache.drop_silent_input();
-        let flushed = self.cache.flush(&self.target, true, true).await;
+        let flushed = self.flush_recordings(true, true).await;
+        self.traced.end();
         self.out.extend(flushed.into_iter().map(FlowItem::flushed));
         // What could not be saved now is saved later, where the store can.
         Phase::SaveHeld

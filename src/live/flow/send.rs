@@ -75,11 +75,14 @@ pub(crate) struct SendContext {
     pub stop: Latch,
     pub hooks: Arc<dyn FlowHooks>,
     pub turns: TurnClock,
+    /// The run's audio each way, for its usage totals.
+    pub audio: crate::live::AudioTally,
 }
 
 impl SendContext {
     /// The model input for a client's media chunk, recorded first when the run records audio.
     fn media(&self, blob: Blob) -> LiveInput {
+        self.audio.input(&blob);
         if self.save_live_blob {
             self.cache.push(AudioSide::Input, &blob);
         }
@@ -323,6 +326,7 @@ mod tests {
             stop: stop.clone(),
             hooks: Arc::new(NoHooks),
             turns: TurnClock::new().0,
+            audio: Default::default(),
         };
         let inputs = SendInputs { requests, internal };
         let task = tokio::spawn(send_loop(inputs, tx, ctx));
