@@ -598,3 +598,77 @@ impl SharedLeases for PgLeases {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Leases of node `n1` that never reach a server: what is tested here is in memory.
+    fn leases() -> PgLeases {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://127.0.0.1:1/none")
+            .unwrap();
+        PgLeases {
+            pool,
+            app_name: "app".into(),
+            node: "n1".into(),
+            ttl: Duration::from_secs(2),
+            held: Mutex::new(HashMap::new()),
+            early: Mutex::new(HashMap::new()),
+            released: tokio::sync::Notify::new(),
+            stop: Signal::new(),
+        }
+    }
+
+    fn takeover(lease: i64) -> String {
+        serde_json::to_string(&Notice::Takeover {
+            node: "n1".into(),
+            lease,
+            app: "app".into(),
+            user: "u".into(),
+            session: "s".into(),
+        })
+        .unwrap()
+    }
+
+    fn held(lease: i64) -> (Held, Signal) {
+        let taken_over = Signal::new();
+        let held = Held {
+            lease,
+            taken_over: taken_over.clone(),
+            store_lost: Signal::new(),
+        };
+        (held, taken_over)
+    }
+
+    /// The other node reads the row as soon as it is committed, so its notice can come before
+    /// this node has registered the lease: it is kept, and fires on registration.
+    #[tokio::test]
+    async fn a_takeover_notice_that_overtakes_its_lease_is_kept_for_it() {
+        let leases = leases();
+        leases.on_notice(&takeover(7));
+        let (other, other_fired) = held(6);
+        leases.hold(("u".into(), "s".into()), other);
+        assert!(!other_fired.is_fired(), "a notice is for one lease only");
+        leases.held().clear();
+        leases.on_notice(&takeover(7));
+        let (lease, fired) = held(7);
+        leases.hold(("u".into(), "s".into()), lease);
+        assert!(fired.is_fired());
+        let (later, later_fired) = held(8);
+        leases.hold(("u".into(), "s".into()), later);
+        assert!(!later_fired.is_fired(), "kept once, then gone");
+    }
+
+    /// A registered lease is fired by its notice, not by one for an older lease of this node.
+    #[tokio::test]
+    async fn a_takeover_notice_fires_the_lease_it_names() {
+        let leases = leases();
+        let (lease, fired) = held(3);
+        leases.hold(("u".into(), "s".into()), lease);
+        leases.on_notice(&takeover(2));
+        assert!(!fired.is_fired());
+        leases.on_notice(&takeover(3));
+        assert!(fired.is_fired());
+    }
+}
