@@ -74,7 +74,7 @@ const MAX_BATCH: usize = 256;
 /// locking the same rows in other orders); nothing of an aborted batch was committed.
 const DEADLOCK_RETRIES: usize = 3;
 
-/// Connections per node: the writers, the lease listener, and reads.
+/// Connections per node for the sessions: the writers and reads (the leases have their own).
 const MAX_CONNECTIONS: u32 = 24;
 
 /// Stores one event (with its state delta) if its session exists, it is not already there and

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::{PgListener, PgPool};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::Row;
 
 use crate::gateway::cluster::registry::{Lease, LeaseError, SharedLeases};
@@ -29,6 +29,10 @@ const CHANNEL: &str = "livegate_leases";
 const POLL: Duration = Duration::from_millis(250);
 /// Pause after the listener's connection failed, before it reconnects.
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
+/// Connections of the leases' own pool (the listener has one more). Renewals and takes never
+/// queue behind the session store's reads and writes: a node busy with its sessions must not
+/// look like one that lost its store, and stop them.
+const LEASE_CONNECTIONS: u32 = 4;
 /// How often a waiting node tells the holder again.
 const RESEND: Duration = Duration::from_secs(1);
 /// Most takeover notices kept for leases not registered yet (a notice may overtake the
@@ -100,19 +104,25 @@ enum Attempt {
 }
 
 impl PgLeases {
-    /// Starts listening for notices and renewing this node's leases.
+    /// Starts listening for notices and renewing this node's leases, on connections of their
+    /// own to the server `store` reaches (see `LEASE_CONNECTIONS`).
     pub async fn start(
-        pool: PgPool,
+        store: PgPool,
         app_name: &str,
         ttl: Duration,
     ) -> Result<Arc<Self>, sqlx::Error> {
+        let ttl = ttl.max(Duration::from_millis(300));
+        let pool = PgPoolOptions::new()
+            .max_connections(LEASE_CONNECTIONS)
+            .acquire_timeout(ttl)
+            .connect_lazy_with((*store.connect_options()).clone());
         let mut listener = PgListener::connect_with(&pool).await?;
         listener.listen(CHANNEL).await?;
         let leases = Arc::new(PgLeases {
             pool,
             app_name: app_name.to_owned(),
             node: uuid::Uuid::new_v4().to_string(),
-            ttl: ttl.max(Duration::from_millis(300)),
+            ttl,
             held: Mutex::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
             released: tokio::sync::Notify::new(),
@@ -313,7 +323,7 @@ impl PgLeases {
         .bind(self.ttl_ms())
         .fetch_all(&self.pool);
         // Bounded: a renewal that never comes back (a black-holed network) is a failed one.
-        let renewed = tokio::time::timeout(self.ttl / 3, renewal)
+        let renewed = tokio::time::timeout(self.ttl / 2, renewal)
             .await
             .unwrap_or(Err(sqlx::Error::PoolTimedOut));
         let (lost, outage): (Vec<(Key, Held)>, bool) = match renewed {
