@@ -525,28 +525,23 @@ impl Refusal {
         }
     }
 
-    /// The run could not start: a newer lease claimed the session (taken over), the store
-    /// failed (try again), or anything else (1011).
+    /// The run could not start: a newer lease claimed the session (taken over), or anything
+    /// else, the store's failures included (1011, after the error event: a broken store is not
+    /// always a passing one).
     fn run(error: &RunError) -> Self {
-        let event = Some((
-            error.code(),
-            format!("could not start the live run: {error}"),
-        ));
         match error {
             RunError::Session(SessionError::Fenced(_)) => Refusal {
                 code: close::TAKEN_OVER,
                 reason: "session taken over by a newer connection",
                 event: None,
             },
-            RunError::Session(SessionError::Database(_)) => Refusal {
-                code: close::TRY_AGAIN_LATER,
-                reason: "session store unavailable; reconnect",
-                event,
-            },
             _ => Refusal {
                 code: close::INTERNAL,
                 reason: "could not start the live run",
-                event,
+                event: Some((
+                    error.code(),
+                    format!("could not start the live run: {error}"),
+                )),
             },
         }
     }
