@@ -1,10 +1,9 @@
 //! What the command-line programs share (`livegate` and the mock servers): the `--log-format`
-//! and `--sim-*` option values, logging, and waiting for Ctrl-C or SIGTERM.
+//! value, logging, and waiting for Ctrl-C or SIGTERM. The `--sim-pacing` value is the sim's own
+//! `Pacing`.
 
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
-
-use crate::model::sim::{Pacing, SimConfig};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -14,38 +13,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// `sim` pacing, as a flag value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum SimPacingArg {
-    /// Audio at the speed of speech.
-    #[default]
-    Realtime,
-    /// As fast as possible, like Gemini.
-    Burst,
-}
-
-/// The `sim` model's settings from the `--sim-*` options.
-pub fn sim_config(
-    pacing: SimPacingArg,
-    reply_delay_ms: Option<u64>,
-    chunk_ms: Option<u32>,
-) -> SimConfig {
-    let mut sim = SimConfig {
-        pacing: match pacing {
-            SimPacingArg::Realtime => Pacing::RealTime,
-            SimPacingArg::Burst => Pacing::Burst,
-        },
-        ..SimConfig::default()
-    };
-    if let Some(ms) = reply_delay_ms {
-        sim.reply_delay = std::time::Duration::from_millis(ms);
-    }
-    if let Some(ms) = chunk_ms {
-        sim.chunk_ms = ms;
-    }
-    sim
 }
 
 /// Logs go to stderr (stdout carries the listening address and reports), coloured only when

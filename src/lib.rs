@@ -3,7 +3,7 @@
 //! Layers, lowest first: [`event`] (ADK events and their JSON), [`model`] (live model
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
-//! Lower layers never import upper ones. Beside them, used by any layer: [`signal`] (a shared
+//! Lower layers never import upper ones. Beside them, used by any layer: [`latch`] (a shared
 //! "it happened" flag), [`byte_channel`] (a channel bounded in messages and bytes), [`procfs`] (a
 //! process's CPU and memory from `/proc`) and [`audio`] (the resampler and the G.711 codec).
 //!
@@ -24,9 +24,9 @@ pub mod byte_channel;
 pub mod cli;
 pub mod event;
 pub mod gateway;
+pub mod latch;
 pub mod live;
 pub mod model;
 pub mod procfs;
 pub mod runner;
 pub mod session;
-pub mod signal;

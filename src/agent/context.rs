@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::signal::Signal;
+use crate::latch::Latch;
 use serde_json::{Map, Value};
 
 use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService};
@@ -28,7 +28,7 @@ pub struct Invocation {
     /// The session state as committed so far in this run (`temp:` keys included).
     state: Mutex<Map<String, Value>>,
     /// Set by `end_invocation`: the run stops after the current step.
-    ended: Signal,
+    ended: Latch,
 }
 
 impl Invocation {
@@ -47,7 +47,7 @@ impl Invocation {
             artifacts,
             user_content: None,
             state: Mutex::new(state),
-            ended: Signal::new(),
+            ended: Latch::new(),
         }
     }
 

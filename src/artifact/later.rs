@@ -22,7 +22,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// A recording waiting for its save: where it goes, and its bytes.
 #[derive(Debug)]
-struct Held {
+struct Unsaved {
     to: Destination,
     bytes: Kept,
 }
@@ -55,7 +55,7 @@ enum Kept {
     Memory(Bytes),
 }
 
-impl Held {
+impl Unsaved {
     fn new(scope: ArtifactScope<'_>, filename: &str, mime_type: String, bytes: Kept) -> Self {
         let to = Destination {
             app_name: scope.app_name.to_owned(),
@@ -64,7 +64,7 @@ impl Held {
             filename: filename.to_owned(),
             mime_type,
         };
-        Held { to, bytes }
+        Unsaved { to, bytes }
     }
 
     fn in_memory(&self) -> usize {
@@ -83,14 +83,14 @@ pub(super) struct Later {
 
 #[derive(Debug, Default)]
 struct Queue {
-    held: VecDeque<Held>,
+    held: VecDeque<Unsaved>,
     /// A task is saving them.
     running: bool,
 }
 
 impl Queue {
     fn in_memory(&self) -> usize {
-        self.held.iter().map(Held::in_memory).sum()
+        self.held.iter().map(Unsaved::in_memory).sum()
     }
 }
 
@@ -108,7 +108,7 @@ impl Later {
         mime_type: String,
         spool: SpoolFile,
     ) {
-        let held = Held::new(scope, filename, mime_type, Kept::File(spool));
+        let held = Unsaved::new(scope, filename, mime_type, Kept::File(spool));
         self.lock().held.push_back(held);
     }
 
@@ -129,7 +129,7 @@ impl Later {
         }
         queue
             .held
-            .push_back(Held::new(scope, filename, mime_type, Kept::Memory(data)));
+            .push_back(Unsaved::new(scope, filename, mime_type, Kept::Memory(data)));
         Ok(())
     }
 
@@ -190,8 +190,8 @@ async fn save_held<S: ArtifactService>(later: Arc<Later>, store: S, stop: Cancel
 }
 
 /// Saves one recording; it comes back if the save failed.
-async fn save_one<S: ArtifactService>(store: &S, held: Held) -> Option<Held> {
-    let Held { to, bytes } = held;
+async fn save_one<S: ArtifactService>(store: &S, held: Unsaved) -> Option<Unsaved> {
+    let Unsaved { to, bytes } = held;
     let (scope, filename, mime_type) = (to.scope(), &to.filename, &to.mime_type);
     let saved = match bytes {
         Kept::File(spool) => store
@@ -220,7 +220,7 @@ async fn save_one<S: ArtifactService>(store: &S, held: Held) -> Option<Held> {
         }
         Err((error, bytes)) => {
             tracing::debug!(%error, filename, "a recording kept for a full disk is still not saved");
-            Some(Held { to, bytes })
+            Some(Unsaved { to, bytes })
         }
     }
 }

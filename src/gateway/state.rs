@@ -14,9 +14,9 @@ use crate::gateway::telemetry::metrics;
 use crate::gateway::ws::codec::{AudioEncoding, FrameLimits};
 use crate::gateway::ws::live_settings;
 use crate::gateway::ws::writer::WriterConfig;
+use crate::latch::Latch;
 use crate::model::Modality;
 use crate::runner::Runner;
-use crate::signal::Signal;
 
 /// Shared state of a running gateway.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub struct Gateway {
     /// One live run per session.
     pub registry: SessionRegistry,
     /// Fires on shutdown.
-    pub shutdown: Signal,
+    pub shutdown: Latch,
     /// Writer settings for every connection.
     pub writer_config: WriterConfig,
     /// Live request queue capacity.

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::byte_channel::{self, TrySendError, Weigh};
-use crate::signal::Signal;
+use crate::latch::Latch;
 use serde_json::{Map, Value};
 
 use crate::event::{Blob, Content};
@@ -61,7 +61,7 @@ pub struct LiveRequestQueue {
     // Boxed: a channel allocates room for 32 messages up front, which unboxed requests would
     // cost every connection while idle.
     tx: byte_channel::Sender<Box<LiveRequest>>,
-    closed: Signal,
+    closed: Latch,
     order: Arc<Mutex<Order>>,
 }
 
@@ -69,7 +69,7 @@ pub struct LiveRequestQueue {
 #[derive(Debug)]
 pub struct LiveRequestReceiver {
     rx: byte_channel::Receiver<Box<LiveRequest>>,
-    closed: Signal,
+    closed: Latch,
     order: Arc<Mutex<Order>>,
 }
 
@@ -144,7 +144,7 @@ pub fn bounded_live_request_queue(
     max_bytes: usize,
 ) -> (LiveRequestQueue, LiveRequestReceiver) {
     let (tx, rx) = byte_channel::channel(capacity, max_bytes);
-    let closed = Signal::new();
+    let closed = Latch::new();
     let order = Arc::default();
     (
         LiveRequestQueue {

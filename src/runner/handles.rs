@@ -93,7 +93,7 @@ impl Keeper {
                 .await;
             match stored {
                 Ok(()) => {}
-                // The store fired the fence's signal: the run is ending.
+                // The store fired the fence's latch: the run is ending.
                 Err(SessionError::Fenced(_)) => {
                     self.lock().writing = false;
                     return;

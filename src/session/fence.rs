@@ -7,7 +7,7 @@
 //! highest epoch claimed, and a fenced write commits only while the row still has the run's own
 //! epoch, checked in the statement that writes. A run whose lease was taken (a node paused past
 //! its lease, a lost notice) has its writes refused with [`SessionError::Fenced`]
-//! (super::SessionError::Fenced) and the fence's signal fired, which ends the run.
+//! (super::SessionError::Fenced) and the fence's latch fired, which ends the run.
 //!
 //! A store of one process (memory, SQLite) has one node and no other writer to fence out: its
 //! runs carry the trivially held [`Fence::none`], and so do writes that are not a leased run's
@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use crate::signal::Signal;
+use crate::latch::Latch;
 
 /// A run's hold on its session, as the store checks it.
 #[derive(Debug, Clone, Default)]
@@ -25,7 +25,7 @@ pub struct Fence(Option<Arc<Token>>);
 struct Token {
     epoch: i64,
     /// Fired when the store refuses a write made with this token.
-    refused: Signal,
+    refused: Latch,
 }
 
 impl Fence {
@@ -35,7 +35,7 @@ impl Fence {
     }
 
     /// The lease's token `epoch`; `refused` fires when a write with it is refused.
-    pub fn held(epoch: i64, refused: Signal) -> Self {
+    pub fn held(epoch: i64, refused: Latch) -> Self {
         Fence(Some(Arc::new(Token { epoch, refused })))
     }
 
@@ -69,8 +69,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusing_fires_the_signal_once() {
-        let refused = Signal::new();
+    fn refusing_fires_the_latch_once() {
+        let refused = Latch::new();
         let fence = Fence::held(7, refused.clone());
         assert_eq!(fence.epoch(), Some(7));
         fence.refuse();

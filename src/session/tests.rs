@@ -756,7 +756,7 @@ async fn postgres_nodes_starting_at_once_migrate_once() {
 }
 
 /// A run's writes carry its lease's fencing epoch: once a newer epoch has claimed the session,
-/// the older run's events and resumption handles are refused (typed, its signal fired), an
+/// the older run's events and resumption handles are refused (typed, its latch fired), an
 /// older claim cannot take the session back, and unfenced writes (a `/run` turn) still commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_refuses_the_writes_of_a_stale_fence() {
@@ -769,7 +769,7 @@ async fn postgres_refuses_the_writes_of_a_stale_fence() {
         .create_session("app", "u1", Some("fenced"), Map::new())
         .await
         .unwrap();
-    let old_lost = crate::signal::Signal::new();
+    let old_lost = crate::latch::Latch::new();
     old.fence = Fence::held(1, old_lost.clone());
     svc.claim("app", "u1", "fenced", &old.fence).await.unwrap();
     svc.append_event(&mut old, event_with_delta(json!({"k": "old"}), 1.0))
@@ -777,7 +777,7 @@ async fn postgres_refuses_the_writes_of_a_stale_fence() {
         .unwrap();
 
     let mut new = get(svc.as_ref(), "u1", "fenced").await;
-    new.fence = Fence::held(2, crate::signal::Signal::new());
+    new.fence = Fence::held(2, crate::latch::Latch::new());
     svc.claim("app", "u1", "fenced", &new.fence).await.unwrap();
     let refused = svc
         .append_event(&mut old, event_with_delta(json!({"k": "stale"}), 2.0))

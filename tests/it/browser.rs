@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::FutureExt;
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
@@ -478,7 +478,7 @@ async fn speech_from_the_microphone_is_transcribed_answered_and_played() {
 #[ignore = "needs chromium and chromium-driver"]
 async fn speaking_over_the_answer_stops_playback_and_marks_it_interrupted() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let addr = server.addr;
     with_browser(|page| async move {

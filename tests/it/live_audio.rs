@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use livegate::artifact::ArtifactScope;
-use livegate::gateway::config::{ServeArgs, SimPacingArg};
+use livegate::gateway::config::{Pacing, ServeArgs};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -48,7 +48,7 @@ async fn speech_yields_user_transcription_then_audio_answer_then_turn_complete()
 #[tokio::test]
 async fn speaking_over_the_answer_interrupts_it() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "").await;
     client
@@ -224,7 +224,7 @@ async fn recorded_bytes_of(server: &livegate::gateway::Server, session: &str, si
 #[tokio::test]
 async fn disconnecting_mid_turn_still_saves_the_partial_recordings() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s2", "").await;
     let mut pcm = fixture_pcm("hello.wav");

@@ -2,7 +2,7 @@
 //! the agent file and the gateway's flags, each one observable in what the client receives.
 
 use crate::common::*;
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 use livegate::gateway::ServeArgs;
 use serde_json::{json, Value};
 
@@ -181,7 +181,7 @@ async fn with_vad_off_only_activity_signals_delimit_an_utterance() {
 #[tokio::test]
 async fn without_barge_in_speech_does_not_interrupt_the_answer() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "barge_in=false").await;
     client

@@ -3,12 +3,12 @@
 
 use crate::common::*;
 use livegate::artifact::ArtifactScope;
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 
 #[tokio::test]
 async fn shutdown_flushes_recordings_then_closes_live_runs_with_1012() {
     let mut args = test_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let mut client = Client::connect(server.addr, "u1", "s1", "").await;
     client

@@ -355,7 +355,7 @@ async fn stopped_at(
     (metric, value): (&str, f64),
     bound: Duration,
 ) -> loadtest::Report {
-    let stop = livegate::signal::Signal::new();
+    let stop = livegate::latch::Latch::new();
     let running = tokio::spawn({
         let stop = stop.clone();
         async move { loadtest::run_until(&args, stop).await }

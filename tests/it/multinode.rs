@@ -12,7 +12,7 @@ use crate::common::*;
 use futures::FutureExt;
 use livegate::event::Event;
 use livegate::gateway::close::{SERVICE_RESTART, TAKEN_OVER};
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 use livegate::gateway::ServeArgs;
 use livegate::session::{GetSessionConfig, PostgresSessionService, Session, SessionService};
 use serde_json::Value;
@@ -280,7 +280,7 @@ async fn a_client_on_another_node_takes_the_session_over() {
     let url = db.url.clone();
     let artifacts = tempfile::tempdir().unwrap();
     let mut slow = node_args(&url, artifacts.path());
-    slow.sim_pacing = SimPacingArg::Realtime;
+    slow.sim_pacing = Pacing::RealTime;
     let a = start(slow).await;
     let b = start(node_args(&url, artifacts.path())).await;
 
@@ -640,7 +640,7 @@ fn spawn_load(
     urls: &[String],
     sessions: usize,
     report: &Path,
-    stop: livegate::signal::Signal,
+    stop: livegate::latch::Latch,
 ) -> tokio::task::JoinHandle<Result<livegate_loadtest::Report, livegate_loadtest::LoadtestError>> {
     let args = livegate_loadtest::LoadtestArgs {
         url: urls.to_vec(),
@@ -848,7 +848,7 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         .clone();
     let report_path = dir.path().join("load.json");
     let started = Instant::now();
-    let stop = livegate::signal::Signal::new();
+    let stop = livegate::latch::Latch::new();
     let load = spawn_load(&urls, SESSIONS, &report_path, stop.clone());
 
     // Every session has answered before the first restart, and again after the last one.

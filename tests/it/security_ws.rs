@@ -424,7 +424,7 @@ async fn a_run_that_cannot_start_closes_with_1011() {
 async fn a_client_that_stops_reading_is_cut_off_with_1008_within_the_timeout() {
     let mut args = test_args();
     args.slow_client_timeout = Duration::from_secs(1);
-    args.sim_pacing = livegate::gateway::config::SimPacingArg::Realtime;
+    args.sim_pacing = livegate::gateway::config::Pacing::RealTime;
     let server = start(args).await;
     // A client with a small receive buffer, like a phone that stopped reading: what it holds
     // unread is the client's own, beyond what the gateway can see.

@@ -11,7 +11,7 @@ use base64::Engine;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use livegate::gateway::auth::Secret;
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 use livegate::gateway::ServeArgs;
 use livegate::session::GetSessionConfig;
 use livegate_loadtest::phone::{twilio_signature, Dial, Phone, PhoneEvent, Utterance};
@@ -227,7 +227,7 @@ async fn keys_pressed_become_a_user_turn_the_agent_answers() {
 #[tokio::test]
 async fn hanging_up_mid_answer_ends_the_run_and_keeps_the_recordings() {
     let mut args = call_args();
-    args.sim_pacing = SimPacingArg::Realtime;
+    args.sim_pacing = Pacing::RealTime;
     let server = start(args).await;
     let http = reqwest::Client::new();
     let mut phone = Phone::dial(&http, &dial(&server, "CAhangup"))

@@ -20,7 +20,7 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::Row;
 
 use crate::gateway::cluster::registry::{Lease, LeaseError, SharedLeases};
-use crate::signal::Signal;
+use crate::latch::Latch;
 
 /// The NOTIFY channel of every lease notice.
 const CHANNEL: &str = "livegate_leases";
@@ -76,7 +76,7 @@ pub struct PgLeases {
     /// Woken by every release notice (waiters look at their row again).
     released: tokio::sync::Notify,
     /// Ends the listener and renewal tasks when the leases are dropped.
-    stop: Signal,
+    stop: Latch,
 }
 
 impl Drop for PgLeases {
@@ -90,9 +90,9 @@ impl Drop for PgLeases {
 struct Held {
     lease: i64,
     /// Fired when another node takes the session.
-    taken_over: Signal,
+    taken_over: Latch,
     /// Fired when the store stays unreachable for the time to live.
-    store_lost: Signal,
+    store_lost: Latch,
 }
 
 /// Outcome of one attempt at the lease row.
@@ -126,7 +126,7 @@ impl PgLeases {
             held: Mutex::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
             released: tokio::sync::Notify::new(),
-            stop: Signal::new(),
+            stop: Latch::new(),
         });
         tokio::spawn(listen(
             Arc::downgrade(&leases),
@@ -504,7 +504,7 @@ impl<'a> Acquiring<'a> {
 }
 
 /// Hands every notice to the leases until they are dropped.
-async fn listen(leases: Weak<PgLeases>, mut listener: PgListener, stop: Signal) {
+async fn listen(leases: Weak<PgLeases>, mut listener: PgListener, stop: Latch) {
     loop {
         let received = tokio::select! {
             () = stop.fired() => return,
@@ -530,7 +530,7 @@ async fn listen(leases: Weak<PgLeases>, mut listener: PgListener, stop: Signal) 
 }
 
 /// Renews this node's leases every third of their time to live until they are dropped.
-async fn renew(leases: Weak<PgLeases>, stop: Signal) {
+async fn renew(leases: Weak<PgLeases>, stop: Latch) {
     let mut last_renewed = Instant::now();
     loop {
         let Some(period) = leases.upgrade().map(|l| l.ttl / 3) else {
@@ -626,7 +626,7 @@ mod tests {
             held: Mutex::new(HashMap::new()),
             early: Mutex::new(HashMap::new()),
             released: tokio::sync::Notify::new(),
-            stop: Signal::new(),
+            stop: Latch::new(),
         }
     }
 
@@ -641,12 +641,12 @@ mod tests {
         .unwrap()
     }
 
-    fn held(lease: i64) -> (Held, Signal) {
-        let taken_over = Signal::new();
+    fn held(lease: i64) -> (Held, Latch) {
+        let taken_over = Latch::new();
         let held = Held {
             lease,
             taken_over: taken_over.clone(),
-            store_lost: Signal::new(),
+            store_lost: Latch::new(),
         };
         (held, taken_over)
     }

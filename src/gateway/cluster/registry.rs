@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::latch::Latch;
 use crate::session::Fence;
-use crate::signal::Signal;
 
 /// A connection's hold on a session.
 #[derive(Debug, Clone)]
@@ -18,12 +18,12 @@ pub struct Lease {
     id: u64,
     /// Fires when a newer connection (on this node or another) takes the session over, or the
     /// store refuses one of the run's writes because another run holds the session now.
-    pub taken_over: Signal,
+    pub taken_over: Latch,
     /// Fires when this node can no longer prove it holds the session: the store has been
     /// unreachable for the lease's time to live (an outage, not a takeover).
-    pub store_lost: Signal,
+    pub store_lost: Latch,
     /// Fired once the holder's run has ended and flushed (when its guard drops).
-    pub finished: Signal,
+    pub finished: Latch,
 }
 
 impl Lease {
@@ -140,9 +140,9 @@ impl SessionRegistry {
         let inner = &self.0;
         let lease = Lease {
             id: inner.next_id.fetch_add(1, Ordering::Relaxed),
-            taken_over: Signal::new(),
-            store_lost: Signal::new(),
-            finished: Signal::new(),
+            taken_over: Latch::new(),
+            store_lost: Latch::new(),
+            finished: Latch::new(),
         };
         let previous = inner.leases.lock().ok().and_then(|mut leases| {
             leases.insert((user_id.to_owned(), session_id.to_owned()), lease.clone())

@@ -8,10 +8,10 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, ValueEnum};
 use serde::Deserialize;
 
-use crate::cli::sim_config;
-pub use crate::cli::{LogFormat, SimPacingArg};
+pub use crate::cli::LogFormat;
 use crate::gateway::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
 use crate::gateway::ws::codec::AudioEncoding;
+pub use crate::model::sim::Pacing;
 use crate::model::Modality;
 
 /// OpenAI Realtime's automatic turn detection, as a flag value.
@@ -96,8 +96,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LIVEGATE_QUEUE_CAPACITY", default_value_t = crate::live::DEFAULT_QUEUE_CAPACITY)]
     pub queue_capacity: usize,
     /// `sim` model: pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
-    #[arg(long, env = "LIVEGATE_SIM_PACING", value_enum, default_value_t = SimPacingArg::Realtime)]
-    pub sim_pacing: SimPacingArg,
+    #[arg(long, env = "LIVEGATE_SIM_PACING", value_enum, default_value_t = Pacing::RealTime)]
+    pub sim_pacing: Pacing,
     /// `sim` model: delay before each answer starts, in milliseconds (default 150).
     #[arg(long, env = "LIVEGATE_SIM_REPLY_DELAY_MS")]
     pub sim_reply_delay_ms: Option<u64>,
@@ -295,7 +295,7 @@ impl ServeArgs {
             audio_lead_ms: 500,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
-            sim_pacing: SimPacingArg::Realtime,
+            sim_pacing: Pacing::RealTime,
             sim_reply_delay_ms: None,
             sim_chunk_ms: None,
             web_root: None,
@@ -370,7 +370,11 @@ impl ServeArgs {
 
     /// Settings of the `sim` model from the `--sim-*` options.
     pub fn sim_config(&self) -> crate::model::sim::SimConfig {
-        sim_config(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms)
+        crate::model::sim::SimConfig::from_options(
+            self.sim_pacing,
+            self.sim_reply_delay_ms,
+            self.sim_chunk_ms,
+        )
     }
 
     /// How to reach Gemini: these options plus the credentials from the environment, which are
@@ -723,7 +727,7 @@ impl FileConfig {
             |ms| parse_audio_chunk_ms(&ms.to_string()),
         )?;
         fill_parsed!(fill, args, file, |v| LogFormat::from_str(v, true) => log_format);
-        fill_parsed!(fill, args, file, |v| SimPacingArg::from_str(v, true) => sim_pacing);
+        fill_parsed!(fill, args, file, |v| Pacing::from_str(v, true) => sim_pacing);
         fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
         fill!(fill, args, file => header_read_timeout_secs, max_unfinished_connections);
         fill!(fill, args, file => max_connections, max_sessions_per_user, connections_per_second);
@@ -906,7 +910,7 @@ mod tests {
         );
         assert_eq!(args.modality, Modality::Text, "the file beats the default");
         assert!(!args.save_live_blob);
-        assert_eq!(args.sim_pacing, SimPacingArg::Burst);
+        assert_eq!(args.sim_pacing, Pacing::Burst);
         assert_eq!(args.sim_config().chunk_ms, 200);
         assert_eq!(args.model, "sim", "untouched options keep their defaults");
     }

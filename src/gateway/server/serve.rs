@@ -38,7 +38,7 @@ use tower_service::Service;
 use crate::gateway::server::io_watch::{IoWatch, Watched};
 use crate::gateway::server::limits::{ClientAddr, Limits, Refused};
 use crate::gateway::server::tls::ReloadingTls;
-use crate::signal::Signal;
+use crate::latch::Latch;
 
 /// Kernel send buffer asked for on accepted sockets (Linux doubles it for its own bookkeeping):
 /// room for about a second of answer audio.
@@ -123,7 +123,7 @@ struct Shared {
     limits: Arc<Limits>,
     options: ServeOptions,
     unfinished: Unfinished,
-    shutdown: Signal,
+    shutdown: Latch,
 }
 
 /// The most unfinished connections for a configured cap: at most half the descriptors the
@@ -143,7 +143,7 @@ pub(crate) async fn serve(
     app: Router,
     limits: Arc<Limits>,
     options: ServeOptions,
-    shutdown: Signal,
+    shutdown: Latch,
 ) {
     let shared = Arc::new(Shared {
         app,

@@ -22,12 +22,12 @@ use crate::gateway::server::{config, limits, serve, tls};
 use crate::gateway::state::Gateway;
 use crate::gateway::telemetry::metrics;
 use crate::gateway::ws::live_settings;
+use crate::latch::Latch;
 use crate::model::{model_for_name, ModelOptions};
 use crate::runner::Runner;
 use crate::session::{
     is_postgres_url, open_session_service, PostgresSessionService, SessionService,
 };
-use crate::signal::Signal;
 
 /// How long plain HTTP requests in flight may run on after shutdown begins.
 const HTTP_GRACE: Duration = Duration::from_secs(5);
@@ -186,7 +186,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let gateway = Arc::new(Gateway {
         runner,
         registry,
-        shutdown: Signal::new(),
+        shutdown: Latch::new(),
         writer_config: args.writer_config(),
         queue_capacity: args.queue_capacity,
         save_live_blob: args.save_live_blob,

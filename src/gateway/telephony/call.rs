@@ -33,9 +33,9 @@ use crate::gateway::ws::live_settings::ConnectOptions;
 use crate::gateway::ws::live_settings::{self, ClientLayer};
 use crate::gateway::ws::writer::{run_writer, Abort, WriterCommand, WriterExit, WriterStats};
 use crate::gateway::{Gateway, LeaseError};
+use crate::latch::Latch;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
 use crate::model::{Modality, Playout};
-use crate::signal::Signal;
 
 /// How long the carrier has to send `start` once the socket is open.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -222,8 +222,8 @@ struct Call {
     meter: Meter,
     playback: SharedPlayback,
     playout: Playout,
-    run_done: Signal,
-    writer_done: Signal,
+    run_done: Latch,
+    writer_done: Latch,
     run_failed: Arc<AtomicBool>,
 }
 
@@ -243,8 +243,8 @@ impl Call {
             meter,
             playback: SharedPlayback::default(),
             playout: Playout::default(),
-            run_done: Signal::new(),
-            writer_done: Signal::new(),
+            run_done: Latch::new(),
+            writer_done: Latch::new(),
             run_failed: Arc::default(),
         }
     }
@@ -576,7 +576,7 @@ impl<'c> Reader<'c> {
 
     /// One `media` message: base64 μ-law to PCM16 at the model's rate, into the run's queue.
     /// False once the run is gone.
-    async fn media(&mut self, payload: &str, taken_over: &Signal) -> bool {
+    async fn media(&mut self, payload: &str, taken_over: &Latch) -> bool {
         let received = Instant::now();
         self.ulaw.clear();
         if STANDARD

@@ -22,9 +22,9 @@ use crate::event::Event;
 use crate::gateway::telemetry::metrics::RunMeter;
 use crate::gateway::ws::codec::EncodedEvent;
 use crate::gateway::ws::writer::WriterCommand;
+use crate::latch::Latch;
 use crate::live::flow::RECORDING_DROPPED;
 use crate::model::Playout;
-use crate::signal::Signal;
 
 /// The phone's rate.
 pub const PHONE_RATE: u32 = 8_000;
@@ -176,7 +176,7 @@ pub struct OutputParts {
     /// Where an interrupted answer's heard part goes (to be committed).
     pub heard: mpsc::Sender<Heard>,
     /// Fires when the run has ended.
-    pub done: Signal,
+    pub done: Latch,
     /// Set when the run's last word was an error: it failed.
     pub failed: Arc<AtomicBool>,
     /// Said (μ-law) when the run fails, before the call ends.

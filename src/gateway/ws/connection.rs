@@ -27,11 +27,11 @@ use crate::gateway::ws::live_settings::{self, ConnectOptions};
 use crate::gateway::ws::writer::{
     close_stalled, run_writer, Abort, WriterCommand, WriterExit, WriterStats,
 };
+use crate::latch::Latch;
 use crate::live::flow::RECORDING_DROPPED;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
 use crate::runner::RunError;
 use crate::session::{Fence, SessionError};
-use crate::signal::Signal;
 
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
@@ -150,9 +150,9 @@ struct Connection {
     writer_rx: Option<mpsc::Receiver<WriterCommand>>,
     /// Fires when the writer stops writing: a stalled or vanished client ends the connection
     /// rather than leaving a run that nobody hears.
-    writer_done: Signal,
+    writer_done: Latch,
     /// Fires when the run has ended.
-    run_done: Signal,
+    run_done: Latch,
     /// Whether the run's last event (recordings aside) was an error: it failed rather than ended.
     run_failed: Arc<AtomicBool>,
 }
@@ -167,8 +167,8 @@ impl Connection {
             meter,
             writer_tx,
             writer_rx: Some(writer_rx),
-            writer_done: Signal::new(),
-            run_done: Signal::new(),
+            writer_done: Latch::new(),
+            run_done: Latch::new(),
             run_failed: Arc::default(),
         }
     }
@@ -668,7 +668,7 @@ fn spawn_writer<S>(
     mut run: RunEvents,
     abort: oneshot::Receiver<Abort>,
     meter: Meter,
-    writer_done: &Signal,
+    writer_done: &Latch,
 ) -> JoinHandle<(WriterExit, WriterStats)>
 where
     S: Sink<Message> + Unpin + Send + 'static,
@@ -705,7 +705,7 @@ struct RunEvents {
     /// Counts the run while it lasts; `None` once it has ended (or for no run at all).
     meter: Option<RunMeter>,
     mode: AudioEncoding,
-    done: Signal,
+    done: Latch,
     /// Set while the run's last event (recordings aside) is an error.
     failed: Arc<AtomicBool>,
 }
@@ -717,7 +717,7 @@ impl RunEvents {
             events: futures::stream::empty().boxed(),
             meter: None,
             mode: AudioEncoding::default(),
-            done: Signal::new(),
+            done: Latch::new(),
             failed: Arc::default(),
         }
     }

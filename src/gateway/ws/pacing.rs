@@ -27,7 +27,7 @@ pub struct Pacer {
 
 /// What the writer should do next.
 #[derive(Debug, PartialEq)]
-pub enum Next {
+pub enum WriterStep {
     /// Write this event now; `audio_at` is the clock it was released at if it carries audio.
     Write {
         /// The event.
@@ -69,25 +69,25 @@ impl Pacer {
     }
 
     /// The next step at `now`. With `paced` false (the run has ended) audio goes out at once.
-    pub fn next(&mut self, now: Instant, paced: bool) -> Next {
+    pub fn next(&mut self, now: Instant, paced: bool) -> WriterStep {
         let audio = match self.held.front() {
             Some(front) => front.is_audio(),
-            None => return Next::Idle,
+            None => return WriterStep::Idle,
         };
         if audio {
             let at = self.playback.send_at(now, self.lead);
             if at > now && paced {
                 // Wait until a batch is due: the lead has fallen `batch` below its limit.
-                return Next::WaitUntil(at + self.batch);
+                return WriterStep::WaitUntil(at + self.batch);
             }
         }
         let Some(event) = self.held.pop_front() else {
-            return Next::Idle;
+            return WriterStep::Idle;
         };
         if audio {
             self.playback.sent(event.audio);
         }
-        Next::Write {
+        WriterStep::Write {
             event,
             audio_at: audio.then_some(now),
         }
@@ -165,12 +165,12 @@ mod tests {
         let mut released = Vec::new();
         for _ in 0..10_000 {
             match pacer.next(now, true) {
-                Next::Write { event, .. } => released.push((event.json, now - start)),
-                Next::WaitUntil(at) => {
+                WriterStep::Write { event, .. } => released.push((event.json, now - start)),
+                WriterStep::WaitUntil(at) => {
                     assert!(at > now, "a wait must move the clock on");
                     now = at;
                 }
-                Next::Idle => return released,
+                WriterStep::Idle => return released,
             }
         }
         panic!("the pacer never went idle");
@@ -210,8 +210,8 @@ mod tests {
         }
         pacer.push(event("transcript", 0, false));
         // The first chunk goes at once, the second waits for playback.
-        assert!(matches!(pacer.next(start, true), Next::Write { .. }));
-        assert!(matches!(pacer.next(start, true), Next::WaitUntil(_)));
+        assert!(matches!(pacer.next(start, true), WriterStep::Write { .. }));
+        assert!(matches!(pacer.next(start, true), WriterStep::WaitUntil(_)));
         pacer.push(event("interrupted", 0, true));
         assert_eq!(pacer.dropped(), 9);
         let released: Vec<String> = release_all(&mut pacer, start)
@@ -223,7 +223,7 @@ mod tests {
         pacer.push(event("b0", 1000, false));
         assert!(matches!(
             pacer.next(start, true),
-            Next::Write { audio_at: Some(at), .. } if at == start
+            WriterStep::Write { audio_at: Some(at), .. } if at == start
         ));
     }
 
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!(released[4].1, released[3].1);
         assert!(matches!(
             Pacer::new(LEAD, BATCH, 1).next(start, true),
-            Next::Idle
+            WriterStep::Idle
         ));
     }
 
@@ -257,10 +257,10 @@ mod tests {
         for _ in 0..10 {
             assert!(matches!(
                 pacer.next(start, false),
-                Next::Write { audio_at: Some(at), .. } if at == start
+                WriterStep::Write { audio_at: Some(at), .. } if at == start
             ));
         }
-        assert_eq!(pacer.next(start, false), Next::Idle);
+        assert_eq!(pacer.next(start, false), WriterStep::Idle);
     }
 
     #[test]
@@ -269,13 +269,13 @@ mod tests {
         let start = Instant::now();
         pacer.push(event("a0", 1000, false));
         pacer.push(event("a1", 1000, false));
-        assert!(matches!(pacer.next(start, true), Next::Write { .. }));
-        assert!(matches!(pacer.next(start, true), Next::WaitUntil(_)));
+        assert!(matches!(pacer.next(start, true), WriterStep::Write { .. }));
+        assert!(matches!(pacer.next(start, true), WriterStep::WaitUntil(_)));
         // Long after both seconds have played, the held chunk goes at once and restarts the clock.
         let later = start + Duration::from_secs(5);
-        assert!(matches!(pacer.next(later, true), Next::Write { .. }));
+        assert!(matches!(pacer.next(later, true), WriterStep::Write { .. }));
         pacer.push(event("a2", 1000, false));
-        assert!(matches!(pacer.next(later, true), Next::WaitUntil(_)));
+        assert!(matches!(pacer.next(later, true), WriterStep::WaitUntil(_)));
     }
 
     #[test]

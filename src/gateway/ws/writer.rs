@@ -13,7 +13,7 @@ use tokio::time::{timeout, Instant};
 use crate::gateway::telemetry::metrics::Meter;
 use crate::gateway::ws::close;
 use crate::gateway::ws::codec::EncodedEvent;
-use crate::gateway::ws::pacing::{Next, Pacer};
+use crate::gateway::ws::pacing::{Pacer, WriterStep};
 
 /// Bytes of outgoing frames the socket gathers before a write (its WebSocket write buffer);
 /// a bigger frame is written at once.
@@ -198,12 +198,12 @@ where
         // Once the run has ended (a close is pending) the rest goes out unpaced, so the close
         // does not wait for playback.
         match pacer.next(Instant::now(), inbox.close.is_none()) {
-            Next::Write { event, audio_at } => socket.write(event, audio_at).await?,
-            Next::WaitUntil(at) => {
+            WriterStep::Write { event, audio_at } => socket.write(event, audio_at).await?,
+            WriterStep::WaitUntil(at) => {
                 socket.flush().await?;
                 inbox.take_until(at, pacer).await;
             }
-            Next::Idle => {
+            WriterStep::Idle => {
                 socket.flush().await?;
                 if let Some((code, reason)) = inbox.close.take() {
                     send_close(socket.sink, code, reason).await;

@@ -43,7 +43,7 @@ pub(crate) struct Attempts {
 
 /// What the flow does next.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Next {
+pub(crate) enum AfterEnd {
     /// Connect again after `delay`, resuming with the handle if there is one; `failures` is the
     /// new count of failed connections in a row.
     Reconnect { failures: u32, delay: Duration },
@@ -78,39 +78,39 @@ fn backoff(failures: u32) -> Duration {
     Duration::from_millis(100 * u64::from(failures))
 }
 
-fn failed(error: FlowError) -> Next {
-    Next::End(FlowEndReason::Failed, Some(error))
+fn failed(error: FlowError) -> AfterEnd {
+    AfterEnd::End(FlowEndReason::Failed, Some(error))
 }
 
 /// What follows a connection that ended for `end`.
-pub(crate) fn next(end: &ConnectionEnd, now: Attempts) -> Next {
+pub(crate) fn next(end: &ConnectionEnd, now: Attempts) -> AfterEnd {
     let resumable = |error: &ModelError| now.handle && error.is_resumable();
     match end {
-        ConnectionEnd::Done(reason) => Next::End(reason.clone(), None),
+        ConnectionEnd::Done(reason) => AfterEnd::End(reason.clone(), None),
         ConnectionEnd::Refused(error) => {
             let failures = now.failures + 1;
             if resumable(error) && failures <= MAX_RECONNECT_ATTEMPTS {
-                Next::Reconnect {
+                AfterEnd::Reconnect {
                     failures,
                     delay: backoff(failures),
                 }
             } else if now.untried_handle {
-                Next::Replay
+                AfterEnd::Replay
             } else {
                 failed(error.into())
             }
         }
         // Nobody is listening any more: nothing to reconnect for.
-        _ if now.client_closed => Next::End(FlowEndReason::Closed, None),
-        ConnectionEnd::Blocked => Next::Restart,
-        ConnectionEnd::GoAway => Next::Reconnect {
+        _ if now.client_closed => AfterEnd::End(FlowEndReason::Closed, None),
+        ConnectionEnd::Blocked => AfterEnd::Restart,
+        ConnectionEnd::GoAway => AfterEnd::Reconnect {
             failures: now.failures,
             delay: Duration::ZERO,
         },
         ConnectionEnd::Dropped(error) if resumable(error) => {
             let failures = now.failures + 1;
             if failures <= MAX_RECONNECT_ATTEMPTS {
-                Next::Reconnect {
+                AfterEnd::Reconnect {
                     failures,
                     delay: Duration::ZERO,
                 }
@@ -122,7 +122,7 @@ pub(crate) fn next(end: &ConnectionEnd, now: Attempts) -> Next {
         ConnectionEnd::Closed { responded } if now.handle => {
             let failures = now.failures + u32::from(!responded);
             if failures <= MAX_RECONNECT_ATTEMPTS {
-                Next::Reconnect {
+                AfterEnd::Reconnect {
                     failures,
                     delay: Duration::ZERO,
                 }
@@ -134,7 +134,7 @@ pub(crate) fn next(end: &ConnectionEnd, now: Attempts) -> Next {
             }
         }
         // Without a handle the model's context is gone with its session: the conversation is over.
-        ConnectionEnd::Closed { .. } => Next::End(FlowEndReason::Closed, None),
+        ConnectionEnd::Closed { .. } => AfterEnd::End(FlowEndReason::Closed, None),
     }
 }
 
@@ -166,8 +166,8 @@ mod tests {
         }
     }
 
-    fn reconnect(failures: u32) -> Next {
-        Next::Reconnect {
+    fn reconnect(failures: u32) -> AfterEnd {
+        AfterEnd::Reconnect {
             failures,
             delay: Duration::ZERO,
         }
@@ -179,7 +179,7 @@ mod tests {
         for now in [Attempts::default(), with_handle(9)] {
             assert_eq!(
                 next(&end, now),
-                Next::End(FlowEndReason::Transfer("billing".into()), None)
+                AfterEnd::End(FlowEndReason::Transfer("billing".into()), None)
             );
         }
     }
@@ -189,19 +189,19 @@ mod tests {
         let end = ConnectionEnd::Refused(ModelError::Gone);
         assert_eq!(
             next(&end, with_handle(0)),
-            Next::Reconnect {
+            AfterEnd::Reconnect {
                 failures: 1,
                 delay: Duration::from_millis(100)
             }
         );
         assert_eq!(
             next(&end, with_handle(2)),
-            Next::Reconnect {
+            AfterEnd::Reconnect {
                 failures: 3,
                 delay: Duration::from_millis(300)
             }
         );
-        let Next::End(FlowEndReason::Failed, Some(error)) =
+        let AfterEnd::End(FlowEndReason::Failed, Some(error)) =
             next(&end, with_handle(MAX_RECONNECT_ATTEMPTS))
         else {
             panic!("the attempts are used up")
@@ -217,7 +217,7 @@ mod tests {
         };
         assert!(matches!(
             next(&ConnectionEnd::Refused(ModelError::Gone), now),
-            Next::Reconnect { failures: 1, .. }
+            AfterEnd::Reconnect { failures: 1, .. }
         ));
     }
 
@@ -228,7 +228,10 @@ mod tests {
             ..with_handle(0)
         };
         // Not resumable: straight to the replay.
-        assert_eq!(next(&ConnectionEnd::Refused(denied()), now), Next::Replay);
+        assert_eq!(
+            next(&ConnectionEnd::Refused(denied()), now),
+            AfterEnd::Replay
+        );
         // Resumable: the retries first, then the replay.
         let now = Attempts {
             failures: MAX_RECONNECT_ATTEMPTS,
@@ -236,7 +239,7 @@ mod tests {
         };
         assert_eq!(
             next(&ConnectionEnd::Refused(ModelError::Gone), now),
-            Next::Replay
+            AfterEnd::Replay
         );
     }
 
@@ -245,7 +248,7 @@ mod tests {
         let error = ModelError::Connect("no route".into());
         assert_eq!(
             next(&ConnectionEnd::Refused(error.clone()), Attempts::default()),
-            Next::End(FlowEndReason::Failed, Some((&error).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&error).into()))
         );
     }
 
@@ -263,7 +266,7 @@ mod tests {
         ] {
             assert_eq!(
                 next(&end, now),
-                Next::End(FlowEndReason::Closed, None),
+                AfterEnd::End(FlowEndReason::Closed, None),
                 "{end:?}"
             );
         }
@@ -271,7 +274,10 @@ mod tests {
 
     #[test]
     fn a_blocked_answer_restarts_afresh() {
-        assert_eq!(next(&ConnectionEnd::Blocked, with_handle(2)), Next::Restart);
+        assert_eq!(
+            next(&ConnectionEnd::Blocked, with_handle(2)),
+            AfterEnd::Restart
+        );
     }
 
     #[test]
@@ -290,7 +296,7 @@ mod tests {
         assert_eq!(next(&end, with_handle(0)), reconnect(1));
         assert_eq!(
             next(&end, with_handle(MAX_RECONNECT_ATTEMPTS)),
-            Next::End(FlowEndReason::Failed, Some((&dropped()).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&dropped()).into()))
         );
     }
 
@@ -299,12 +305,12 @@ mod tests {
         // Not resumable, with a handle.
         assert_eq!(
             next(&ConnectionEnd::Dropped(denied()), with_handle(0)),
-            Next::End(FlowEndReason::Failed, Some((&denied()).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&denied()).into()))
         );
         // Resumable, but no handle to resume with.
         assert_eq!(
             next(&ConnectionEnd::Dropped(dropped()), Attempts::default()),
-            Next::End(FlowEndReason::Failed, Some((&dropped()).into()))
+            AfterEnd::End(FlowEndReason::Failed, Some((&dropped()).into()))
         );
     }
 
@@ -327,7 +333,7 @@ mod tests {
             next(&ConnectionEnd::Closed { responded: true }, now),
             reconnect(MAX_RECONNECT_ATTEMPTS)
         );
-        let Next::End(FlowEndReason::Failed, Some(error)) =
+        let AfterEnd::End(FlowEndReason::Failed, Some(error)) =
             next(&ConnectionEnd::Closed { responded: false }, now)
         else {
             panic!("a silent close past the limit fails")
@@ -342,7 +348,7 @@ mod tests {
                 &ConnectionEnd::Closed { responded: true },
                 Attempts::default()
             ),
-            Next::End(FlowEndReason::Closed, None)
+            AfterEnd::End(FlowEndReason::Closed, None)
         );
     }
 }

@@ -13,17 +13,17 @@ use tokio::time::Instant;
 use super::audio_cache::{AudioCache, AudioSide, RecordingTarget};
 use super::hooks::{FlowHooks, Screened};
 use super::receive::{ResponseProcessor, Step};
-use super::reconnect::{self, Attempts, ConnectionEnd, Next};
+use super::reconnect::{self, AfterEnd, Attempts, ConnectionEnd};
 use super::screen::{screen, Blocked};
 use super::send::{send_loop, PersistRequest, SendContext, SendInputs};
 use super::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, GO_AWAY_ANSWER_GRACE, TASK_COMPLETED};
 use crate::event::{Content, Event, FunctionResponse};
+use crate::latch::Latch;
 use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelMessage,
     SessionResumptionConfig,
 };
-use crate::signal::Signal;
 
 /// Where a flow is.
 enum Phase {
@@ -86,10 +86,10 @@ enum Wake {
 }
 
 /// One model connection and what the flow tracks on it.
-struct Connection {
+struct ModelLink {
     receiver: mpsc::Receiver<ModelMessage>,
     send_task: JoinHandle<SendInputs>,
-    stop: Signal,
+    stop: Latch,
     processor: ResponseProcessor,
     /// The processor's steps still to do for the message in hand, and what that message said.
     steps: std::vec::IntoIter<Step>,
@@ -135,7 +135,7 @@ pub(super) struct FlowRun {
     /// A hand-off waits for the model's turn to end, at most until the deadline.
     handoff: Option<(FlowEndReason, Instant)>,
     reason: FlowEndReason,
-    conn: Option<Connection>,
+    conn: Option<ModelLink>,
     phase: Phase,
     /// The events to yield now.
     pub out: VecDeque<FlowItem>,
@@ -315,7 +315,7 @@ impl FlowRun {
         };
         self.untried_handle = false;
         let save_live_blob = self.run_config.save_live_blob;
-        let stop = Signal::new();
+        let stop = Latch::new();
         let send_task = tokio::spawn(send_loop(
             inputs,
             sender,
@@ -333,7 +333,7 @@ impl FlowRun {
             &self.target.agent_name,
             save_live_blob,
         );
-        self.conn = Some(Connection {
+        self.conn = Some(ModelLink {
             receiver,
             send_task,
             stop,
@@ -702,20 +702,20 @@ impl FlowRun {
         let next = reconnect::next(&end, now);
         log_decision(self.invocation_id(), &end, &next, now);
         match next {
-            Next::Reconnect { failures, delay } => {
+            AfterEnd::Reconnect { failures, delay } => {
                 self.failures = failures;
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
             }
-            Next::Restart => self.handle = None,
-            Next::Replay => {
+            AfterEnd::Restart => self.handle = None,
+            AfterEnd::Replay => {
                 self.handle = None;
                 self.untried_handle = false;
                 self.failures = 0;
                 self.first_connect = true;
             }
-            Next::End(reason, error) => {
+            AfterEnd::End(reason, error) => {
                 if let Some(error) = error {
                     self.error(error.code, error.message);
                 }
@@ -745,32 +745,32 @@ impl FlowRun {
 }
 
 /// Logs why the flow reconnects or ends.
-fn log_decision(invocation_id: &str, end: &ConnectionEnd, next: &Next, now: Attempts) {
+fn log_decision(invocation_id: &str, end: &ConnectionEnd, next: &AfterEnd, now: Attempts) {
     match (end, next) {
-        (ConnectionEnd::Refused(error), Next::Reconnect { failures, .. }) => {
+        (ConnectionEnd::Refused(error), AfterEnd::Reconnect { failures, .. }) => {
             tracing::warn!(%error, failures, invocation_id, "reconnect failed; retrying");
         }
-        (ConnectionEnd::Refused(error), Next::Replay) => tracing::info!(
+        (ConnectionEnd::Refused(error), AfterEnd::Replay) => tracing::info!(
             %error,
             invocation_id,
             "the model refused the stored resumption handle; replaying history"
         ),
-        (ConnectionEnd::Refused(error), Next::End(..)) => {
+        (ConnectionEnd::Refused(error), AfterEnd::End(..)) => {
             tracing::warn!(%error, invocation_id, "could not connect to the model");
         }
-        (ConnectionEnd::Blocked, Next::Restart) => tracing::info!(
+        (ConnectionEnd::Blocked, AfterEnd::Restart) => tracing::info!(
             invocation_id,
             "a callback blocked the answer; starting a fresh model session"
         ),
-        (ConnectionEnd::GoAway, Next::Reconnect { .. }) => tracing::info!(
+        (ConnectionEnd::GoAway, AfterEnd::Reconnect { .. }) => tracing::info!(
             invocation_id,
             resumable = now.handle,
             "model sent goAway; reconnecting"
         ),
-        (ConnectionEnd::Dropped(error), Next::Reconnect { .. }) => {
+        (ConnectionEnd::Dropped(error), AfterEnd::Reconnect { .. }) => {
             tracing::warn!(%error, invocation_id, "model connection dropped; resuming");
         }
-        (ConnectionEnd::Dropped(error), Next::End(..)) => {
+        (ConnectionEnd::Dropped(error), AfterEnd::End(..)) => {
             tracing::warn!(%error, invocation_id, "model connection failed");
         }
         _ => {}

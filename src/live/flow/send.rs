@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::byte_channel::TrySendError;
-use crate::signal::Signal;
+use crate::latch::Latch;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,7 +37,7 @@ pub(crate) struct SendContext {
     pub save_live_blob: bool,
     pub cache: AudioCache,
     pub persist: mpsc::Sender<PersistRequest>,
-    pub stop: Signal,
+    pub stop: Latch,
     pub hooks: Arc<dyn FlowHooks>,
 }
 
@@ -268,7 +268,7 @@ mod tests {
         let (queue, requests) = bounded_live_request_queue(256, 512 * 1024);
         let (persist, _persisted) = mpsc::channel(16);
         let (_internal_tx, internal) = mpsc::channel(16);
-        let stop = Signal::new();
+        let stop = Latch::new();
         let ctx = SendContext {
             invocation_id: "e-1".into(),
             save_live_blob: false,

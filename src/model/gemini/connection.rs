@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::signal::{receiver_gone, Signal};
+use crate::latch::{receiver_gone, Latch};
 use futures::stream::SplitStream;
 use futures::StreamExt;
 use serde_json::Value;
@@ -96,7 +96,7 @@ pub(super) async fn open(
     let (sink, stream) = socket.split();
     let (input_tx, input_rx) = crate::model::input_channel();
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
-    let done = Signal::new();
+    let done = Latch::new();
     let realtime_text = text_as_realtime(&endpoint.model);
     let ping = PING_INTERVAL
         .min(endpoint.silence_timeout / 3)
@@ -148,7 +148,7 @@ async fn write_loop(
     mut inputs: crate::model::InputReceiver,
     realtime_text: bool,
     ping_interval: Duration,
-    done: Signal,
+    done: Latch,
 ) {
     let encode =
         |input: LiveInput| std::iter::once(Message::Text(input_text(&input, realtime_text).into()));
@@ -190,7 +190,7 @@ struct Reader {
 impl Reader {
     /// Turns server messages into responses until the socket closes, the server goes silent or
     /// the flow goes away.
-    async fn run(self, mut stream: SplitStream<Socket>, done: Signal) {
+    async fn run(self, mut stream: SplitStream<Socket>, done: Latch) {
         // Made once, not per message: a fresh wait registers and unregisters a waiter each time.
         let ended = done.fired();
         let flow_gone = receiver_gone(&self.output);

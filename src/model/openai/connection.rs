@@ -14,9 +14,9 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
+use crate::latch::{receiver_gone, Latch};
 use crate::model::upstream::{handshake_error, send_json, Socket, UpstreamWriter};
 use crate::model::{LiveConnection, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY};
-use crate::signal::{receiver_gone, Signal};
 
 /// How long the TCP/TLS/WebSocket handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -103,7 +103,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
     let (input_tx, input_rx) = crate::model::input_channel();
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let (upstream_tx, upstream_rx) = mpsc::channel(UPSTREAM_CAPACITY);
-    let done = Signal::new();
+    let done = Latch::new();
     tokio::spawn(write_loop(
         UpstreamWriter::new(sink, endpoint.audio_chunk),
         input_rx,
@@ -154,7 +154,7 @@ async fn write_loop(
     mut inputs: crate::model::InputReceiver,
     mut upstream: mpsc::Receiver<Value>,
     mut encoder: Encoder,
-    done: Signal,
+    done: Latch,
 ) {
     let mut ping = tokio::time::interval(PING_INTERVAL);
     ping.tick().await;
@@ -194,7 +194,7 @@ async fn read_loop(
     output: mpsc::Sender<ModelMessage>,
     upstream: mpsc::Sender<Value>,
     mut decoder: Decoder,
-    done: Signal,
+    done: Latch,
 ) {
     let ended = done.fired();
     let flow_gone = receiver_gone(&output);

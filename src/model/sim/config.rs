@@ -2,14 +2,17 @@
 
 use std::time::Duration;
 
-/// How the sim paces the messages of an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the sim paces the messages of an answer; also the `--sim-pacing` value, so the programs
+/// that offer the flag (the gateway, the mock servers) parse into this one type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Pacing {
     /// Like a speaking voice: each audio chunk when its playback would start, text fragments a
     /// little apart. Answers take as long as they sound, so barge-in can cut them.
     #[default]
+    #[value(name = "realtime", help = "Audio at the speed of speech")]
     RealTime,
     /// As fast as the flow takes them, like Gemini, which generates faster than real time.
+    #[value(help = "As fast as possible, like Gemini")]
     Burst,
 }
 
@@ -50,6 +53,26 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The settings the `--sim-*` options give: `pacing`, and the reply delay and chunk length
+    /// when set (else the defaults).
+    pub fn from_options(
+        pacing: Pacing,
+        reply_delay_ms: Option<u64>,
+        chunk_ms: Option<u32>,
+    ) -> Self {
+        let mut sim = SimConfig {
+            pacing,
+            ..SimConfig::default()
+        };
+        if let Some(ms) = reply_delay_ms {
+            sim.reply_delay = Duration::from_millis(ms);
+        }
+        if let Some(ms) = chunk_ms {
+            sim.chunk_ms = ms;
+        }
+        sim
+    }
+
     /// Burst pacing and no reply delay: answers as fast as possible (handy for tests).
     pub fn instant() -> Self {
         SimConfig {

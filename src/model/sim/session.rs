@@ -19,11 +19,11 @@ use super::vad::{Vad, VadEvent, VadSettings};
 use super::voice::{voice_pitch, Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
 use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
+use crate::latch::receiver_gone;
 use crate::model::{
     EndSensitivity, LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage,
     StartSensitivity,
 };
-use crate::signal::receiver_gone;
 
 /// Sample rate assumed for PCM whose mime type names none (or an unusable one).
 const DEFAULT_INPUT_RATE: u32 = 16_000;

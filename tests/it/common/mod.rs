@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use livegate::gateway::config::SimPacingArg;
+use livegate::gateway::config::Pacing;
 use livegate::gateway::{self, ServeArgs, Server};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,7 +32,7 @@ pub fn test_args() -> ServeArgs {
     args.bind = SocketAddr::from(([127, 0, 0, 1], 0));
     args.session_store = Some("memory:".into());
     args.artifact_store = Some("memory:".into());
-    args.sim_pacing = SimPacingArg::Burst;
+    args.sim_pacing = Pacing::Burst;
     args.sim_reply_delay_ms = Some(0);
     args
 }

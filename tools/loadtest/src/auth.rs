@@ -67,7 +67,7 @@ impl Credentials {
                 })
             }
             (None, Some(key)) => {
-                let tokens_url = super::scrape::metrics_url(ws_url)
+                let tokens_url = super::endpoints::metrics_url(ws_url)
                     .and_then(|m| {
                         m.strip_suffix("metrics")
                             .map(|base| format!("{base}api/tokens"))

@@ -7,6 +7,7 @@ mod arrival;
 mod auth;
 mod backlog;
 mod calls;
+mod endpoints;
 pub mod phone;
 mod procfs;
 pub mod report;
@@ -22,10 +23,11 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-pub use report::{Percentiles, Report, ServerStats, Traffic};
+pub use procfs::ServerStats;
+pub use report::{Percentiles, Report, Traffic};
 use session::{Live, Outcome, Plan};
 
-use livegate::signal::Signal;
+use livegate::latch::Latch;
 
 /// The clips used when no `--audio` is given (from `tests/fixtures`), cycled across turns.
 const DEFAULT_CLIPS: [(&str, &[u8]); 3] = [
@@ -272,12 +274,12 @@ fn clips(args: &LoadtestArgs) -> Result<Vec<(Bytes, usize)>, LoadtestError> {
 
 /// Runs a load test and returns its report (also written to `--report` / `--plot`).
 pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
-    run_until(args, Signal::new()).await
+    run_until(args, Latch::new()).await
 }
 
 /// Runs a load test that `stop` can end early: no session opens or starts a turn once it has
 /// fired, the turns under way finish, and the report covers what ran.
-pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, LoadtestError> {
+pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, LoadtestError> {
     if args.sessions == 0 || args.ramp <= 0.0 {
         return Err(LoadtestError::Invalid(
             "--sessions and --ramp must be positive".into(),
@@ -303,7 +305,7 @@ pub async fn run_until(args: &LoadtestArgs, stop: Signal) -> Result<Report, Load
     let http = reqwest::Client::new();
     // Beside the only node: with several, the gateway's counts are one node's only if asked for.
     let metrics_url = args.metrics_url.clone().or_else(|| match &base_urls[..] {
-        [only] => scrape::metrics_url(only),
+        [only] => endpoints::metrics_url(only),
         _ => None,
     });
     let metrics_before = match &metrics_url {

@@ -2,7 +2,7 @@
 //! and prints the report's table.
 
 use clap::Parser;
-use livegate::signal::Signal;
+use livegate::latch::Latch;
 use livegate_loadtest::LoadtestArgs;
 
 // As in the gateway: many small, short-lived frame and JSON allocations from several threads.
@@ -27,7 +27,7 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let args = Cli::parse().args;
     init_logging();
-    let stop = Signal::new();
+    let stop = Latch::new();
     tokio::spawn({
         let stop = stop.clone();
         async move {

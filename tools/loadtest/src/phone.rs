@@ -109,7 +109,7 @@ pub struct Utterance {
 impl Utterance {
     /// From PCM16 at 16 kHz, whose speech ends at byte `speech_end`.
     pub fn from_pcm16k(pcm: &[u8], speech_end: usize) -> Self {
-        let mut resampler = Resampler::new(16_000, 8_000).expect("16 to 8 kHz");
+        let mut resampler = to_phone_rate();
         let mut pcm8 = resampler.push(pcm);
         pcm8.extend(resampler.flush());
         let mut ulaw = Vec::new();
@@ -460,6 +460,15 @@ async fn read(
     }
 }
 
+/// The resampler from the clips' 16 kHz to the phone's 8 kHz.
+#[allow(
+    clippy::expect_used,
+    reason = "16 and 8 kHz are constants the resampler supports, not input"
+)]
+fn to_phone_rate() -> Resampler {
+    Resampler::new(16_000, 8_000).expect("16 to 8 kHz")
+}
+
 /// Plays on `bytes` of μ-law: how long it lasts.
 pub fn ulaw_duration(bytes: usize) -> Duration {
     Duration::from_micros(bytes as u64 * 125)
@@ -467,7 +476,7 @@ pub fn ulaw_duration(bytes: usize) -> Duration {
 
 /// A clip as base64-free μ-law (for tests that check what the gateway heard).
 pub fn ulaw_of(pcm16k: &Bytes) -> Vec<u8> {
-    let mut resampler = Resampler::new(16_000, 8_000).expect("16 to 8 kHz");
+    let mut resampler = to_phone_rate();
     let pcm8 = resampler.push(pcm16k);
     let mut ulaw = Vec::new();
     g711::encode_into(&pcm8, &mut ulaw);

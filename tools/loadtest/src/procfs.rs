@@ -1,7 +1,8 @@
 //! Sampling the run every 500 ms: connected sessions, the server's CPU time and resident memory
 //! from `/proc/{pid}`, how long the server's and the generator's threads waited for a CPU, and
 //! the bytes waiting unread in the server's sockets (Linux). Prints the progress line once a
-//! second.
+//! second. Also what the server's samples add up to (`ServerStats`), which `scrape` builds the same
+//! way from the gateway's `/metrics` when its `/proc` is out of reach.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -11,8 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::backlog;
-use super::report::{ServerSample, ServerStats};
+use super::backlog::{self, SocketBacklog};
 use super::session::Live;
 use livegate::procfs::Usage;
 
@@ -431,6 +431,114 @@ impl Sampler {
     }
 }
 
+/// One sample of the server process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ServerSample {
+    /// Seconds since the test started.
+    pub t: f64,
+    /// Sessions connected at that moment.
+    pub sessions: usize,
+    /// Resident memory, KiB.
+    pub rss_kib: u64,
+    /// CPU seconds used since the test started.
+    pub cpu_seconds: f64,
+}
+
+/// The server process over the run: from `/proc` with `--server-pid`, else from the gateway's
+/// own `/metrics` (`process_*`), which leaves out the CPU wait and the socket backlog.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ServerStats {
+    /// The process (`None`: read from the gateway's `/metrics`).
+    pub pid: Option<u32>,
+    /// CPU seconds (user + system) used during the run.
+    pub cpu_seconds: f64,
+    /// Of those, the seconds in the kernel (system time; from `/proc` only).
+    pub cpu_system_seconds: Option<f64>,
+    /// Average cores busy during the run.
+    pub cpu_cores: f64,
+    /// Cores busy while the most sessions were connected: the load a target is set at, where
+    /// the run's average above also covers the ramp and the drain with fewer sessions.
+    pub cpu_cores_at_peak: Option<f64>,
+    /// Largest resident memory seen, KiB.
+    pub peak_rss_kib: u64,
+    /// Resident memory before the first session connected, KiB.
+    pub baseline_rss_kib: u64,
+    /// Least-squares slope of RSS over connected sessions, KiB per session.
+    pub rss_kib_per_session: f64,
+    /// How long the server's threads waited for a CPU while the most sessions were connected
+    /// (from `schedstat`, when the kernel has it).
+    pub cpu_wait_at_peak: Option<CpuWait>,
+    /// Bytes waiting unread in the server's sockets while the most sessions were connected, and
+    /// how long a frame waited to be read (from the kernel's socket table, on Linux).
+    pub socket_backlog_at_peak: Option<SocketBacklog>,
+    /// Samples over time (every 500 ms from `/proc`, every 2 s from `/metrics`).
+    pub samples: Vec<ServerSample>,
+}
+
+impl ServerStats {
+    /// The server's CPU and memory over a run of `elapsed` seconds in which it used
+    /// `cpu_seconds`, from `baseline_rss_kib` before the first session and `samples` taken while
+    /// at most `peak` sessions were connected.
+    pub fn of(
+        pid: Option<u32>,
+        cpu_seconds: f64,
+        baseline_rss_kib: u64,
+        samples: Vec<ServerSample>,
+        peak: usize,
+        elapsed: f64,
+    ) -> ServerStats {
+        // Memory is returned lazily as sessions end; fit only the ramp up to the peak.
+        let ramp = samples
+            .iter()
+            .position(|s| s.sessions == peak)
+            .map_or(samples.len(), |i| i + 1);
+        let points: Vec<(f64, f64)> = samples[..ramp]
+            .iter()
+            .map(|s| (s.sessions as f64, s.rss_kib as f64))
+            .collect();
+        let cpu: Vec<(usize, (f64, f64))> = samples
+            .iter()
+            .map(|s| (s.sessions, (s.t, s.cpu_seconds)))
+            .collect();
+        ServerStats {
+            pid,
+            cpu_seconds,
+            cpu_system_seconds: None,
+            cpu_cores: cpu_seconds / elapsed.max(1e-9),
+            cpu_cores_at_peak: rate_at_peak(&cpu, peak),
+            peak_rss_kib: samples
+                .iter()
+                .map(|s| s.rss_kib)
+                .fold(baseline_rss_kib, u64::max),
+            baseline_rss_kib,
+            rss_kib_per_session: slope(&points),
+            cpu_wait_at_peak: None,
+            socket_backlog_at_peak: None,
+            samples,
+        }
+    }
+}
+
+/// Least-squares slope of `y` over `x`.
+pub fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (x, y)| {
+        (num + (x - mx) * (y - my), den + (x - mx) * (x - mx))
+    });
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -606,5 +714,48 @@ mod tests {
         // Without /proc only the CPU count is known, and nothing is made up.
         let bare = Machine::parse(4, "", "", "");
         assert_eq!(bare.describe(), "4 CPUs");
+    }
+
+    #[test]
+    fn slope_fits_a_line() {
+        let points: Vec<(f64, f64)> = (0..10)
+            .map(|x| (f64::from(x), 3.0 * f64::from(x) + 5.0))
+            .collect();
+        assert!((slope(&points) - 3.0).abs() < 1e-9);
+        assert_eq!(slope(&[(1.0, 1.0)]), 0.0);
+    }
+
+    #[test]
+    fn server_stats_fit_memory_on_the_ramp_and_cpu_at_the_peak() {
+        let sample = |t: f64, sessions: usize, rss_kib: u64, cpu_seconds: f64| ServerSample {
+            t,
+            sessions,
+            rss_kib,
+            cpu_seconds,
+        };
+        // 100 KiB a session on the way up to 10; memory kept (and more) while they leave. The
+        // CPU: 0.9 cores with all ten connected, less while they come and go.
+        let samples = vec![
+            sample(0.0, 0, 1_000, 0.0),
+            sample(1.0, 5, 1_500, 0.2),
+            sample(2.0, 10, 2_000, 0.6),
+            sample(3.0, 10, 2_600, 1.5),
+            sample(4.0, 2, 2_400, 1.6),
+        ];
+        let stats = ServerStats::of(None, 2.0, 900, samples, 10, 4.0);
+        assert!(
+            (stats.rss_kib_per_session - 100.0).abs() < 1e-9,
+            "{stats:?}"
+        );
+        assert_eq!((stats.peak_rss_kib, stats.baseline_rss_kib), (2_600, 900));
+        assert!((stats.cpu_cores - 0.5).abs() < 1e-9);
+        let at_peak = stats.cpu_cores_at_peak.expect("two samples at the peak");
+        assert!((at_peak - 0.9).abs() < 1e-9, "{at_peak}");
+        assert_eq!(stats.samples.len(), 5);
+        // No samples: the baseline is the peak.
+        assert_eq!(
+            ServerStats::of(None, 0.0, 900, vec![], 0, 1.0).peak_rss_kib,
+            900
+        );
     }
 }

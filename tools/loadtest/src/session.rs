@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::arrival::{Arrivals, StampedTcp};
-use livegate::signal::Signal;
+use livegate::latch::Latch;
 
 /// 20 ms of 16 kHz PCM16.
 pub const FRAME_BYTES: usize = 640;
@@ -56,7 +56,7 @@ pub struct Plan {
     pub deadline: Instant,
     /// Fires when the run is stopped early (Ctrl-C): no session starts another turn, and idle
     /// sessions leave.
-    pub stop: Signal,
+    pub stop: Latch,
     /// Most turns per session (0: as many as fit).
     pub turns: u32,
     /// Connect and wait only.
@@ -913,7 +913,7 @@ mod tests {
             query: String::new(),
             clips: Vec::new(),
             deadline: Instant::now(),
-            stop: Signal::new(),
+            stop: Latch::new(),
             turns: 0,
             idle: false,
             epoch: Instant::now(),

@@ -5,7 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
-use livegate::cli::{init_logging, shutdown_signal, sim_config, LogFormat, SimPacingArg};
+use livegate::cli::{init_logging, shutdown_signal, LogFormat};
+use livegate::model::sim::{Pacing, SimConfig};
 use livegate_mock::gemini::{self, MockGeminiConfig, TlsFiles};
 
 // As in the gateway: many small, short-lived audio and JSON allocations from several threads.
@@ -45,8 +46,8 @@ struct MockGeminiArgs {
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
-    #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
-    sim_pacing: SimPacingArg,
+    #[arg(long, value_enum, default_value_t = Pacing::RealTime)]
+    sim_pacing: Pacing,
     /// Delay before each answer starts, in milliseconds (default 150).
     #[arg(long)]
     sim_reply_delay_ms: Option<u64>,
@@ -60,7 +61,8 @@ struct MockGeminiArgs {
 
 impl MockGeminiArgs {
     fn config(&self) -> MockGeminiConfig {
-        let sim = sim_config(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms);
+        let sim =
+            SimConfig::from_options(self.sim_pacing, self.sim_reply_delay_ms, self.sim_chunk_ms);
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),

@@ -4,7 +4,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use clap::Parser;
-use livegate::cli::{init_logging, shutdown_signal, sim_config, LogFormat, SimPacingArg};
+use livegate::cli::{init_logging, shutdown_signal, LogFormat};
+use livegate::model::sim::{Pacing, SimConfig};
 use livegate_mock::openai::{self, MockOpenAiConfig};
 
 // As in the gateway: many small, short-lived audio and JSON allocations from several threads.
@@ -31,8 +32,8 @@ struct MockOpenAiArgs {
     #[arg(long)]
     close_mid_answer: bool,
     /// Pace answers like a speaking voice (`realtime`) or send them at once (`burst`).
-    #[arg(long, value_enum, default_value_t = SimPacingArg::Realtime)]
-    sim_pacing: SimPacingArg,
+    #[arg(long, value_enum, default_value_t = Pacing::RealTime)]
+    sim_pacing: Pacing,
     /// Delay before each answer starts, in milliseconds.
     #[arg(long)]
     sim_reply_delay_ms: Option<u64>,
@@ -52,7 +53,7 @@ async fn main() -> anyhow::Result<()> {
 async fn mock_openai(args: MockOpenAiArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
     let config = MockOpenAiConfig {
-        sim: sim_config(args.sim_pacing, args.sim_reply_delay_ms, args.sim_chunk_ms),
+        sim: SimConfig::from_options(args.sim_pacing, args.sim_reply_delay_ms, args.sim_chunk_ms),
         api_key: args.api_key.clone(),
         fail_after: args.fail_after,
         close_mid_answer: args.close_mid_answer,

@@ -1,4 +1,4 @@
-//! `Signal`: a one-way "it happened" flag that tasks share and wait on (run ended, client gone,
+//! `Latch`: a one-way "it happened" flag that tasks share and wait on (run ended, client gone,
 //! queue closed, shutting down).
 //!
 //! It replaces `tokio_util`'s `CancellationToken` on the per-frame paths. A token's
@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, Notify};
 
 /// A one-way flag, cloned to share, that tasks can check and wait on.
 #[derive(Debug, Clone, Default)]
-pub struct Signal(Arc<Inner>);
+pub struct Latch(Arc<Inner>);
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -27,13 +27,13 @@ struct Inner {
     notify: Notify,
 }
 
-impl Signal {
-    /// A signal that has not fired.
+impl Latch {
+    /// A latch that has not fired.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Fires the signal, waking every waiter; true if this call fired it (firing again does
+    /// Fires the latch, waking every waiter; true if this call fired it (firing again does
     /// nothing).
     pub fn fire(&self) -> bool {
         let first = !self.0.fired.swap(true, Ordering::AcqRel);
@@ -43,12 +43,12 @@ impl Signal {
         first
     }
 
-    /// Whether the signal has fired.
+    /// Whether the latch has fired.
     pub fn is_fired(&self) -> bool {
         self.0.fired.load(Ordering::Acquire)
     }
 
-    /// Sends `value` on `tx`, waiting for room unless the signal fires first: false if it has
+    /// Sends `value` on `tx`, waiting for room unless the latch fires first: false if it has
     /// fired or the receiver is gone. Tries at once first, so a send that finds room never
     /// touches the waiter list.
     pub async fn send_unless_fired<T>(&self, tx: &mpsc::Sender<T>, value: T) -> bool {
@@ -67,7 +67,7 @@ impl Signal {
         }
     }
 
-    /// Completes once the signal fires (at once if it already has).
+    /// Completes once the latch fires (at once if it already has).
     pub fn fired(&self) -> Fired<'_> {
         FlagWait {
             flag: self,
@@ -84,7 +84,7 @@ pub trait Flag {
     fn is_set(&self) -> bool;
 }
 
-impl Flag for &Signal {
+impl Flag for &Latch {
     fn is_set(&self) -> bool {
         self.is_fired()
     }
@@ -132,8 +132,8 @@ impl<F: Future<Output = ()>, G: Flag> Future for FlagWait<F, G> {
     }
 }
 
-/// The future returned by [`Signal::fired`].
-pub type Fired<'a> = FlagWait<Notified<'a>, &'a Signal>;
+/// The future returned by [`Latch::fired`].
+pub type Fired<'a> = FlagWait<Notified<'a>, &'a Latch>;
 
 /// Completes once `tx`'s receiver is gone (closed or dropped); polled again in a loop, it costs an
 /// atomic load where `Sender::closed` locks the channel's waiter list.
@@ -154,25 +154,25 @@ mod tests {
     use tokio::time::timeout;
 
     #[tokio::test]
-    async fn a_waiter_wakes_when_the_signal_fires_and_late_waiters_complete_at_once() {
-        let signal = Signal::new();
-        assert!(!signal.is_fired());
+    async fn a_waiter_wakes_when_the_latch_fires_and_late_waiters_complete_at_once() {
+        let latch = Latch::new();
+        assert!(!latch.is_fired());
         let waiter = tokio::spawn({
-            let signal = signal.clone();
-            async move { signal.fired().await }
+            let latch = latch.clone();
+            async move { latch.fired().await }
         });
         // Not fired: the waiter must still be waiting.
-        assert!(timeout(Duration::from_millis(20), signal.fired())
+        assert!(timeout(Duration::from_millis(20), latch.fired())
             .await
             .is_err());
-        signal.fire();
-        signal.fire();
+        latch.fire();
+        latch.fire();
         timeout(Duration::from_secs(5), waiter)
             .await
             .expect("woken")
             .expect("joined");
-        assert!(signal.is_fired());
-        timeout(Duration::from_secs(5), signal.fired())
+        assert!(latch.is_fired());
+        timeout(Duration::from_secs(5), latch.fired())
             .await
             .expect("already fired");
     }
@@ -208,9 +208,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_polled_many_times_in_a_select_loop_still_wakes() {
-        let signal = Signal::new();
-        let seen = seen_before(signal.fired(), || {
-            signal.fire();
+        let latch = Latch::new();
+        let seen = seen_before(latch.fired(), || {
+            latch.fire();
         })
         .await;
         // The feeder can only finish its sends once the loop has taken all but a queue's worth.
@@ -230,24 +230,24 @@ mod tests {
 
     #[tokio::test]
     async fn a_fire_between_creating_and_polling_a_wait_is_not_missed() {
-        let signal = Signal::new();
-        let fired = signal.fired();
-        signal.fire();
+        let latch = Latch::new();
+        let fired = latch.fired();
+        latch.fire();
         timeout(Duration::from_secs(5), fired)
             .await
             .expect("completes");
     }
 
     #[tokio::test]
-    async fn a_send_waits_for_room_until_the_signal_fires() {
-        let signal = Signal::new();
+    async fn a_send_waits_for_room_until_the_latch_fires() {
+        let latch = Latch::new();
         let (tx, mut rx) = mpsc::channel::<u32>(1);
-        assert!(signal.send_unless_fired(&tx, 1).await, "room: sent at once");
-        // Full: the second send waits, and gives up when the signal fires.
-        let waiting = signal.send_unless_fired(&tx, 2);
+        assert!(latch.send_unless_fired(&tx, 1).await, "room: sent at once");
+        // Full: the second send waits, and gives up when the latch fires.
+        let waiting = latch.send_unless_fired(&tx, 2);
         let firing = async {
             tokio::task::yield_now().await;
-            signal.fire();
+            latch.fire();
         };
         let (sent, ()) = timeout(Duration::from_secs(5), async {
             tokio::join!(waiting, firing)
@@ -257,7 +257,7 @@ mod tests {
         assert!(!sent);
         assert_eq!(rx.recv().await, Some(1));
         // Fired: nothing is sent even with room.
-        assert!(!signal.send_unless_fired(&tx, 3).await);
+        assert!(!latch.send_unless_fired(&tx, 3).await);
         assert!(rx.try_recv().is_err());
     }
 }
