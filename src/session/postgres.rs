@@ -75,7 +75,7 @@ const MAX_BATCH: usize = 256;
 const DEADLOCK_RETRIES: usize = 3;
 
 /// Connections per node for the sessions: the writers and reads (the leases have their own).
-const MAX_CONNECTIONS: u32 = 20;
+const MAX_CONNECTIONS: u32 = 22;
 
 /// Stores one event (with its state delta) if its session exists, it is not already there and
 /// the fence (`$12`, none for an unfenced write) is the session's: checked on the session row

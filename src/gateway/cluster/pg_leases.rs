@@ -8,7 +8,7 @@
 //! 4000), flushes, deletes the row and says so, and the waiting node takes the row. A holder
 //! that does not let go within the grace loses the session anyway, and the epoch fences its
 //! late writes out (`session::Fence`). A store unreachable for the time to live ends the runs
-//! (their clients are told to try again) and lets no run start.
+//! (their clients are told to try again), and one unreachable for the grace lets no run start.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
@@ -29,10 +29,10 @@ const CHANNEL: &str = "livegate_leases";
 const POLL: Duration = Duration::from_millis(250);
 /// Pause after the listener's connection failed, before it reconnects.
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
-/// Connections of the leases' own pool (the listener has one more). Renewals and takes never
-/// queue behind the session store's reads and writes: a node busy with its sessions must not
-/// look like one that lost its store, and stop them.
-const LEASE_CONNECTIONS: u32 = 4;
+/// Connections of the renewals' own pool (the listener has one more). Renewals never queue
+/// behind the session store's reads and writes: a node busy with its sessions must not look like
+/// one that lost its store, and stop them. Takes and releases share the session store's pool.
+const LEASE_CONNECTIONS: u32 = 2;
 /// How often a waiting node tells the holder again.
 const RESEND: Duration = Duration::from_secs(1);
 /// Most takeover notices kept for leases not registered yet (a notice may overtake the
@@ -64,7 +64,10 @@ type Key = (String, String);
 /// This node's leases in PostgreSQL.
 #[derive(Debug)]
 pub struct PgLeases {
+    /// The renewals' own connections.
     pool: PgPool,
+    /// The session store's pool: takes, notices and releases.
+    store: PgPool,
     app_name: String,
     /// This process's name in lease rows (unique per start: a restarted node's old rows expire).
     node: String,
@@ -120,6 +123,7 @@ impl PgLeases {
         listener.listen(CHANNEL).await?;
         let leases = Arc::new(PgLeases {
             pool,
+            store,
             app_name: app_name.to_owned(),
             node: uuid::Uuid::new_v4().to_string(),
             ttl,
@@ -220,7 +224,7 @@ impl PgLeases {
         .bind(lease)
         .bind(self.ttl_ms())
         .bind(force)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store)
         .await?;
         if let Some(epoch) = taken {
             return Ok(Attempt::Taken(epoch));
@@ -232,7 +236,7 @@ impl PgLeases {
         .bind(&self.app_name)
         .bind(user_id)
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store)
         .await?;
         Ok(match holder {
             Some(row) => Attempt::HeldBy(row.try_get("node")?, row.try_get("lease")?),
@@ -259,7 +263,7 @@ impl PgLeases {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANNEL)
             .bind(payload)
-            .execute(&self.pool)
+            .execute(&self.store)
             .await?;
         Ok(())
     }
@@ -390,6 +394,9 @@ struct Acquiring<'a> {
     told: Option<(String, i64, Instant)>,
     /// Since when the store has failed every attempt.
     unreachable_since: Option<Instant>,
+    /// How long the store may fail every attempt before the run is refused: the grace, or the
+    /// time to live if longer (a busy store is slow, not gone).
+    patience: Duration,
 }
 
 impl<'a> Acquiring<'a> {
@@ -409,6 +416,7 @@ impl<'a> Acquiring<'a> {
             deadline: Instant::now() + grace,
             told: None,
             unreachable_since: None,
+            patience: grace.max(leases.ttl),
         }
     }
 
@@ -453,7 +461,7 @@ impl<'a> Acquiring<'a> {
             }
             Err(error) => {
                 let since = *self.unreachable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= leases.ttl {
+                if since.elapsed() >= self.patience {
                     tracing::warn!(
                         %error,
                         user_id = self.user_id,
@@ -600,7 +608,7 @@ impl SharedLeases for PgLeases {
         .bind(lease)
         .bind(CHANNEL)
         .bind(payload)
-        .execute(&self.pool)
+        .execute(&self.store)
         .await;
         if let Err(error) = released {
             // The row expires by itself.
@@ -619,6 +627,7 @@ mod tests {
             .connect_lazy("postgres://127.0.0.1:1/none")
             .unwrap();
         PgLeases {
+            store: pool.clone(),
             pool,
             app_name: "app".into(),
             node: "n1".into(),

@@ -36,7 +36,7 @@ impl Lease {
 /// Why a connection did not get its session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
-    /// The shared store could not be reached for the lease's time to live: the run does not
+    /// The shared store could not be reached for the hand-over grace: the run does not
     /// start without its lease (the client is told to try again).
     #[error("the session store is unreachable: the session's lease cannot be taken")]
     Unavailable,
@@ -51,8 +51,8 @@ pub enum LeaseError {
 pub trait SharedLeases: Send + Sync + Debug {
     /// Takes the session for this node's `lease` and returns its fencing token: another node's
     /// holder is told to stop and this waits for it to let go, at most `grace`, then takes the
-    /// session anyway. Never returns without the lease: a store unreachable for the time to
-    /// live is `Unavailable`, and the lease's `taken_over` firing meanwhile `Superseded`.
+    /// session anyway. Never returns without the lease: a store unreachable for `grace` (or the
+    /// time to live if longer) is `Unavailable`, and the lease's `taken_over` firing meanwhile `Superseded`.
     /// Later, `taken_over` fires if another node takes the session, `store_lost` if this node
     /// can no longer prove it holds it.
     async fn acquire(
