@@ -4,8 +4,9 @@
 //! backends), [`session`] and [`artifact`] (storage), [`live`] (the request queue, run config and
 //! live flow), [`agent`] and [`runner`] (ADK's agent and runner), and [`gateway`] (the axum server).
 //! Lower layers never import upper ones. Beside them, used by any layer: [`latch`] (a shared
-//! "it happened" flag), [`byte_channel`] (a channel bounded in messages and bytes), [`procfs`] (a
-//! process's CPU and memory from `/proc`) and [`audio`] (the resampler and the G.711 codec).
+//! "it happened" flag), [`lock`] (taking a mutex a panicked holder poisoned), [`byte_channel`] (a
+//! channel bounded in messages and bytes), [`procfs`] (a process's CPU and memory from `/proc`)
+//! and [`audio`] (the resampler and the G.711 codec).
 //!
 //! The tools are crates of their own in the same workspace, so the server's binary carries
 //! neither them nor their test audio: `livegate-mock` (`tools/mock`) serves the `sim` model over
@@ -26,6 +27,7 @@ pub mod event;
 pub mod gateway;
 pub mod latch;
 pub mod live;
+pub mod lock;
 pub mod model;
 pub mod procfs;
 pub mod runner;

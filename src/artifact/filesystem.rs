@@ -20,6 +20,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::fs;
 
+use super::folder_sync::FolderSyncs;
 use super::later::Later;
 use super::spool::{own_spool_folder, sync_and_uncache, SPOOL_DIR};
 use super::{
@@ -38,6 +39,8 @@ pub struct FileArtifactService {
     _spool_lock: std::sync::Arc<std::fs::File>,
     /// Recordings whose run ended before they could be saved (a full disk).
     later: std::sync::Arc<Later>,
+    /// The folder syncs that end saves, shared by saves that need the same folder at once.
+    syncs: std::sync::Arc<FolderSyncs>,
     /// Stops the task saving them once the last of the store's handles goes: every handle holds
     /// the guard but the task's own.
     stop: tokio_util::sync::CancellationToken,
@@ -99,6 +102,7 @@ impl FileArtifactService {
             spool: SpoolDir::new(spool),
             _spool_lock: std::sync::Arc::new(lock),
             later: std::sync::Arc::default(),
+            syncs: std::sync::Arc::default(),
             _stop: Some(std::sync::Arc::new(stop.clone().drop_guard())),
             stop,
         })
@@ -212,21 +216,25 @@ impl FileArtifactService {
     /// Saves a new version in `dir`: claim a number, then put its bytes in place with `write`.
     ///
     /// The version is reported saved only once its name is on the disk: the file's bytes are
-    /// synced before the rename, and the folder (with any folder made for it, up to `root`) after.
+    /// synced before the rename, and the folder (with any folder made for it, up to `root`) after
+    /// — by a sync of each that started after the change, which a concurrent save of the same
+    /// folder may have run (the two recordings of a turn share their session's folder).
     fn save_in(
         root: &Path,
+        syncs: &FolderSyncs,
         dir: &Path,
         meta: &[u8],
         write: impl FnOnce(&Path) -> Result<(), ArtifactError>,
     ) -> Result<u64, ArtifactError> {
         let made = ensure_dir(dir)?;
+        let made_ticket = syncs.ticket();
         let version = Self::claim_version(dir, meta, made == Made::Folder)?;
         if let Err(e) = write(&dir.join(version.to_string())) {
             // Release the claim so the number is reused rather than left as a gap.
             let _ = std::fs::remove_file(meta_path(dir, version));
             return Err(e);
         }
-        sync_dir(dir)?;
+        syncs.sync(dir, syncs.ticket(), sync_dir)?;
         let made_above = match made {
             Made::Nothing => 0,
             Made::Folder => 1,
@@ -238,7 +246,7 @@ impl FileArtifactService {
             .take(made_above)
             .take_while(|folder| folder.starts_with(root))
         {
-            sync_dir(folder)?;
+            syncs.sync(folder, made_ticket, sync_dir)?;
         }
         Ok(version)
     }
@@ -369,9 +377,9 @@ impl ArtifactService for FileArtifactService {
     ) -> Result<u64, ArtifactError> {
         let dir = self.artifact_dir(scope, filename)?;
         let meta = Self::meta(artifact.mime_type)?;
-        let root = self.root.clone();
+        let (root, syncs) = (self.root.clone(), self.syncs.clone());
         blocking(move || {
-            Self::save_in(&root, &dir, &meta, |to| {
+            Self::save_in(&root, &syncs, &dir, &meta, |to| {
                 Self::write_version(to, &artifact.data)
             })
         })
@@ -499,9 +507,9 @@ impl ArtifactService for FileArtifactService {
             Ok(prepared) => prepared,
             Err(e) => return Err((e, spool)),
         };
-        let root = self.root.clone();
+        let (root, syncs) = (self.root.clone(), self.syncs.clone());
         let saved = blocking(move || {
-            Self::save_in(&root, &dir, &meta, |to| {
+            Self::save_in(&root, &syncs, &dir, &meta, |to| {
                 handle.persist(to).map_err(Into::into)
             })
         })

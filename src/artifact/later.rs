@@ -5,13 +5,14 @@
 //! one).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use super::{Artifact, ArtifactError, ArtifactScope, ArtifactService, SpoolFile};
+use crate::lock::Recover;
 
 /// Most bytes of recordings held in memory for a later save, in all: what is over it is lost
 /// (logged), so a disk that stays full cannot take the process's memory.
@@ -97,7 +98,7 @@ impl Queue {
 impl Later {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // Every change is a whole push or swap; a panic elsewhere cannot tear one.
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+        self.queue.lock_or_recover()
     }
 
     /// Takes a recording whole in its spool file.

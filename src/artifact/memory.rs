@@ -1,7 +1,7 @@
 //! In-memory artifact store: for tests and single-process runs that need no durability.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
@@ -9,6 +9,7 @@ use super::{
     is_user_scoped, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
     ArtifactService,
 };
+use crate::lock::Recover;
 
 /// App, user, and the session (`None` for the user's own `user:` artifacts).
 type ScopeKey = (String, String, Option<String>);
@@ -29,9 +30,7 @@ fn scope_key(scope: ArtifactScope<'_>, filename: &str) -> ScopeKey {
 impl InMemoryArtifactService {
     fn lock(&self) -> MutexGuard<'_, HashMap<ScopeKey, BTreeMap<String, Vec<Artifact>>>> {
         // No code path panics mid-update, so a poisoned map is still consistent.
-        self.artifacts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.artifacts.lock_or_recover()
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod error;
 mod filesystem;
+mod folder_sync;
 mod later;
 mod memory;
 mod object;

@@ -28,7 +28,7 @@ use std::any::Any;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -48,6 +48,7 @@ use super::{
     validate_filename, validate_scope_id, Artifact, ArtifactError, ArtifactInfo, ArtifactScope,
     ArtifactService, SpoolDir, SpoolFile, USER_PREFIX,
 };
+use crate::lock::Recover;
 
 /// The longest a save (the one a turn's end waits for) takes by default: past it the recording
 /// comes back unsaved, and its run keeps it for later.
@@ -1052,7 +1053,7 @@ const OUTBOX_ROUNDS: u32 = 130;
 
 fn lock_outbox(outbox: &Mutex<Outbox>) -> MutexGuard<'_, Outbox> {
     // No code path panics while holding it, so a poisoned outbox is still consistent.
-    outbox.lock().unwrap_or_else(PoisonError::into_inner)
+    outbox.lock_or_recover()
 }
 
 /// Runs blocking file work on the blocking pool.

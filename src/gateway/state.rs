@@ -56,6 +56,8 @@ pub struct Gateway {
     pub frame_limits: FrameLimits,
     /// Bytes of media and text a live run's request queue may hold.
     pub queue_max_bytes: usize,
+    /// What every live run allows its model server.
+    pub flow_limits: crate::live::flow::FlowLimits,
     /// Idle timeout and maximum duration of a WebSocket connection.
     pub session_limits: SessionLimits,
     /// Phone calls' settings and carrier secrets.

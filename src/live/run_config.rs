@@ -41,6 +41,9 @@ pub struct RunConfig {
     /// What the listener has heard of the current answer, where the transport knows (a phone
     /// call's mark acknowledgements): an interrupted answer is cut there (livegate's).
     pub playout: Option<crate::model::Playout>,
+    /// What the run allows the model server: reconnects, answer time, bytes per turn
+    /// (livegate's).
+    pub limits: crate::live::flow::FlowLimits,
 }
 
 /// A callback for a run's upstream reconnects; none by default.
@@ -96,6 +99,7 @@ impl Default for RunConfig {
             custom_metadata: None,
             on_reconnect: OnReconnect::default(),
             playout: None,
+            limits: crate::live::flow::FlowLimits::default(),
         }
     }
 }

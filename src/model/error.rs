@@ -27,6 +27,10 @@ pub enum ModelError {
     /// The connection is gone (the backend task ended).
     #[error("model connection is closed")]
     Gone,
+    /// The model did not begin to answer a turn in time (a server that keeps the connection
+    /// alive but never answers).
+    #[error("the model did not begin to answer within {0:?}")]
+    NoAnswer(std::time::Duration),
 }
 
 impl ModelError {
@@ -60,6 +64,7 @@ impl ModelError {
             },
             ModelError::Protocol(_) => "INTERNAL",
             ModelError::Gone => "UNAVAILABLE",
+            ModelError::NoAnswer(_) => "DEADLINE_EXCEEDED",
         }
     }
 
@@ -71,6 +76,7 @@ impl ModelError {
                 code: 1000 | 1006 | 1011,
                 ..
             } | ModelError::Gone
+                | ModelError::NoAnswer(_)
         )
     }
 }

@@ -22,6 +22,58 @@ const MAX_INPUTS_PER_WRITE: usize = 50;
 /// A backend's socket to its model server.
 pub(crate) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// Largest server message accepted (the SDKs' limit is 1 MiB; leave room).
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes taken from the socket per read. tungstenite zero-fills its read buffer up to this
+/// size before every read, so each session keeps it resident: its default of 128 KiB was most of
+/// an idle Gemini session's memory. A bigger message still arrives whole (the buffer grows to fit
+/// it); an answer's audio message (200–240 ms, about 11 KB as JSON) takes two reads.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+
+/// Opens the WebSocket to `provider`'s `url` with `headers` (credentials: never logged), TLS by
+/// rustls, within `limit`.
+pub(crate) async fn dial(
+    provider: &str,
+    url: &str,
+    headers: &[(&'static str, String)],
+    limit: Duration,
+) -> Result<Socket, ModelError> {
+    use tungstenite::client::IntoClientRequest;
+    use tungstenite::http::HeaderValue;
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| ModelError::Connect(format!("invalid {provider} URL: {e}")))?;
+    for (name, value) in headers {
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| ModelError::Connect(format!("invalid value for header {name}")))?;
+        request.headers_mut().insert(*name, value);
+    }
+    let ws_config = tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES))
+        .read_buffer_size(READ_BUFFER_BYTES);
+    let tls = super::tls::client_config().map_err(ModelError::Connect)?;
+    let connecting = tokio_tungstenite::connect_async_tls_with_config(
+        request,
+        Some(ws_config),
+        true,
+        Some(tokio_tungstenite::Connector::Rustls(tls)),
+    );
+    let (socket, _) = timeout(limit, connecting)
+        .await
+        .map_err(|_| ModelError::Connect(format!("timed out connecting to {provider}")))?
+        .map_err(|e| handshake_error(provider, e))?;
+    Ok(socket)
+}
+
+/// The keep-alive ping interval for a silence timeout: at most `longest`, and short enough that a
+/// live server always has a pong to send within the timeout.
+pub(crate) fn ping_interval(longest: Duration, silence_timeout: Duration) -> Duration {
+    longest
+        .min(silence_timeout / 3)
+        .max(Duration::from_millis(10))
+}
+
 /// A failed upgrade to `provider`: an HTTP status (401, 403, 404, 429) or a network error.
 pub(crate) fn handshake_error(provider: &str, error: tungstenite::Error) -> ModelError {
     match error {

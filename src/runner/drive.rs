@@ -14,9 +14,41 @@ use super::handles::HandleKeeper;
 use super::history::{bound_history, history_contents};
 use crate::agent::{Agent, AgentHooks, Context, Invocation, LlmAgent};
 use crate::event::{Content, Event, UsageMetadata};
-use crate::live::flow::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, RecordingTarget};
+use crate::live::flow::{
+    FlowEnd, FlowEndReason, FlowItem, HistorySource, LiveFlow, RecordingTarget,
+};
 use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::session::{Session, SessionError, SessionService};
+
+/// A session's history as the store has it: what a flow that reconnects without a resumption
+/// handle replays (every event the flow yielded is committed before it goes on).
+#[derive(Debug)]
+struct StoredHistory {
+    sessions: Arc<dyn SessionService>,
+    invocation: Arc<Invocation>,
+    agent: String,
+    limit: super::HistoryLimit,
+}
+
+#[async_trait::async_trait]
+impl HistorySource for StoredHistory {
+    async fn history(&self) -> Result<Vec<Content>, String> {
+        let inv = &self.invocation;
+        let session = self
+            .sessions
+            .get_session(
+                &inv.app_name,
+                &inv.user_id,
+                &inv.session_id,
+                &self.limit.read(),
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("session {} is gone", inv.session_id))?;
+        let contents = history_contents(&session.events, &self.agent);
+        Ok(bound_history(contents, self.limit.bytes))
+    }
+}
 
 /// How events reach the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +228,12 @@ impl Drive {
             prompt: if turn { self.prompt.clone() } else { None },
             single_turn: turn,
             handoff_delay: self.handoff_delay,
+            history: Some(Arc::new(StoredHistory {
+                sessions: self.sessions.clone(),
+                invocation: self.invocation.clone(),
+                agent: llm.name.clone(),
+                limit: self.history,
+            })),
         }
     }
 

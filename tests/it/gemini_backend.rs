@@ -749,3 +749,32 @@ async fn a_lone_frame_is_sent_when_due_and_text_goes_after_the_audio_before_it()
     server.shutdown(WAIT).await;
     upstream.shutdown().await;
 }
+
+/// Reconnecting to a session whose history holds a tool call replays it (the model's
+/// `functionCall` turn, then the `functionResponse`): the next turn is answered, with no error.
+#[tokio::test]
+async fn a_session_whose_history_holds_a_tool_call_reconnects() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("what time is it in Tokyo").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| has_part(e, "functionResponse")));
+    client.close().await;
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello again").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().all(|e| e.get("errorCode").is_none()),
+        "{events:#?}"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e["partial"] == false && text_of(e).contains("hello again")));
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

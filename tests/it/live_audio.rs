@@ -308,17 +308,15 @@ async fn recordings_of_a_session_that_ends_on_a_full_disk_are_saved_once_it_has_
         "nothing saved yet"
     );
     std::fs::remove_file(filler).unwrap();
-    let saved = tokio::time::timeout(WAIT, async {
-        loop {
+    let saved = eventually(
+        WAIT,
+        "the recordings are saved once the disk has room",
+        || async {
             let (input, output) = recorded_audio(&server, "u1", "s1").await;
-            if input > 0 && output > 0 {
-                return (input, output);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("the recordings are saved once the disk has room");
+            (input > 0 && output > 0).then_some((input, output))
+        },
+    )
+    .await;
     assert!(
         saved.0 >= fixture_pcm("hello.wav").len(),
         "the input whole: {saved:?}"

@@ -11,6 +11,7 @@ mod codec_fuzz;
 mod faults;
 mod gemini_backend;
 mod gemini_tls;
+mod hostile_model;
 mod http;
 mod live_audio;
 mod live_sessions;

@@ -669,20 +669,9 @@ fn spawn_load(
     tokio::spawn(async move { livegate_loadtest::run_until(&args, stop).await })
 }
 
-/// Polls `check` (a few times a second) until it holds; fails with `what` after `limit`.
-async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let waited = timeout(limit, async {
-        while !check().await {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "{what}: not within {limit:?}");
-}
+/// How often a wait here looks again: a few times a second, the probes query a loaded node or
+/// database.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
 
 /// Sessions of the load's user that have a committed `turnComplete` later than `since` (Unix
 /// seconds).
@@ -750,8 +739,9 @@ async fn restart_each(
         assert!(status.success(), "node {index} drained cleanly: {status}");
         *node = ChildNode::spawn_with(&args(index, addr.port()), env).await;
         assert_eq!(node.addr, addr);
-        wait_for(
+        eventually_every(
             Duration::from_secs(30),
+            CHECK_EVERY,
             "the restarted node is ready",
             || ready(addr),
         )
@@ -852,9 +842,12 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     let load = spawn_load(&urls, SESSIONS, &report_path, stop.clone());
 
     // Every session has answered before the first restart, and again after the last one.
-    wait_for(Duration::from_secs(60), "every session answered", || {
-        sessions_answered_since(&pool, 0.0).map(|n| n as usize == SESSIONS)
-    })
+    eventually_every(
+        Duration::from_secs(60),
+        CHECK_EVERY,
+        "every session answered",
+        || sessions_answered_since(&pool, 0.0).map(|n| n as usize == SESSIONS),
+    )
     .await;
     restart_each(&mut nodes, &args, &env).await;
     let restarted = std::time::SystemTime::now()
@@ -862,7 +855,7 @@ async fn a_rolling_restart_under_load_loses_nothing() {
         .unwrap()
         .as_secs_f64();
     let again = "every session answered after the restarts";
-    wait_for(Duration::from_secs(60), again, || {
+    eventually_every(Duration::from_secs(60), CHECK_EVERY, again, || {
         sessions_answered_since(&pool, restarted).map(|n| n as usize == SESSIONS)
     })
     .await;

@@ -348,16 +348,12 @@ async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
 
     // Back: the gateway saves them by itself.
     relay.set_up(true);
-    let emptied = tokio::time::timeout(WAIT, async {
-        while std::fs::read_dir(&outbox).map_or(0, |d| d.count()) > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
+    eventually(
+        WAIT,
+        "the outbox empties once the bucket is back",
+        || async { std::fs::read_dir(&outbox).map_or(0, |d| d.count()) == 0 },
+    )
     .await;
-    assert!(
-        emptied.is_ok(),
-        "the outbox empties once the bucket is back"
-    );
     let (input, output) = recorded_over_rest(server.addr).await;
     assert_eq!(input, pcm.len(), "the input recording, whole");
     assert_eq!(output, received, "the output recording, whole");
@@ -440,13 +436,10 @@ async fn recordings_a_stopped_process_left_in_its_outbox_are_saved_by_the_next()
         "both sides outlive the process on disk"
     );
     // Gone, its store lets go of them once an upload it may be trying has failed.
-    let released = tokio::time::timeout(WAIT, async {
-        while !unlocked(&outbox) {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+    eventually(WAIT, "a stopped store lets go of its outbox", || async {
+        unlocked(&outbox)
     })
     .await;
-    assert!(released.is_ok(), "a stopped store lets go of its outbox");
 
     // Another store on the same folder while the first entries are held: it leaves them alone.
     let entries: Vec<_> = std::fs::read_dir(&outbox)
@@ -462,13 +455,10 @@ async fn recordings_a_stopped_process_left_in_its_outbox_are_saved_by_the_next()
     // The bucket is back, and the next process starts on the same folder.
     relay.set_up(true);
     let second = start_on_s3(args, &relay_url, &store, data.path()).await;
-    let saved_one = tokio::time::timeout(WAIT, async {
-        while waiting(&outbox) > 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+    eventually(WAIT, "the entry nobody held is saved", || async {
+        waiting(&outbox) <= 1
     })
     .await;
-    assert!(saved_one.is_ok(), "the entry nobody held is saved");
     assert!(entries[0].exists(), "the held entry is left to its holder");
     assert_eq!(
         versions_in_bucket(&endpoint, &bucket, "restart")
@@ -481,13 +471,10 @@ async fn recordings_a_stopped_process_left_in_its_outbox_are_saved_by_the_next()
     // Its holder gone, a third process takes it up: each recording saved once, whole.
     drop(held);
     let third = start_on_s3(test_args_on(&data), &relay_url, &store, data.path()).await;
-    let emptied = tokio::time::timeout(WAIT, async {
-        while waiting(&outbox) > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+    eventually(WAIT, "the outbox empties", || async {
+        waiting(&outbox) == 0
     })
     .await;
-    assert!(emptied.is_ok(), "the outbox empties");
     assert_eq!(
         versions_in_bucket(&endpoint, &bucket, "restart")
             .await
@@ -761,29 +748,19 @@ async fn readyz_is_not_ready_while_the_spool_disk_is_full() {
     let readyz = || async { http_get(server.addr, "/readyz").await };
     let filler = disk.fill();
     // The answer is cached for a second: poll (bounded) for one that has seen the disk.
-    let full = tokio::time::timeout(WAIT, async {
-        loop {
-            let answer = readyz().await;
-            if answer.contains("spool folder") {
-                return answer;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("not ready for its spool disk");
-    assert!(full.starts_with("HTTP/1.1 503"), "{full}");
-    std::fs::remove_file(filler).unwrap();
-    let freed = tokio::time::timeout(WAIT, async {
-        while readyz().await.contains("spool folder") {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let full = eventually(WAIT, "not ready for its spool disk", || async {
+        let answer = readyz().await;
+        answer.contains("spool folder").then_some(answer)
     })
     .await;
-    assert!(
-        freed.is_ok(),
-        "the spool disk counts as writable once it has room"
-    );
+    assert!(full.starts_with("HTTP/1.1 503"), "{full}");
+    std::fs::remove_file(filler).unwrap();
+    eventually(
+        WAIT,
+        "the spool disk counts as writable once it has room",
+        || async { !readyz().await.contains("spool folder") },
+    )
+    .await;
     server.shutdown(WAIT).await;
     drop(disk);
 }

@@ -422,3 +422,33 @@ async fn microphone_frames_reach_openai_gathered_into_chunks() {
     assert!(whole.iter().all(|&len| len == 1920), "{appends:?}");
     assert!(*last <= 1920);
 }
+
+/// Reconnecting to a session whose history holds a tool call seeds it as OpenAI takes it (the
+/// `function_call` item before its `function_call_output`): the next turn is answered, with no
+/// error.
+#[tokio::test]
+async fn a_session_whose_history_holds_a_tool_call_reconnects() {
+    let upstream = mock(instant()).await;
+    let server = start(gateway_args(&upstream)).await;
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("what time is it in Tokyo").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(events.iter().any(|e| has_part(e, "functionResponse")));
+    client.close().await;
+    timeout(WAIT, server.gateway().registry.idle())
+        .await
+        .unwrap();
+    let mut client = Client::connect(server.addr, "u1", "s1", "modality=TEXT").await;
+    client.send_text("hello again").await;
+    let events = client.events_until_turn_complete().await;
+    assert!(
+        events.iter().all(|e| e.get("errorCode").is_none()),
+        "{events:#?}"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e["partial"] == false && text_of(e).contains("hello again")));
+    client.close().await;
+    server.shutdown(WAIT).await;
+    upstream.shutdown().await;
+}

@@ -201,13 +201,10 @@ async fn the_connection_cap_answers_503_before_the_upgrade() {
     assert_eq!(upgrade_status(server.addr, "u3", "s3").await, 503);
     a.close().await;
     // The slot is given back when the first connection's task ends.
-    timeout(WAIT, async {
-        while server.gateway().limits.live_connections() >= 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually(WAIT, "the closed connection leaves the count", || async {
+        server.gateway().limits.live_connections() < 2
     })
-    .await
-    .expect("the closed connection leaves the count");
+    .await;
     assert_eq!(upgrade_status(server.addr, "u3", "s3").await, 101);
     let metrics = http_get(server.addr, "/metrics").await;
     assert_eq!(
@@ -494,17 +491,11 @@ async fn readyz_is_not_ready_when_the_data_dir_cannot_be_written() {
         std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o555)).unwrap();
     }
     // The answer is cached for a second; poll (bounded) for the next one.
-    let body = timeout(WAIT, async {
-        loop {
-            let (status, body) = request(server.addr, "/readyz", &[]).await;
-            if status == 503 {
-                return body;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let body = eventually(WAIT, "not ready within the wait", || async {
+        let (status, body) = request(server.addr, "/readyz", &[]).await;
+        (status == 503).then_some(body)
     })
-    .await
-    .expect("not ready within the wait");
+    .await;
     assert!(body.contains("artifact store cannot write"), "{body}");
     assert_eq!(request(server.addr, "/healthz", &[]).await.0, 200);
     server.shutdown(WAIT).await;
@@ -527,17 +518,11 @@ async fn readyz_checks_the_model_only_when_asked() {
     assert_eq!(request(server.addr, "/readyz", &[]).await.0, 200);
     drop(upstream);
     // Cached for a second; poll (bounded) for the next answer.
-    let body = timeout(WAIT, async {
-        loop {
-            let (status, body) = request(server.addr, "/readyz", &[]).await;
-            if status == 503 {
-                return body;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let body = eventually(WAIT, "not ready once the model is gone", || async {
+        let (status, body) = request(server.addr, "/readyz", &[]).await;
+        (status == 503).then_some(body)
     })
-    .await
-    .expect("not ready once the model is gone");
+    .await;
     assert!(body.contains("model unreachable"), "{body}");
     assert_eq!(request(unchecked.addr, "/readyz", &[]).await.0, 200);
     server.shutdown(WAIT).await;
@@ -632,30 +617,21 @@ async fn tls_serves_wss_and_follows_renewed_certificates() {
     // Renewal: new files in place; new connections get the new certificate.
     std::fs::copy(tls_fixture("key2.pem"), &key).unwrap();
     std::fs::copy(tls_fixture("cert2.pem"), &cert).unwrap();
-    timeout(WAIT, async {
-        while handshake(server.addr, "cert2.pem").await.is_err() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually(WAIT, "the renewed certificate is served", || async {
+        handshake(server.addr, "cert2.pem").await.is_ok()
     })
-    .await
-    .expect("the renewed certificate is served");
+    .await;
     // A broken file keeps the last good certificate in service. The gateway looks at the files
     // on accept, so keep connecting until it has counted the failed reload.
     std::fs::write(&cert, "not a certificate").unwrap();
-    timeout(WAIT, async {
-        loop {
-            handshake(server.addr, "cert2.pem")
-                .await
-                .expect("still served after a bad file");
-            let metrics = http_get_tls(server.addr).await;
-            if metric(&metrics, "livegate_tls_reload_failures_total") == Some(1.0) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    eventually(WAIT, "the bad file is noticed", || async {
+        handshake(server.addr, "cert2.pem")
+            .await
+            .expect("still served after a bad file");
+        let metrics = http_get_tls(server.addr).await;
+        metric(&metrics, "livegate_tls_reload_failures_total") == Some(1.0)
     })
-    .await
-    .expect("the bad file is noticed");
+    .await;
     handshake(server.addr, "cert2.pem")
         .await
         .expect("still served after a bad file");
@@ -763,31 +739,21 @@ async fn a_client_address_has_at_most_its_cap_of_requests_in_flight() {
     let path = "/api/sessions?user_id=u1";
     let from = |ip: &'static str| [("X-Forwarded-For", ip)];
     // The two trickling bodies are in flight once their heads are read.
-    let refused = timeout(WAIT, async {
-        loop {
-            if request(server.addr, path, &from("203.0.113.7")).await.0 == 429 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    eventually(
+        WAIT,
+        "a third request from the address is refused",
+        || async { request(server.addr, path, &from("203.0.113.7")).await.0 == 429 },
+    )
     .await;
-    assert!(
-        refused.is_ok(),
-        "a third request from the address is refused"
-    );
     assert_eq!(
         request(server.addr, path, &from("203.0.113.8")).await.0,
         200
     );
     drop(held);
-    let admitted = timeout(WAIT, async {
-        while request(server.addr, path, &from("203.0.113.7")).await.0 != 200 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    eventually(WAIT, "room again once they are gone", || async {
+        request(server.addr, path, &from("203.0.113.7")).await.0 == 200
     })
     .await;
-    assert!(admitted.is_ok(), "room again once they are gone");
     server.shutdown(WAIT).await;
 }
 
@@ -847,15 +813,11 @@ async fn turn_based_runs_count_against_the_users_live_sessions() {
     timeout(WAIT, server.gateway().registry.idle())
         .await
         .unwrap();
-    let admitted = timeout(WAIT, async {
-        while post("/run_sse").await.unwrap().status().as_u16() != 200 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    eventually(
+        WAIT,
+        "the user's one live session is free again",
+        || async { post("/run_sse").await.unwrap().status().as_u16() == 200 },
+    )
     .await;
-    assert!(
-        admitted.is_ok(),
-        "the user's one live session is free again"
-    );
     server.shutdown(WAIT).await;
 }

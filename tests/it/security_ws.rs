@@ -1,6 +1,6 @@
 //! The WebSocket's limits and the closing handshake against the real server: sizes by kind, the
 //! idle timeout and maximum duration, the close codes a real client sees (1000, 1002, 1007, 1008,
-//! 1009, 1011), a client that stops reading, and logs that a burst of bad frames cannot flood.
+//! 1009, 1011, 1013), a client that stops reading, and logs that a burst of bad frames cannot flood.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -398,8 +398,9 @@ async fn a_session_is_closed_at_its_maximum_duration() {
 }
 
 #[tokio::test]
-async fn a_run_that_cannot_start_closes_with_1011() {
-    // A Gemini model whose upstream refuses connections: the run cannot start.
+async fn a_run_whose_model_cannot_be_reached_closes_with_1013() {
+    // A Gemini model whose upstream refuses connections: the run cannot start, the model is
+    // unavailable (try again later).
     let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = unused.local_addr().unwrap();
     drop(unused);
@@ -413,7 +414,7 @@ async fn a_run_that_cannot_start_closes_with_1011() {
     loop {
         if let Frame::Closed(close) = client.next_frame().await {
             let (code, _) = close.expect("a close frame");
-            assert_eq!(code, 1011);
+            assert_eq!(code, 1013);
             break;
         }
     }

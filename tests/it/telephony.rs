@@ -537,3 +537,44 @@ async fn a_telnyx_call_speaks_telnyx_s_protocol() {
     assert!(!events.is_empty());
     server.shutdown(WAIT).await;
 }
+
+/// Answers' first frames: one per model chunk of 20 ms or more, at once; a shorter chunk goes
+/// out with the next, and either way the frame is timed (`/metrics`) from the model's first
+/// audio and from the end of the caller's speech, as a browser's answer is.
+#[tokio::test]
+async fn an_answers_first_frame_is_sent_and_timed_from_the_models_first_audio() {
+    for chunk_ms in [40, 10] {
+        let mut args = call_args();
+        args.sim_chunk_ms = Some(chunk_ms);
+        let server = start(args).await;
+        let http = reqwest::Client::new();
+        let call = format!("CAfirst{chunk_ms}");
+        let mut phone = Phone::dial(&http, &dial(&server, &call)).await.unwrap();
+        phone.speak(&utterance("hello.wav")).await;
+        let (first, _) = phone
+            .until(WAIT, |e| matches!(e, PhoneEvent::Audio { .. }))
+            .await
+            .expect("answer audio");
+        if chunk_ms == 40 {
+            // The model's first chunk, alone: 40 ms of μ-law, not held for more.
+            assert!(
+                matches!(first, PhoneEvent::Audio { bytes: 320, .. }),
+                "{first:?}"
+            );
+        }
+        metric_reaches(
+            server.addr,
+            "livegate_answer_forward_latency_seconds_count",
+            1.0,
+        )
+        .await;
+        metric_reaches(
+            server.addr,
+            "livegate_first_audio_latency_seconds_count",
+            1.0,
+        )
+        .await;
+        phone.hang_up().await;
+        server.shutdown(WAIT).await;
+    }
+}

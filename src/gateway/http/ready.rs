@@ -2,9 +2,10 @@
 //! and, with `--ready-checks-model`, when the model can be reached. The answer is cached briefly,
 //! so a probe polled often costs one write per store a second at most.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::lock::Recover;
 use crate::runner::Runner;
 
 /// How long an answer is reused.
@@ -68,19 +69,13 @@ impl Readiness {
 
     /// Ready, or why not.
     pub(crate) async fn check(&self, runner: &Runner) -> Result<(), String> {
-        if let Some((at, answer)) = self
-            .cached
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
+        if let Some((at, answer)) = self.cached.lock_or_recover().as_ref() {
             if at.elapsed() < CACHE_FOR {
                 return answer.clone();
             }
         }
         let answer = self.check_now(runner).await;
-        *self.cached.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((Instant::now(), answer.clone()));
+        *self.cached.lock_or_recover() = Some((Instant::now(), answer.clone()));
         answer
     }
 

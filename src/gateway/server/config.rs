@@ -217,6 +217,30 @@ pub struct ServeArgs {
     /// connection counts as lost.
     #[arg(long, env = "LIVEGATE_GEMINI_SILENCE_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
     pub gemini_silence_timeout: Duration,
+    /// How long OpenAI may send nothing, not even a pong to the gateway's pings, before the
+    /// connection counts as lost.
+    #[arg(long, env = "LIVEGATE_OPENAI_SILENCE_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub openai_silence_timeout: Duration,
+    /// Reconnects to the model in a row without a finished answer before the run ends with
+    /// `UNAVAILABLE` (goAway and resumable closes count).
+    #[arg(long, env = "LIVEGATE_MODEL_MAX_RECONNECTS", default_value_t = crate::live::flow::DEFAULT_MAX_RECONNECTS)]
+    pub model_max_reconnects: u32,
+    /// The first reconnect's delay; each next one doubles (at most 10 s), less up to half at random.
+    #[arg(long, env = "LIVEGATE_MODEL_RECONNECT_BACKOFF", default_value = "250ms", value_parser = parse_duration)]
+    pub model_reconnect_backoff: Duration,
+    /// How long the model may take to begin answering a turn the user ended (typed text,
+    /// `activity_end`) before the turn ends with `DEADLINE_EXCEEDED`.
+    #[arg(long, env = "LIVEGATE_MODEL_ANSWER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub model_answer_timeout: Duration,
+    /// Bytes of text and transcription one model turn may bring (the rest is dropped, with an error).
+    #[arg(long, env = "LIVEGATE_MODEL_MAX_TURN_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_TURN_BYTES)]
+    pub model_max_turn_bytes: usize,
+    /// Longest resumption handle the gateway keeps, in bytes.
+    #[arg(long, env = "LIVEGATE_MODEL_MAX_HANDLE_BYTES", default_value_t = crate::live::flow::DEFAULT_MAX_HANDLE_BYTES)]
+    pub model_max_handle_bytes: usize,
+    /// Rounds of tool calls the model may start in one user turn before the run ends.
+    #[arg(long, env = "LIVEGATE_MODEL_MAX_TOOL_ROUNDS", default_value_t = crate::live::flow::DEFAULT_MAX_TOOL_ROUNDS)]
+    pub model_max_tool_rounds: u32,
     /// Least microphone audio per message to a model server (Gemini, OpenAI), in milliseconds:
     /// shorter client frames are gathered into chunks this long, at most 100 (`0`: each frame as
     /// it came). Fewer messages cost less CPU on both ends; a chunk's first frame waits up to the
@@ -329,6 +353,13 @@ impl ServeArgs {
             slow_client_timeout: Duration::from_secs(10),
             gemini_connect_timeout: Duration::from_secs(15),
             gemini_silence_timeout: Duration::from_secs(15),
+            openai_silence_timeout: crate::model::openai::DEFAULT_SILENCE_TIMEOUT,
+            model_max_reconnects: crate::live::flow::DEFAULT_MAX_RECONNECTS,
+            model_reconnect_backoff: crate::live::flow::DEFAULT_RECONNECT_BACKOFF,
+            model_answer_timeout: crate::live::flow::DEFAULT_ANSWER_TIMEOUT,
+            model_max_turn_bytes: crate::live::flow::DEFAULT_MAX_TURN_BYTES,
+            model_max_handle_bytes: crate::live::flow::DEFAULT_MAX_HANDLE_BYTES,
+            model_max_tool_rounds: crate::live::flow::DEFAULT_MAX_TOOL_ROUNDS,
             upstream_audio_chunk_ms: 20,
             auth: None,
             allow_anonymous: false,
@@ -419,6 +450,7 @@ impl ServeArgs {
             },
             playout_lead: std::time::Duration::from_millis(self.audio_lead_ms),
             audio_chunk: Duration::from_millis(self.upstream_audio_chunk_ms),
+            silence_timeout: self.openai_silence_timeout,
             ..OpenAiOptions::default()
         };
         let azure_key = options
@@ -427,6 +459,18 @@ impl ServeArgs {
             .flatten();
         options.api_key = azure_key.or_else(|| env("OPENAI_API_KEY")).map(Secret::new);
         options
+    }
+
+    /// What every live run allows its model server.
+    pub fn flow_limits(&self) -> crate::live::flow::FlowLimits {
+        crate::live::flow::FlowLimits {
+            max_reconnects: self.model_max_reconnects,
+            reconnect_backoff: self.model_reconnect_backoff,
+            answer_timeout: self.model_answer_timeout,
+            max_turn_bytes: self.model_max_turn_bytes,
+            max_handle_bytes: self.model_max_handle_bytes,
+            max_tool_rounds: self.model_max_tool_rounds,
+        }
     }
 
     /// Every connection's writer settings.
@@ -588,6 +632,13 @@ struct FileConfig {
     slow_client_timeout: Option<String>,
     gemini_connect_timeout: Option<String>,
     gemini_silence_timeout: Option<String>,
+    openai_silence_timeout: Option<String>,
+    model_max_reconnects: Option<u32>,
+    model_reconnect_backoff: Option<String>,
+    model_answer_timeout: Option<String>,
+    model_max_turn_bytes: Option<usize>,
+    model_max_handle_bytes: Option<usize>,
+    model_max_tool_rounds: Option<u32>,
     auth: Option<String>,
     allow_anonymous: Option<bool>,
     api_keys_file: Option<PathBuf>,
@@ -601,6 +652,12 @@ struct FileConfig {
     openai_base_url: Option<String>,
     openai_azure: Option<bool>,
     openai_vad: Option<String>,
+    telephony_public_url: Option<String>,
+    telephony_dtmf: Option<String>,
+    telephony_dtmf_gap_ms: Option<u64>,
+    telephony_state_prefix: Option<String>,
+    telephony_session_id: Option<String>,
+    telephony_goodbye: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -744,9 +801,12 @@ impl FileConfig {
         fill!(fill, args, file => tls_cert, tls_key, max_unsaved_recording_bytes);
         fill!(fill, args, file => lease_ttl_ms, drain_timeout, queue_max_bytes);
         fill!(fill, args, file => max_text_bytes, max_audio_frame_bytes, max_media_bytes);
+        fill!(fill, args, file => model_max_reconnects, model_max_turn_bytes);
+        fill!(fill, args, file => model_max_handle_bytes, model_max_tool_rounds);
         fill_parsed!(fill, args, file, parse_duration =>
             idle_timeout, max_session_duration, slow_client_timeout,
-            gemini_connect_timeout, gemini_silence_timeout,
+            gemini_connect_timeout, gemini_silence_timeout, openai_silence_timeout,
+            model_reconnect_backoff, model_answer_timeout,
             body_read_timeout, message_read_timeout, recording_save_timeout);
         fill_parsed!(fill, args, file, |v| AuthMode::from_str(v, true).map(Some) => auth);
         fill!(fill, args, file => allow_anonymous, api_keys_file, auth_public_key);
@@ -762,6 +822,11 @@ impl FileConfig {
         )?;
         fill!(fill, args, file => openai_base_url, openai_azure);
         fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
+        let telephony = &mut args.telephony;
+        fill!(fill, telephony, file => telephony_public_url, telephony_dtmf_gap_ms);
+        fill!(fill, telephony, file => telephony_state_prefix, telephony_goodbye);
+        fill_parsed!(fill, telephony, file, |v| crate::gateway::telephony::DtmfMode::from_str(v, true) => telephony_dtmf);
+        fill_parsed!(fill, telephony, file, str::parse => telephony_session_id);
         Ok(())
     }
 }
@@ -1173,6 +1238,64 @@ mod tests {
         std::fs::write(&path, "client-settings = \"voice,colour\"\n").unwrap();
         let error = parse(&["livegate", "--config", config]).unwrap_err();
         assert!(error.to_string().contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn telephony_settings_come_from_flags_over_the_file() {
+        use crate::gateway::telephony::{DtmfMode, SessionFrom};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        std::fs::write(
+            &path,
+            "telephony-public-url = \"https://voice.example.com\"\ntelephony_dtmf = \"tool\"\n\
+             telephony-dtmf-gap-ms = 900\ntelephony-state-prefix = \"user:\"\n\
+             telephony-session-id = \"parameter:account\"\ntelephony-goodbye = \"bye.ulaw\"\n",
+        )
+        .unwrap();
+        let config = path.to_str().unwrap();
+        let args = parse(&["livegate", "--config", config]).unwrap();
+        let telephony = &args.telephony;
+        assert_eq!(
+            telephony.telephony_public_url.as_deref(),
+            Some("https://voice.example.com")
+        );
+        assert_eq!(telephony.telephony_dtmf, DtmfMode::Tool);
+        assert_eq!(telephony.telephony_dtmf_gap_ms, 900);
+        assert_eq!(telephony.telephony_state_prefix, "user:");
+        assert_eq!(
+            telephony.telephony_session_id,
+            SessionFrom::Parameter("account".into())
+        );
+        assert_eq!(
+            telephony.telephony_goodbye.as_deref(),
+            Some(std::path::Path::new("bye.ulaw"))
+        );
+        let args = parse(&[
+            "livegate",
+            "--config",
+            config,
+            "--telephony-dtmf",
+            "off",
+            "--telephony-session-id",
+            "caller",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.telephony.telephony_dtmf,
+            DtmfMode::Off,
+            "the flag wins"
+        );
+        assert_eq!(args.telephony.telephony_session_id, SessionFrom::Caller);
+        assert_eq!(
+            args.telephony.telephony_dtmf_gap_ms, 900,
+            "the rest from the file"
+        );
+        std::fs::write(&path, "telephony-session-id = \"parameter:\"\n").unwrap();
+        let error = parse(&["livegate", "--config", config]).unwrap_err();
+        assert!(
+            error.to_string().contains("telephony_session_id"),
+            "{error}"
+        );
     }
 
     #[test]

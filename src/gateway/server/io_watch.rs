@@ -9,6 +9,12 @@
 //!   so that [`MessageDeadline`] can close a socket whose client began a message and does not
 //!   finish it (each byte of a 1.5 MiB message trickled just inside the idle timeout would hold
 //!   the buffer for hours otherwise).
+//! - **The kernel's send buffer.** HTTP keeps the kernel's own (autotuned) size: a fixed small
+//!   one leaves one segment in flight and makes bulk responses crawl (64 MiB over loopback took
+//!   38 s with 32 KiB against 0.2 s). A WebSocket gets a small one, so what a client that stopped
+//!   reading leaves unseen in the kernel, and so the writer's send-timeout slack, stays about a
+//!   second of audio (146 KB against 4 MB unset); a write bigger than an audio frame (a large
+//!   event) widens it while it lasts.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -73,10 +79,44 @@ impl IoWatch {
     }
 }
 
+/// Kernel send buffer of a WebSocket's socket (Linux doubles it for its own bookkeeping): room
+/// for about a second of answer audio.
+const PACED_SEND_BUFFER: usize = 32 * 1024;
+/// A write bigger than this is bulk (audio frames and their events are far smaller).
+const BULK_WRITE: usize = 64 * 1024;
+/// Kernel send buffer while a WebSocket writes bulk.
+const BULK_SEND_BUFFER: usize = 1024 * 1024;
+
+/// A socket whose kernel send buffer can be sized.
+pub trait SendBuffer {
+    /// Asks the kernel for a send buffer of `bytes`.
+    fn set_send_buffer(&self, bytes: usize) -> std::io::Result<()>;
+}
+
+impl SendBuffer for tokio::net::TcpStream {
+    fn set_send_buffer(&self, bytes: usize) -> std::io::Result<()> {
+        socket2::SockRef::from(self).set_send_buffer_size(bytes)
+    }
+}
+
+impl SendBuffer for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    fn set_send_buffer(&self, bytes: usize) -> std::io::Result<()> {
+        self.get_ref().0.set_send_buffer(bytes)
+    }
+}
+
+impl SendBuffer for tokio::io::DuplexStream {
+    fn set_send_buffer(&self, _bytes: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A socket whose writes time out and whose reads are noted in an [`IoWatch`].
 #[derive(Debug)]
 pub struct Watched<IO> {
     io: IO,
+    /// The send buffer asked for (0: the kernel's own).
+    send_buffer: usize,
     watch: Arc<IoWatch>,
     /// `None`: writes may wait for ever.
     write_timeout: Option<Duration>,
@@ -89,6 +129,7 @@ impl<IO> Watched<IO> {
     pub fn new(io: IO, watch: Arc<IoWatch>, write_timeout: Option<Duration>) -> Self {
         Watched {
             io,
+            send_buffer: 0,
             watch,
             write_timeout,
             stalled: None,
@@ -148,13 +189,34 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
+impl<IO: SendBuffer> Watched<IO> {
+    /// Sizes the kernel's send buffer for a write of `bytes` (see the module's notes).
+    fn size_send_buffer(&mut self, bytes: usize) {
+        if !self.watch.upgraded.load(Ordering::Relaxed) {
+            return;
+        }
+        let wanted = if bytes > BULK_WRITE {
+            BULK_SEND_BUFFER
+        } else {
+            PACED_SEND_BUFFER
+        };
+        if wanted != self.send_buffer {
+            self.send_buffer = wanted;
+            if let Err(error) = self.io.set_send_buffer(wanted) {
+                tracing::debug!(%error, "could not set SO_SNDBUF");
+            }
+        }
+    }
+}
+
+impl<IO: AsyncWrite + SendBuffer + Unpin> AsyncWrite for Watched<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
+        this.size_send_buffer(buf.len());
         let polled = Pin::new(&mut this.io).poll_write(cx, buf);
         this.wrote(cx, polled)
     }
@@ -165,6 +227,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
+        this.size_send_buffer(bufs.iter().map(|b| b.len()).sum());
         let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
         this.wrote(cx, polled)
     }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -16,6 +16,8 @@ use ipnet::IpNet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+
+use crate::lock::Recover;
 
 /// Rate-limiter checks between two sweeps of addresses whose bucket has refilled, so the keyed
 /// state stays as small as the set of recently active addresses.
@@ -267,10 +269,7 @@ impl Drop for RequestSlot {
         let Some((limits, key)) = &self.counted else {
             return;
         };
-        let mut in_flight = limits
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut in_flight = limits.in_flight.lock_or_recover();
         if let Some(count) = in_flight.get_mut(key) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -299,7 +298,7 @@ impl Limits {
 
     fn lock(&self) -> MutexGuard<'_, Live> {
         // Every change below is a whole counter update; a panic elsewhere cannot tear one.
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+        self.live.lock_or_recover()
     }
 
     /// Admits a live connection to a session, or says which cap it is over. A connection that
@@ -358,10 +357,7 @@ impl Limits {
             return Ok(RequestSlot { counted: None });
         }
         let key = rate_key(client);
-        let mut in_flight = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut in_flight = self.in_flight.lock_or_recover();
         let count = in_flight.entry(key).or_default();
         if *count >= max {
             drop(in_flight);

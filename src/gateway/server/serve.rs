@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -35,14 +35,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
 
-use crate::gateway::server::io_watch::{IoWatch, Watched};
+use crate::gateway::server::io_watch::{IoWatch, SendBuffer, Watched};
 use crate::gateway::server::limits::{ClientAddr, Limits, Refused};
 use crate::gateway::server::tls::ReloadingTls;
 use crate::latch::Latch;
+use crate::lock::Recover;
 
-/// Kernel send buffer asked for on accepted sockets (Linux doubles it for its own bookkeeping):
-/// room for about a second of answer audio.
-const SOCKET_SEND_BUFFER: usize = 32 * 1024;
 /// Descriptors kept out of the unfinished-connection budget: open connections that did finish a
 /// request, the stores' files, and the process's own.
 const FD_RESERVE_SHARE: u64 = 2;
@@ -83,7 +81,7 @@ struct Unfinished {
 
 impl Unfinished {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+        self.waiting.lock_or_recover()
     }
 
     /// Registers a new connection; if that makes more than `max`, the oldest is told to close.
@@ -207,11 +205,7 @@ pub(crate) async fn serve(
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY");
         }
-        // A client that stops reading is noticed when sends block; a small kernel send buffer
-        // keeps what piles up unseen in it (and so the slow-client timeout's slack) small.
-        if let Err(error) = socket2::SockRef::from(&tcp).set_send_buffer_size(SOCKET_SEND_BUFFER) {
-            tracing::debug!(%error, "could not set SO_SNDBUF");
-        }
+        // The kernel send buffer is sized per write by `Watched` (HTTP bulk or paced WebSocket).
         let (id, cancel, shed) = shared.unfinished.add(shared.options.max_unfinished);
         if shed {
             shared.limits.counters.shed();
@@ -302,7 +296,7 @@ async fn serve_io<IO>(
     cancel: CancellationToken,
     probes_only: bool,
 ) where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + SendBuffer + Unpin + Send + 'static,
 {
     let first = Arc::new(AtomicBool::new(true));
     let watch = Arc::new(IoWatch::default());

@@ -23,6 +23,7 @@ use crate::gateway::state::Gateway;
 use crate::gateway::telemetry::metrics;
 use crate::gateway::ws::live_settings;
 use crate::latch::Latch;
+use crate::lock::Recover;
 use crate::model::{model_for_name, ModelOptions};
 use crate::runner::Runner;
 use crate::session::{
@@ -202,6 +203,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         readiness: readiness(args, &options),
         frame_limits: args.frame_limits(),
         queue_max_bytes: args.queue_max_bytes,
+        flow_limits: args.flow_limits(),
         session_limits: args.session_limits(),
         telephony,
         message_read_timeout: config::limit(args.message_read_timeout),
@@ -301,9 +303,7 @@ fn warn_without_credentials(
     let Some(needed) = crate::model::missing_credentials(name, options) else {
         return;
     };
-    let mut warned = warned
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut warned = warned.lock_or_recover();
     if warned.insert(name.to_owned()) {
         tracing::warn!(
             model = name,

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use prometheus_client::metrics::counter::Counter;
@@ -12,6 +12,8 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::TlsAcceptor;
+
+use crate::lock::Recover;
 
 /// How often the files' modification times are looked at.
 const RECHECK: Duration = Duration::from_secs(1);
@@ -62,7 +64,7 @@ impl ReloadingTls {
 
     /// The acceptor to use now, reloaded first if the files changed since the last look.
     pub fn acceptor(&self) -> TlsAcceptor {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.current.lock_or_recover();
         if current.checked.elapsed() >= RECHECK {
             current.checked = Instant::now();
             let now = stamp(&self.cert, &self.key);

@@ -261,6 +261,7 @@ impl Call {
             live_settings::run_config(&gateway.live, &options, gateway.save_live_blob, None);
         let run_config = RunConfig {
             on_reconnect: gateway.metrics.on_reconnect(),
+            limits: gateway.flow_limits,
             playout: Some(self.playout.clone()),
             ..run_config
         };

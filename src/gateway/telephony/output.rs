@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -24,10 +24,14 @@ use crate::gateway::ws::codec::EncodedEvent;
 use crate::gateway::ws::writer::WriterCommand;
 use crate::latch::Latch;
 use crate::live::flow::RECORDING_DROPPED;
+use crate::lock::Recover;
 use crate::model::Playout;
 
 /// The phone's rate.
 pub const PHONE_RATE: u32 = 8_000;
+/// The rate the models' audio comes at (Gemini Live, OpenAI Realtime, the sim): the call's
+/// resampler is built for it before the first answer, not on its first frame.
+const MODEL_OUTPUT_RATE: u32 = 24_000;
 /// μ-law bytes per millisecond at 8 kHz.
 const BYTES_PER_MS: usize = 8;
 /// The mark after the goodbye message.
@@ -52,7 +56,7 @@ pub struct SharedPlayback(Arc<Mutex<Playback>>);
 
 impl SharedPlayback {
     fn lock(&self) -> MutexGuard<'_, Playback> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.lock_or_recover()
     }
 
     /// A mark came back: if it is the current answer's, the caller has heard that far. Returns
@@ -163,6 +167,22 @@ impl Encoder {
     }
 }
 
+/// The first model audio not yet in a frame sent: when the model produced it (the event's
+/// timestamp) and the input that prompted it. A chunk shorter than the resampler's leaves no
+/// frame of its own; its frame, sent with the next chunk's, is timed from it.
+#[derive(Debug, Default)]
+struct Unsent {
+    created: Option<f64>,
+    prompted_by: Option<std::time::Instant>,
+}
+
+impl Unsent {
+    fn note(&mut self, created: f64, prompted_by: Option<std::time::Instant>) {
+        self.created.get_or_insert(created);
+        self.prompted_by = self.prompted_by.or(prompted_by);
+    }
+}
+
 /// What the output needs besides the run's events.
 pub struct OutputParts {
     /// The carrier.
@@ -190,6 +210,7 @@ pub struct CallOutput {
     parts: OutputParts,
     encoder: Encoder,
     answer: Answer,
+    unsent: Unsent,
     /// Commands made from one event, not yet taken.
     ready: VecDeque<WriterCommand>,
 }
@@ -200,7 +221,9 @@ impl CallOutput {
         let encoder = Encoder {
             carrier: parts.carrier,
             stream_id: parts.stream_id.clone(),
-            resampler: None,
+            // Planning the resampler's transforms costs as much as resampling a few frames:
+            // done here, it is not between the call's first answer and its first write.
+            resampler: Resampler::new(MODEL_OUTPUT_RATE, PHONE_RATE),
             pcm: Vec::with_capacity(2048),
             ulaw: Vec::with_capacity(1024),
         };
@@ -210,6 +233,7 @@ impl CallOutput {
             parts,
             encoder,
             answer: Answer::default(),
+            unsent: Unsent::default(),
             ready: VecDeque::with_capacity(4),
         }
     }
@@ -253,9 +277,10 @@ impl CallOutput {
         for part in event.content.iter().flat_map(|c| &c.parts) {
             prompted_by = prompted_by.or(part.prompted_by);
             if let Some(blob) = part.inline_data.as_ref().filter(|b| b.is_audio()) {
-                let rate = blob.sample_rate().unwrap_or(24_000);
+                let rate = blob.sample_rate().unwrap_or(MODEL_OUTPUT_RATE);
                 self.encoder.encode(&blob.data, rate);
-                self.audio(event.timestamp, prompted_by.take());
+                self.unsent.note(event.timestamp, prompted_by.take());
+                self.audio();
             }
         }
         if let Some(text) = event
@@ -273,7 +298,8 @@ impl CallOutput {
         }
         if event.turn_complete == Some(true) {
             self.encoder.flush();
-            self.audio(event.timestamp, None);
+            self.audio();
+            self.unsent = Unsent::default();
             self.parts.playback.next_answer();
             self.answer = Answer::default();
             // Nothing to send, but the writer times the turn's end.
@@ -285,12 +311,17 @@ impl CallOutput {
         }
     }
 
-    /// Sends what the encoder holds as one `media` message with its mark.
-    fn audio(&mut self, created: f64, prompted_by: Option<std::time::Instant>) {
+    /// Sends what the encoder holds as one `media` message with its mark, timed from the
+    /// oldest model audio in it.
+    fn audio(&mut self) {
         let ulaw = &self.encoder.ulaw;
         if ulaw.is_empty() {
             return;
         }
+        let Unsent {
+            created,
+            prompted_by,
+        } = std::mem::take(&mut self.unsent);
         if self.answer.sent_bytes == 0 {
             self.parts.playout.answer_started();
         }
@@ -307,7 +338,7 @@ impl CallOutput {
             json,
             trailer: Some(carrier.mark(&self.encoder.stream_id, &mark)),
             audio: Duration::from_micros((ulaw.len() * 1000 / BYTES_PER_MS) as u64),
-            created,
+            created: created.unwrap_or_else(crate::event::now_timestamp),
             prompted_by,
             ..silent()
         });
@@ -317,6 +348,7 @@ impl CallOutput {
     /// the answer is reported.
     fn interrupted(&mut self, event: &Event) {
         self.encoder.reset();
+        self.unsent = Unsent::default();
         let heard = self.parts.playback.next_answer();
         let answer = std::mem::take(&mut self.answer);
         self.push(EncodedEvent {
@@ -418,6 +450,86 @@ mod tests {
             playback.acknowledged("1:20"),
             Some(Duration::from_millis(20))
         );
+    }
+
+    /// An answer's audio event: `ms` of 24 kHz PCM16 made at `timestamp`.
+    fn audio_event(ms: usize, timestamp: f64, prompted_by: Option<std::time::Instant>) -> Event {
+        let mut event = Event::new("e-1", "agent");
+        event.timestamp = timestamp;
+        event.partial = Some(true);
+        let blob = crate::event::Blob::new(Bytes::from(vec![0u8; ms * 48]), "audio/pcm;rate=24000");
+        event.content = Some(crate::event::Content {
+            parts: vec![crate::event::Part {
+                inline_data: Some(blob),
+                prompted_by,
+                ..Default::default()
+            }],
+            role: Some("model".into()),
+        });
+        event
+    }
+
+    fn output(events: Vec<Event>) -> CallOutput {
+        let carrier = super::super::carrier("twilio").unwrap();
+        let (heard, _) = mpsc::channel(1);
+        let parts = OutputParts {
+            carrier,
+            stream_id: "MZ1".into(),
+            playback: SharedPlayback::default(),
+            playout: Playout::default(),
+            heard,
+            done: Latch::new(),
+            failed: Arc::default(),
+            goodbye: None,
+        };
+        let meter = crate::gateway::telemetry::metrics::Metrics::default()
+            .meter()
+            .run();
+        CallOutput::new(futures::stream::iter(events).boxed(), meter, parts)
+    }
+
+    fn media(command: WriterCommand) -> EncodedEvent {
+        match command {
+            WriterCommand::Event(event) => *event,
+            WriterCommand::Close { .. } => panic!("a close"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answers_first_frame_goes_out_with_its_first_audio_and_is_timed_from_it() {
+        let prompt = std::time::Instant::now();
+        let mut output = output(vec![
+            audio_event(40, 100.0, Some(prompt)),
+            audio_event(40, 100.04, None),
+        ]);
+        // The first chunk makes a frame of its own, at once: nothing waits for a second chunk
+        // or for the resampler to be built.
+        assert!(
+            output.encoder.resampler.is_some(),
+            "built before any answer"
+        );
+        let first = media(output.next().await.unwrap());
+        assert!(first.json.contains("\"event\":\"media\""), "{}", first.json);
+        assert_eq!(first.audio, Duration::from_millis(40));
+        assert_eq!(first.created, 100.0);
+        assert_eq!(first.prompted_by, Some(prompt));
+        let second = media(output.next().await.unwrap());
+        assert_eq!(second.created, 100.04);
+        assert_eq!(second.prompted_by, None);
+    }
+
+    #[tokio::test]
+    async fn a_chunk_too_short_for_a_frame_times_the_frame_that_carries_it() {
+        let prompt = std::time::Instant::now();
+        // 10 ms: half the resampler's chunk, so its audio goes out with the next chunk's.
+        let mut output = output(vec![
+            audio_event(10, 100.0, Some(prompt)),
+            audio_event(30, 100.01, None),
+        ]);
+        let first = media(output.next().await.unwrap());
+        assert_eq!(first.audio, Duration::from_millis(40));
+        assert_eq!(first.created, 100.0, "timed from the model's first audio");
+        assert_eq!(first.prompted_by, Some(prompt), "the answer is still timed");
     }
 
     #[test]

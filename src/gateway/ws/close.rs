@@ -16,8 +16,9 @@ pub const TOO_BIG: u16 = 1009;
 pub const INTERNAL: u16 = 1011;
 /// The gateway is draining (SIGTERM): reconnect, to another node, and carry on.
 pub const SERVICE_RESTART: u16 = 1012;
-/// Try again later: the session store is unreachable, so the session's lease could not be taken
-/// or kept (an outage, not a takeover). Reconnect with backoff.
+/// Try again later: the model is unavailable (its server kept failing or hanging up), or the
+/// session store is, so the session's lease could not be taken or kept (an outage, not a
+/// takeover). Reconnect with backoff.
 pub const TRY_AGAIN_LATER: u16 = 1013;
 /// The session was taken over by a newer connection: final, do not reconnect.
 pub const TAKEN_OVER: u16 = 4000;

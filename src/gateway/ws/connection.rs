@@ -2,7 +2,7 @@
 //! owns the sink and takes the run's events.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -153,8 +153,9 @@ struct Connection {
     writer_done: Latch,
     /// Fires when the run has ended.
     run_done: Latch,
-    /// Whether the run's last event (recordings aside) was an error: it failed rather than ended.
-    run_failed: Arc<AtomicBool>,
+    /// The run's last event (recordings aside) was an error: it failed rather than ended
+    /// (`RUN_FAILED`), or its model was unavailable (`RUN_UNAVAILABLE`).
+    run_failed: Arc<AtomicU8>,
 }
 
 impl Connection {
@@ -214,6 +215,7 @@ impl Connection {
             bounded_live_request_queue(gateway.queue_capacity, gateway.queue_max_bytes);
         let run_config = RunConfig {
             on_reconnect: gateway.metrics.on_reconnect(),
+            limits: gateway.flow_limits,
             ..run_config
         };
         let started = gateway
@@ -450,7 +452,12 @@ impl Connection {
                     code: close::SERVICE_RESTART,
                     reason: "gateway restarting; reconnect".into(),
                 }
-            } else if self.run_failed.load(Ordering::Relaxed) {
+            } else if self.run_failed.load(Ordering::Relaxed) == RUN_UNAVAILABLE {
+                WriterCommand::Close {
+                    code: close::TRY_AGAIN_LATER,
+                    reason: "model unavailable; try again later".into(),
+                }
+            } else if self.run_failed.load(Ordering::Relaxed) == RUN_FAILED {
                 WriterCommand::Close {
                     code: close::INTERNAL,
                     reason: "live run failed".into(),
@@ -706,8 +713,9 @@ struct RunEvents {
     meter: Option<RunMeter>,
     mode: AudioEncoding,
     done: Latch,
-    /// Set while the run's last event (recordings aside) is an error.
-    failed: Arc<AtomicBool>,
+    /// Set while the run's last event (recordings aside) is an error: `RUN_FAILED`, or
+    /// `RUN_UNAVAILABLE` for an `UNAVAILABLE` one.
+    failed: Arc<AtomicU8>,
 }
 
 impl RunEvents {
@@ -750,10 +758,11 @@ impl Stream for RunEvents {
                     // The recordings a run flushes as it ends come after its last word, and a
                     // recording that could not be kept is no failure of the run.
                     if !announces_recordings(&event) {
-                        let failed = event
-                            .error_code
-                            .as_deref()
-                            .is_some_and(|code| code != RECORDING_DROPPED);
+                        let failed = match event.error_code.as_deref() {
+                            None | Some(RECORDING_DROPPED) => RUN_ENDED,
+                            Some("UNAVAILABLE") => RUN_UNAVAILABLE,
+                            Some(_) => RUN_FAILED,
+                        };
                         this.failed.store(failed, Ordering::Relaxed);
                     }
                     if let Some(command) = encoded(meter.counted(event), this.mode) {
@@ -766,6 +775,11 @@ impl Stream for RunEvents {
         Poll::Ready(None)
     }
 }
+
+/// How a run's last event (recordings aside) left it: ended, failed, or failed for want of a model.
+const RUN_ENDED: u8 = 0;
+const RUN_FAILED: u8 = 1;
+const RUN_UNAVAILABLE: u8 = 2;
 
 /// True for an event that only announces saved recordings.
 fn announces_recordings(event: &Event) -> bool {

@@ -487,11 +487,24 @@ impl AudioCache {
             return Vec::new();
         };
         let sides = [(input, AudioSide::Input), (output, AudioSide::Output)];
-        let saves = sides
+        let mut recordings: Vec<(AudioSide, Recording)> = sides
             .into_iter()
             .filter(|(on, _)| *on)
             .flat_map(|(_, side)| self.take(side).into_iter().map(move |r| (side, r)))
             .filter(|(_, recording)| !recording.is_empty())
+            .collect();
+        // Every spool is whole before any save starts, so the saves make their folders together
+        // and share one sync of their session's folder (a file store syncs a folder once for
+        // every change made in it before the sync started).
+        let spool_dir = self.spool_dir.as_ref();
+        futures::future::join_all(
+            recordings
+                .iter_mut()
+                .map(|(_, recording)| recording.finish_spool(spool_dir)),
+        )
+        .await;
+        let saves = recordings
+            .into_iter()
             .map(|(side, recording)| self.save(&**artifacts, target, side, recording));
         let saved = futures::future::join_all(saves).await;
         let mut events: Vec<Event> = saved
@@ -563,16 +576,16 @@ impl AudioCache {
         }
     }
 
-    /// Saves one recording: its `fileData` event, or the recording to hold and, the first time
-    /// it fails, an error event (retries that fail again are logged, not reported again).
+    /// Saves one recording (its spool finished): its `fileData` event, or the recording to hold
+    /// and, the first time it fails, an error event (retries that fail again are logged, not
+    /// reported again).
     async fn save(
         &self,
         artifacts: &dyn ArtifactService,
         target: &RecordingTarget,
         side: AudioSide,
-        mut recording: Recording,
+        recording: Recording,
     ) -> (Option<Event>, Option<(AudioSide, Recording)>) {
-        recording.finish_spool(self.spool_dir.as_ref()).await;
         let mime_type = recording.mime_type.clone();
         let timestamp = recording.started;
         let filename = recording.filename(side);

@@ -8,6 +8,7 @@
 
 mod audio_cache;
 mod hooks;
+mod limits;
 mod receive;
 mod reconnect;
 mod run;
@@ -28,6 +29,11 @@ pub use audio_cache::{
     RECORDING_DROPPED,
 };
 pub use hooks::{FlowHooks, NoHooks, Screened};
+pub use limits::{
+    FlowLimits, DEFAULT_ANSWER_TIMEOUT, DEFAULT_MAX_HANDLE_BYTES, DEFAULT_MAX_RECONNECTS,
+    DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_MAX_TURN_BYTES, DEFAULT_RECONNECT_BACKOFF,
+    MAX_MODEL_ERRORS_PER_TURN, STABLE_CONNECTION,
+};
 pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
 
 use crate::event::{Content, Event};
@@ -35,8 +41,9 @@ use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::model::{LiveConnectConfig, LiveModel};
 use run::FlowRun;
 
-/// Consecutive failed reconnects after which the run ends with an error (ADK's default).
-pub const MAX_RECONNECT_ATTEMPTS: u32 = 5;
+/// Consecutive failed reconnects after which the run ends with an error (ADK's default; see
+/// [`FlowLimits::max_reconnects`]).
+pub const MAX_RECONNECT_ATTEMPTS: u32 = DEFAULT_MAX_RECONNECTS;
 
 /// How long a flow keeps listening after a hand-off (transfer or `task_completed`) for the model
 /// to finish its turn (ADK waits 1 s).
@@ -128,6 +135,16 @@ pub struct LiveFlow {
     pub single_turn: bool,
     /// How long to keep listening after a hand-off.
     pub handoff_delay: Duration,
+    /// Where a reconnect without a resumption handle reads the conversation so far (the
+    /// `connect_config`'s history is the one the flow started with).
+    pub history: Option<Arc<dyn HistorySource>>,
+}
+
+/// The conversation so far, as a fresh model session replays it.
+#[async_trait::async_trait]
+pub trait HistorySource: Send + Sync + std::fmt::Debug {
+    /// The history as the session stands now.
+    async fn history(&self) -> Result<Vec<Content>, String>;
 }
 
 impl LiveFlow {

@@ -5,6 +5,8 @@
 use crate::event::{Content, Event, Part, Transcription};
 use crate::model::LlmResponse;
 
+use super::limits::{DEFAULT_MAX_TURN_BYTES, MAX_MODEL_ERRORS_PER_TURN};
+
 /// Prefix of function call ids the runtime fills in (ADK's `AF_FUNCTION_CALL_ID_PREFIX`).
 pub const FUNCTION_CALL_ID_PREFIX: &str = "adk-";
 
@@ -34,6 +36,13 @@ pub struct ResponseProcessor {
     pending_thought: bool,
     input_transcript: String,
     output_transcript: String,
+    /// Text and transcription bytes this turn brought, and the most it may.
+    turn_bytes: usize,
+    max_turn_bytes: usize,
+    /// The turn went over `max_turn_bytes`: the rest of its text is dropped.
+    over: bool,
+    /// In-band errors this turn brought.
+    errors: u32,
 }
 
 impl ResponseProcessor {
@@ -47,22 +56,71 @@ impl ResponseProcessor {
             pending_thought: false,
             input_transcript: String::new(),
             output_transcript: String::new(),
+            turn_bytes: 0,
+            max_turn_bytes: DEFAULT_MAX_TURN_BYTES,
+            over: false,
+            errors: 0,
         }
     }
 
+    /// Bounds the text and transcription bytes of one turn (what one stored event may hold).
+    pub fn with_max_turn_bytes(mut self, bytes: usize) -> Self {
+        self.max_turn_bytes = bytes;
+        self
+    }
+
+    /// Takes `text` into the turn's budget: all of it, the part that fits (cut at a character),
+    /// or none once the turn is over it. The first cut adds an error event to `steps`.
+    fn budget(&mut self, mut text: String, steps: &mut Vec<Step>) -> String {
+        if self.over {
+            return String::new();
+        }
+        let room = self.max_turn_bytes.saturating_sub(self.turn_bytes);
+        if text.len() > room {
+            let mut cut = room;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            self.over = true;
+            tracing::warn!(
+                invocation_id = self.invocation_id,
+                limit = self.max_turn_bytes,
+                "the model's turn went over its text limit; the rest is dropped"
+            );
+            let message = format!(
+                "the model's answer went over {} bytes of text and transcription in one turn; the rest is dropped",
+                self.max_turn_bytes
+            );
+            let event = Event::error(
+                &self.invocation_id,
+                &self.agent_name,
+                "RESOURCE_EXHAUSTED",
+                message,
+            );
+            steps.push(Step::Emit(event));
+        }
+        self.turn_bytes += text.len();
+        text
+    }
+
+    /// A new turn: its own budget of text and errors.
+    fn next_turn(&mut self) {
+        self.turn_bytes = 0;
+        self.over = false;
+        self.errors = 0;
+    }
+
     /// Splits one model response into events and flush points, in ADK's order.
-    pub fn process(&mut self, response: LlmResponse) -> Vec<Step> {
+    pub fn process(&mut self, mut response: LlmResponse) -> Vec<Step> {
         let mut steps = Vec::new();
         let model_version = response.model_version.clone();
         let ends_text =
             response.turn_complete || response.interrupted || !response.tool_calls.is_empty();
 
-        // An error the model reported in-band; the session goes on.
-        if let Some(code) = response.error_code {
-            let message = response.error_message.unwrap_or_default();
-            let mut event = Event::error(&self.invocation_id, &self.agent_name, &code, message);
-            event.model_version.clone_from(&model_version);
-            steps.push(Step::Emit(event));
+        if let Some(code) = response.error_code.take() {
+            let message = response.error_message.take().unwrap_or_default();
+            self.in_band_error(&code, message, &model_version, &mut steps);
         }
 
         // Usage comes before the content of the same message.
@@ -84,6 +142,9 @@ impl ResponseProcessor {
         }
         if response.interrupted || response.turn_complete || response.generation_complete {
             self.flush_transcriptions(&mut steps);
+        }
+        if response.turn_complete {
+            self.next_turn();
         }
 
         if !response.tool_calls.is_empty() {
@@ -147,6 +208,28 @@ impl ResponseProcessor {
         steps
     }
 
+    /// An error the model reported in-band; the session goes on. A few a turn: a server
+    /// repeating one must not fill the session's history with it.
+    fn in_band_error(
+        &mut self,
+        code: &str,
+        message: String,
+        model_version: &Option<String>,
+        steps: &mut Vec<Step>,
+    ) {
+        self.errors = self.errors.saturating_add(1);
+        if self.errors <= MAX_MODEL_ERRORS_PER_TURN {
+            let mut event = Event::error(&self.invocation_id, &self.agent_name, code, message);
+            event.model_version.clone_from(model_version);
+            steps.push(Step::Emit(event));
+        } else if self.errors == MAX_MODEL_ERRORS_PER_TURN + 1 {
+            tracing::warn!(
+                invocation_id = self.invocation_id,
+                "the model keeps reporting errors; the rest of this turn's are dropped"
+            );
+        }
+    }
+
     fn process_content(
         &mut self,
         content: Content,
@@ -159,8 +242,16 @@ impl ResponseProcessor {
         let role = content.role;
         let mut partial_text = Vec::new();
         let mut other = Vec::new();
-        for part in content.parts {
-            if let Some(text) = &part.text {
+        for mut part in content.parts {
+            if let Some(text) = part.text.take() {
+                let text = self.budget(text, steps);
+                if text.is_empty() {
+                    continue;
+                }
+                part.text = Some(text);
+                let Some(text) = &part.text else {
+                    continue;
+                };
                 let thought = part.thought == Some(true);
                 if !self.pending_text.is_empty() && thought != self.pending_thought {
                     self.flush_text(None, steps);
@@ -194,7 +285,7 @@ impl ResponseProcessor {
 
     fn process_transcription(&mut self, t: Transcription, input: bool, steps: &mut Vec<Step>) {
         let finished = t.finished == Some(true);
-        let text = t.text.unwrap_or_default();
+        let text = self.budget(t.text.unwrap_or_default(), steps);
         if !text.is_empty() {
             let acc = if input {
                 &mut self.input_transcript

@@ -1,10 +1,15 @@
 //! What a flow does once a model connection ends (or never opens): connect again resuming the
 //! model's context, connect afresh replaying the history, or end. A pure function of why the
-//! connection ended and what the flow knows, so each rule is unit-tested alone.
+//! connection ended, what the flow knows and its limits, so each rule is unit-tested alone.
+//!
+//! Every reconnect counts, `goAway` and resumable closes included; only progress (a finished
+//! answer, or a connection that stayed up long) starts the count afresh, so a server that hangs
+//! up on every connection, or asks every time to be left, meets the cap. Each reconnect but a
+//! first `goAway` waits a growing, jittered delay ([`FlowLimits::backoff`]).
 
 use std::time::Duration;
 
-use super::{FlowEndReason, MAX_RECONNECT_ATTEMPTS};
+use super::{FlowEndReason, FlowLimits};
 use crate::model::ModelError;
 
 /// Why a model connection ended, or never opened.
@@ -13,11 +18,7 @@ pub(crate) enum ConnectionEnd {
     /// Connecting failed.
     Refused(ModelError),
     /// The model ended the session (normally, or because the client closed).
-    Closed {
-        /// The model said something first: a connection that ends at once counts as a failure,
-        /// so a model that keeps hanging up cannot make the flow spin.
-        responded: bool,
-    },
+    Closed,
     /// The model asked for a reconnect (`goAway`).
     GoAway,
     /// The connection failed.
@@ -35,7 +36,7 @@ pub(crate) struct Attempts {
     pub handle: bool,
     /// That handle came with the run (stored with the session) and no model accepted it yet.
     pub untried_handle: bool,
-    /// Failed connections in a row so far.
+    /// Reconnects since the last progress.
     pub failures: u32,
     /// The client closed its request queue.
     pub client_closed: bool,
@@ -45,7 +46,7 @@ pub(crate) struct Attempts {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum AfterEnd {
     /// Connect again after `delay`, resuming with the handle if there is one; `failures` is the
-    /// new count of failed connections in a row.
+    /// new count of reconnects since the last progress.
     Reconnect { failures: u32, delay: Duration },
     /// Connect again afresh: the handle dropped, the history replayed.
     Restart,
@@ -73,27 +74,42 @@ impl From<&ModelError> for FlowError {
     }
 }
 
-/// How long a failed connect waits before the next one: longer each time.
-fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(100 * u64::from(failures))
-}
-
 fn failed(error: FlowError) -> AfterEnd {
     AfterEnd::End(FlowEndReason::Failed, Some(error))
 }
 
+/// The end of a flow whose reconnects ran out: `UNAVAILABLE`, which a client may retry later.
+fn gave_up(failures: u32, why: &str) -> AfterEnd {
+    failed(FlowError {
+        code: "UNAVAILABLE",
+        message: format!(
+            "the model is unavailable: {why}, {failures} times in a row without an answer; try again later"
+        ),
+    })
+}
+
+/// One more reconnect, or the end once `limits` allow no more.
+fn retry(now: Attempts, limits: &FlowLimits, first_free: bool, why: &str) -> AfterEnd {
+    let failures = now.failures.saturating_add(1);
+    if failures > limits.max_reconnects {
+        return gave_up(now.failures, why);
+    }
+    let delay = if first_free && failures == 1 {
+        Duration::ZERO
+    } else {
+        limits.backoff(failures)
+    };
+    AfterEnd::Reconnect { failures, delay }
+}
+
 /// What follows a connection that ended for `end`.
-pub(crate) fn next(end: &ConnectionEnd, now: Attempts) -> AfterEnd {
+pub(crate) fn next(end: &ConnectionEnd, now: Attempts, limits: &FlowLimits) -> AfterEnd {
     let resumable = |error: &ModelError| now.handle && error.is_resumable();
     match end {
         ConnectionEnd::Done(reason) => AfterEnd::End(reason.clone(), None),
         ConnectionEnd::Refused(error) => {
-            let failures = now.failures + 1;
-            if resumable(error) && failures <= MAX_RECONNECT_ATTEMPTS {
-                AfterEnd::Reconnect {
-                    failures,
-                    delay: backoff(failures),
-                }
+            if resumable(error) && now.failures < limits.max_reconnects {
+                retry(now, limits, false, "")
             } else if now.untried_handle {
                 AfterEnd::Replay
             } else {
@@ -103,38 +119,18 @@ pub(crate) fn next(end: &ConnectionEnd, now: Attempts) -> AfterEnd {
         // Nobody is listening any more: nothing to reconnect for.
         _ if now.client_closed => AfterEnd::End(FlowEndReason::Closed, None),
         ConnectionEnd::Blocked => AfterEnd::Restart,
-        ConnectionEnd::GoAway => AfterEnd::Reconnect {
-            failures: now.failures,
-            delay: Duration::ZERO,
-        },
-        ConnectionEnd::Dropped(error) if resumable(error) => {
-            let failures = now.failures + 1;
-            if failures <= MAX_RECONNECT_ATTEMPTS {
-                AfterEnd::Reconnect {
-                    failures,
-                    delay: Duration::ZERO,
-                }
-            } else {
-                failed(error.into())
-            }
-        }
+        // The server asked to be left: the first time at once.
+        ConnectionEnd::GoAway => retry(now, limits, true, "it asked to reconnect (goAway)"),
+        ConnectionEnd::Dropped(error) if resumable(error) => retry(
+            now,
+            limits,
+            false,
+            &format!("its connection failed ({error})"),
+        ),
         ConnectionEnd::Dropped(error) => failed(error.into()),
-        ConnectionEnd::Closed { responded } if now.handle => {
-            let failures = now.failures + u32::from(!responded);
-            if failures <= MAX_RECONNECT_ATTEMPTS {
-                AfterEnd::Reconnect {
-                    failures,
-                    delay: Duration::ZERO,
-                }
-            } else {
-                failed(FlowError {
-                    code: "UNAVAILABLE",
-                    message: "the model keeps closing the session".into(),
-                })
-            }
-        }
+        ConnectionEnd::Closed if now.handle => retry(now, limits, false, "it closed the session"),
         // Without a handle the model's context is gone with its session: the conversation is over.
-        ConnectionEnd::Closed { .. } => AfterEnd::End(FlowEndReason::Closed, None),
+        ConnectionEnd::Closed => AfterEnd::End(FlowEndReason::Closed, None),
     }
 }
 
@@ -166,11 +162,26 @@ mod tests {
         }
     }
 
-    fn reconnect(failures: u32) -> AfterEnd {
-        AfterEnd::Reconnect {
-            failures,
-            delay: Duration::ZERO,
-        }
+    fn limits() -> FlowLimits {
+        FlowLimits::default()
+    }
+
+    /// The reconnect's count, and that its delay is within the jittered backoff.
+    fn reconnects(next: AfterEnd) -> u32 {
+        let AfterEnd::Reconnect { failures, delay } = next else {
+            panic!("a reconnect: {next:?}")
+        };
+        let full = limits().reconnect_backoff * (1 << (failures - 1));
+        assert!(delay <= full && delay >= full / 2, "{failures}: {delay:?}");
+        failures
+    }
+
+    fn gives_up(next: AfterEnd) {
+        let AfterEnd::End(FlowEndReason::Failed, Some(error)) = next else {
+            panic!("the reconnects are used up: {next:?}")
+        };
+        assert_eq!(error.code, "UNAVAILABLE");
+        assert!(error.message.contains("in a row"), "{}", error.message);
     }
 
     #[test]
@@ -178,7 +189,7 @@ mod tests {
         let end = ConnectionEnd::Done(FlowEndReason::Transfer("billing".into()));
         for now in [Attempts::default(), with_handle(9)] {
             assert_eq!(
-                next(&end, now),
+                next(&end, now, &limits()),
                 AfterEnd::End(FlowEndReason::Transfer("billing".into()), None)
             );
         }
@@ -187,22 +198,10 @@ mod tests {
     #[test]
     fn a_refused_connect_with_a_handle_retries_with_a_growing_delay_up_to_the_limit() {
         let end = ConnectionEnd::Refused(ModelError::Gone);
-        assert_eq!(
-            next(&end, with_handle(0)),
-            AfterEnd::Reconnect {
-                failures: 1,
-                delay: Duration::from_millis(100)
-            }
-        );
-        assert_eq!(
-            next(&end, with_handle(2)),
-            AfterEnd::Reconnect {
-                failures: 3,
-                delay: Duration::from_millis(300)
-            }
-        );
+        assert_eq!(reconnects(next(&end, with_handle(0), &limits())), 1);
+        assert_eq!(reconnects(next(&end, with_handle(2), &limits())), 3);
         let AfterEnd::End(FlowEndReason::Failed, Some(error)) =
-            next(&end, with_handle(MAX_RECONNECT_ATTEMPTS))
+            next(&end, with_handle(limits().max_reconnects), &limits())
         else {
             panic!("the attempts are used up")
         };
@@ -215,10 +214,8 @@ mod tests {
             client_closed: true,
             ..with_handle(0)
         };
-        assert!(matches!(
-            next(&ConnectionEnd::Refused(ModelError::Gone), now),
-            AfterEnd::Reconnect { failures: 1, .. }
-        ));
+        let end = ConnectionEnd::Refused(ModelError::Gone);
+        assert_eq!(reconnects(next(&end, now, &limits())), 1);
     }
 
     #[test]
@@ -228,26 +225,26 @@ mod tests {
             ..with_handle(0)
         };
         // Not resumable: straight to the replay.
-        assert_eq!(
-            next(&ConnectionEnd::Refused(denied()), now),
-            AfterEnd::Replay
-        );
+        let end = ConnectionEnd::Refused(denied());
+        assert_eq!(next(&end, now, &limits()), AfterEnd::Replay);
         // Resumable: the retries first, then the replay.
         let now = Attempts {
-            failures: MAX_RECONNECT_ATTEMPTS,
+            failures: limits().max_reconnects,
             ..now
         };
-        assert_eq!(
-            next(&ConnectionEnd::Refused(ModelError::Gone), now),
-            AfterEnd::Replay
-        );
+        let end = ConnectionEnd::Refused(ModelError::Gone);
+        assert_eq!(next(&end, now, &limits()), AfterEnd::Replay);
     }
 
     #[test]
     fn a_refused_connect_without_a_handle_fails_with_the_models_error() {
         let error = ModelError::Connect("no route".into());
         assert_eq!(
-            next(&ConnectionEnd::Refused(error.clone()), Attempts::default()),
+            next(
+                &ConnectionEnd::Refused(error.clone()),
+                Attempts::default(),
+                &limits()
+            ),
             AfterEnd::End(FlowEndReason::Failed, Some((&error).into()))
         );
     }
@@ -262,10 +259,10 @@ mod tests {
             ConnectionEnd::Blocked,
             ConnectionEnd::GoAway,
             ConnectionEnd::Dropped(dropped()),
-            ConnectionEnd::Closed { responded: true },
+            ConnectionEnd::Closed,
         ] {
             assert_eq!(
-                next(&end, now),
+                next(&end, now, &limits()),
                 AfterEnd::End(FlowEndReason::Closed, None),
                 "{end:?}"
             );
@@ -275,79 +272,80 @@ mod tests {
     #[test]
     fn a_blocked_answer_restarts_afresh() {
         assert_eq!(
-            next(&ConnectionEnd::Blocked, with_handle(2)),
+            next(&ConnectionEnd::Blocked, with_handle(2), &limits()),
             AfterEnd::Restart
         );
     }
 
     #[test]
-    fn go_away_reconnects_at_once_without_counting_a_failure() {
-        assert_eq!(next(&ConnectionEnd::GoAway, with_handle(2)), reconnect(2));
-        // Without a handle too (the history is replayed).
+    fn a_first_go_away_reconnects_at_once_and_every_go_away_counts() {
+        let first = next(&ConnectionEnd::GoAway, with_handle(0), &limits());
         assert_eq!(
-            next(&ConnectionEnd::GoAway, Attempts::default()),
-            reconnect(0)
+            first,
+            AfterEnd::Reconnect {
+                failures: 1,
+                delay: Duration::ZERO
+            }
         );
+        // Without a handle too (the history is replayed).
+        assert!(matches!(
+            next(&ConnectionEnd::GoAway, Attempts::default(), &limits()),
+            AfterEnd::Reconnect { failures: 1, .. }
+        ));
+        // The next ones back off, and the cap ends a server that only ever says goAway.
+        assert_eq!(
+            reconnects(next(&ConnectionEnd::GoAway, with_handle(1), &limits())),
+            2
+        );
+        gives_up(next(
+            &ConnectionEnd::GoAway,
+            with_handle(limits().max_reconnects),
+            &limits(),
+        ));
     }
 
     #[test]
-    fn a_resumable_drop_with_a_handle_resumes_up_to_the_limit() {
+    fn a_resumable_drop_with_a_handle_resumes_after_a_delay_up_to_the_limit() {
         let end = ConnectionEnd::Dropped(dropped());
-        assert_eq!(next(&end, with_handle(0)), reconnect(1));
-        assert_eq!(
-            next(&end, with_handle(MAX_RECONNECT_ATTEMPTS)),
-            AfterEnd::End(FlowEndReason::Failed, Some((&dropped()).into()))
-        );
+        assert_eq!(reconnects(next(&end, with_handle(0), &limits())), 1);
+        gives_up(next(&end, with_handle(limits().max_reconnects), &limits()));
     }
 
     #[test]
     fn a_drop_that_cannot_be_resumed_fails_at_once() {
         // Not resumable, with a handle.
         assert_eq!(
-            next(&ConnectionEnd::Dropped(denied()), with_handle(0)),
+            next(&ConnectionEnd::Dropped(denied()), with_handle(0), &limits()),
             AfterEnd::End(FlowEndReason::Failed, Some((&denied()).into()))
         );
         // Resumable, but no handle to resume with.
         assert_eq!(
-            next(&ConnectionEnd::Dropped(dropped()), Attempts::default()),
+            next(
+                &ConnectionEnd::Dropped(dropped()),
+                Attempts::default(),
+                &limits()
+            ),
             AfterEnd::End(FlowEndReason::Failed, Some((&dropped()).into()))
         );
     }
 
     #[test]
-    fn a_close_with_a_handle_resumes_and_counts_only_a_silent_connection() {
-        assert_eq!(
-            next(&ConnectionEnd::Closed { responded: true }, with_handle(2)),
-            reconnect(2)
-        );
-        assert_eq!(
-            next(&ConnectionEnd::Closed { responded: false }, with_handle(2)),
-            reconnect(3)
-        );
-    }
-
-    #[test]
     fn a_model_that_keeps_hanging_up_fails_the_flow() {
-        let now = with_handle(MAX_RECONNECT_ATTEMPTS);
         assert_eq!(
-            next(&ConnectionEnd::Closed { responded: true }, now),
-            reconnect(MAX_RECONNECT_ATTEMPTS)
+            reconnects(next(&ConnectionEnd::Closed, with_handle(2), &limits())),
+            3
         );
-        let AfterEnd::End(FlowEndReason::Failed, Some(error)) =
-            next(&ConnectionEnd::Closed { responded: false }, now)
-        else {
-            panic!("a silent close past the limit fails")
-        };
-        assert_eq!(error.code, "UNAVAILABLE");
+        gives_up(next(
+            &ConnectionEnd::Closed,
+            with_handle(limits().max_reconnects),
+            &limits(),
+        ));
     }
 
     #[test]
     fn a_close_without_a_handle_ends_the_conversation() {
         assert_eq!(
-            next(
-                &ConnectionEnd::Closed { responded: true },
-                Attempts::default()
-            ),
+            next(&ConnectionEnd::Closed, Attempts::default(), &limits()),
             AfterEnd::End(FlowEndReason::Closed, None)
         );
     }

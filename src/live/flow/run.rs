@@ -15,13 +15,16 @@ use super::hooks::{FlowHooks, Screened};
 use super::receive::{ResponseProcessor, Step};
 use super::reconnect::{self, AfterEnd, Attempts, ConnectionEnd};
 use super::screen::{screen, Blocked};
-use super::send::{send_loop, PersistRequest, SendContext, SendInputs};
-use super::{FlowEnd, FlowEndReason, FlowItem, LiveFlow, GO_AWAY_ANSWER_GRACE, TASK_COMPLETED};
+use super::send::{send_loop, PersistRequest, SendContext, SendInputs, TurnClock};
+use super::{
+    FlowEnd, FlowEndReason, FlowItem, FlowLimits, HistorySource, LiveFlow, GO_AWAY_ANSWER_GRACE,
+    STABLE_CONNECTION, TASK_COMPLETED,
+};
 use crate::event::{Content, Event, FunctionResponse};
 use crate::latch::Latch;
 use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::model::{
-    LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelMessage,
+    LiveConnectConfig, LiveConnection, LiveInput, LiveModel, LlmResponse, ModelError, ModelMessage,
     SessionResumptionConfig,
 };
 
@@ -40,6 +43,8 @@ enum Phase {
     Drain(ConnectionEnd),
     /// Reconnect, restart or end.
     Decide(ConnectionEnd),
+    /// Wait before reconnecting (after what the decision had to say was yielded).
+    Backoff(Instant),
     /// Stop the tools and flush the recordings.
     Finish,
     /// Leave what could not be saved to be saved later.
@@ -83,6 +88,10 @@ enum Wake {
     ToolsDone(Option<Event>),
     HandoffDue,
     GoAwayDue,
+    /// A user's turn went up: its answer is awaited from now.
+    TurnSent,
+    /// The model did not begin to answer the user's turn in time.
+    AnswerLate,
 }
 
 /// One model connection and what the flow tracks on it.
@@ -96,8 +105,10 @@ struct ModelLink {
     said: Option<Said>,
     /// The model's spoken answer so far, for after-model screening.
     spoken: String,
-    /// The model has said something on this connection.
-    responded: bool,
+    /// When it opened: one that stayed up long was progress.
+    opened: Instant,
+    /// A resumption handle over the limit was reported on this connection.
+    handle_refused: bool,
     /// Tool results went up and the model has not answered them yet: the turn that ends now
     /// (Gemini 2.5 ends the tool-call turn before the results) is not the answer.
     awaiting_answer: bool,
@@ -132,6 +143,13 @@ pub(super) struct FlowRun {
     untried_handle: bool,
     failures: u32,
     first_connect: bool,
+    limits: FlowLimits,
+    /// The user's turn awaiting its answer, and the flow's view of it.
+    turns: TurnClock,
+    turn_sent: tokio::sync::watch::Receiver<Option<Instant>>,
+    /// Tool-call rounds since the user's last turn.
+    tool_rounds: u32,
+    history: Option<Arc<dyn HistorySource>>,
     /// A hand-off waits for the model's turn to end, at most until the deadline.
     handoff: Option<(FlowEndReason, Instant)>,
     reason: FlowEndReason,
@@ -158,7 +176,13 @@ impl FlowRun {
             .session_resumption
             .as_ref()
             .and_then(|r| r.handle.clone());
+        let (turns, turn_sent) = TurnClock::new();
         FlowRun {
+            limits: flow.run_config.limits,
+            turns,
+            turn_sent,
+            tool_rounds: 0,
+            history: flow.history,
             untried_handle: handle.is_some(),
             handle,
             phase: match flow.prompt {
@@ -210,7 +234,11 @@ impl FlowRun {
                 },
                 Phase::EndAnswer(end) => self.end_answer(end).await,
                 Phase::Drain(end) => self.drain(end),
-                Phase::Decide(end) => self.decide(end).await,
+                Phase::Decide(end) => self.decide(end),
+                Phase::Backoff(until) => {
+                    tokio::time::sleep_until(until).await;
+                    Phase::Connect
+                }
                 Phase::Finish => self.finish().await,
                 Phase::SaveHeld => {
                     self.cache.save_held_later(&self.target).await;
@@ -305,6 +333,9 @@ impl FlowRun {
             // Lost with a failed send loop: nothing more can reach a model.
             return Phase::Finish;
         }
+        if self.handle.is_none() && !self.first_connect {
+            self.refresh_history().await;
+        }
         let config = self.connect_config();
         let LiveConnection { sender, receiver } = match self.model.connect(config).await {
             Ok(connection) => connection,
@@ -326,13 +357,15 @@ impl FlowRun {
                 persist: self.persist_tx.clone(),
                 stop: stop.clone(),
                 hooks: self.hooks.clone(),
+                turns: self.turns.clone(),
             },
         ));
         let processor = ResponseProcessor::new(
             &self.target.invocation_id,
             &self.target.agent_name,
             save_live_blob,
-        );
+        )
+        .with_max_turn_bytes(self.limits.max_turn_bytes);
         self.conn = Some(ModelLink {
             receiver,
             send_task,
@@ -341,7 +374,8 @@ impl FlowRun {
             steps: Vec::new().into_iter(),
             said: None,
             spoken: String::new(),
-            responded: false,
+            opened: Instant::now(),
+            handle_refused: false,
             awaiting_answer: false,
             mid_answer: false,
             go_away_by: None,
@@ -353,7 +387,7 @@ impl FlowRun {
     /// the message, or the next thing that happens. Some when the connection ends.
     async fn listen(&mut self) -> Option<ConnectionEnd> {
         let Some(conn) = self.conn.as_mut() else {
-            return Some(ConnectionEnd::Closed { responded: false });
+            return Some(ConnectionEnd::Closed);
         };
         if let Some(step) = conn.steps.next() {
             return self.on_step(step).await;
@@ -373,6 +407,10 @@ impl FlowRun {
             return Wake::Model(None);
         };
         let handoff_at = self.handoff.as_ref().map(|(_, at)| *at);
+        let answer_by = self
+            .turns
+            .pending()
+            .map(|at| at + self.limits.answer_timeout);
         loop {
             return tokio::select! {
                 Some(request) = self.persist_rx.recv() => Wake::Persist(request),
@@ -386,6 +424,8 @@ impl FlowRun {
                 },
                 () = sleep_until(handoff_at) => Wake::HandoffDue,
                 () = sleep_until(conn.go_away_by) => Wake::GoAwayDue,
+                () = sleep_until(answer_by) => Wake::AnswerLate,
+                Ok(()) = self.turn_sent.changed() => Wake::TurnSent,
                 response = conn.receiver.recv() => Wake::Model(response),
             };
         }
@@ -394,7 +434,6 @@ impl FlowRun {
     /// Handles what woke the flow. Some when it ends the connection.
     fn on_wake(&mut self, wake: Wake) -> Option<ConnectionEnd> {
         let going_away = self.conn.as_ref().is_some_and(|c| c.go_away_by.is_some());
-        let responded = self.conn.as_ref().is_some_and(|c| c.responded);
         match wake {
             Wake::Persist(request) => {
                 let (item, ack) = *request;
@@ -409,8 +448,19 @@ impl FlowRun {
             }
             Wake::HandoffDue => self.handoff.take().map(|(r, _)| ConnectionEnd::Done(r)),
             Wake::GoAwayDue => Some(ConnectionEnd::GoAway),
+            Wake::TurnSent => {
+                if self.turns.pending().is_some() {
+                    self.tool_rounds = 0;
+                }
+                None
+            }
+            Wake::AnswerLate => {
+                let late = ModelError::NoAnswer(self.limits.answer_timeout);
+                tracing::warn!(invocation_id = self.invocation_id(), %late, "the model did not answer");
+                Some(ConnectionEnd::Dropped(late))
+            }
             Wake::Model(None) if going_away => Some(ConnectionEnd::GoAway),
-            Wake::Model(None) => Some(ConnectionEnd::Closed { responded }),
+            Wake::Model(None) => Some(ConnectionEnd::Closed),
             Wake::Model(Some(Err(error))) => Some(ConnectionEnd::Dropped(error)),
             Wake::Model(Some(Ok(response))) => {
                 self.on_model_message(*response);
@@ -420,20 +470,28 @@ impl FlowRun {
     }
 
     /// Takes a model message: its handle, cancellations and audio now, its events step by step.
-    fn on_model_message(&mut self, response: LlmResponse) {
+    fn on_model_message(&mut self, mut response: LlmResponse) {
+        self.take_handle(&mut response);
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
-        if !conn.responded {
-            conn.responded = true;
+        // Progress, which starts the count of reconnects afresh, is a finished answer: not any
+        // message (a goAway or a resumption update would let a server that sends only those
+        // reconnect forever).
+        if response.turn_complete {
             self.failures = 0;
         }
-        if let Some(new_handle) = response
-            .session_resumption_update
-            .as_ref()
-            .and_then(|u| u.new_handle.clone())
-        {
-            self.handle = Some(new_handle);
+        let answers = response.content.is_some()
+            || response.output_transcription.is_some()
+            || !response.tool_calls.is_empty()
+            || response.turn_complete
+            || response.interrupted;
+        if answers {
+            self.turns.answered();
+        }
+        if response.input_transcription.is_some() {
+            // The user spoke: a new turn, with its own tool rounds.
+            self.tool_rounds = 0;
         }
         for id in &response.tool_call_cancellations {
             if let Some(task) = self.running.remove(id) {
@@ -459,6 +517,43 @@ impl FlowRun {
             }
         }
         conn.steps = conn.processor.process(response).into_iter();
+    }
+
+    /// Keeps a resumption update's new handle: the latest only, so one that repeats the handle
+    /// held is no event; one over the limit is dropped, with an error event (once a connection).
+    fn take_handle(&mut self, response: &mut LlmResponse) {
+        let Some(new_handle) = response
+            .session_resumption_update
+            .as_ref()
+            .and_then(|u| u.new_handle.as_ref())
+        else {
+            return;
+        };
+        if self.handle.as_ref() == Some(new_handle) {
+            response.session_resumption_update = None;
+            return;
+        }
+        if new_handle.len() <= self.limits.max_handle_bytes {
+            self.handle = Some(new_handle.clone());
+            return;
+        }
+        let bytes = new_handle.len();
+        response.session_resumption_update = None;
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if !std::mem::replace(&mut conn.handle_refused, true) {
+            tracing::warn!(
+                invocation_id = self.invocation_id(),
+                bytes,
+                "resumption handle over the limit dropped"
+            );
+            let limit = self.limits.max_handle_bytes;
+            self.error(
+                "RESOURCE_EXHAUSTED",
+                format!("the model sent a resumption handle of {bytes} bytes, over the limit of {limit}; it is not kept"),
+            );
+        }
     }
 
     /// One processor step of a model message: a flush of the recordings, or an event screened
@@ -491,6 +586,20 @@ impl FlowRun {
         }
         let calls = event.function_calls();
         if !calls.is_empty() {
+            self.tool_rounds += 1;
+            if self.tool_rounds > self.limits.max_tool_rounds {
+                let rounds = self.limits.max_tool_rounds;
+                tracing::warn!(
+                    invocation_id = self.invocation_id(),
+                    rounds,
+                    "the model called tools too often in one turn"
+                );
+                self.error(
+                    "RESOURCE_EXHAUSTED",
+                    format!("the model started more than {rounds} rounds of tool calls in one turn; the run ends"),
+                );
+                return Some(ConnectionEnd::Done(FlowEndReason::Failed));
+            }
             let long_running = self.hooks.long_running_ids(&calls);
             let ids = calls.iter().filter_map(|c| c.id.clone()).collect();
             event.long_running_tool_ids = Some(long_running);
@@ -499,7 +608,17 @@ impl FlowRun {
                 ids,
             });
         }
-        self.emit(event);
+        if event.live_session_resumption_update.is_some() {
+            // The handle is kept with the session (the runner stores the latest); an event per
+            // update would grow the history with every one.
+            self.out.push_back(FlowItem {
+                event,
+                emit: true,
+                store: false,
+            });
+        } else {
+            self.emit(event);
+        }
         None
     }
 
@@ -616,7 +735,7 @@ impl FlowRun {
         conn.said = None;
         let ended = matches!(
             end,
-            ConnectionEnd::GoAway | ConnectionEnd::Dropped(_) | ConnectionEnd::Closed { .. }
+            ConnectionEnd::GoAway | ConnectionEnd::Dropped(_) | ConnectionEnd::Closed
         );
         let mut steps = Vec::new();
         if conn.mid_answer && ended {
@@ -668,6 +787,9 @@ impl FlowRun {
         };
         conn.stop.fire();
         drop(conn.receiver);
+        if conn.opened.elapsed() >= STABLE_CONNECTION {
+            self.failures = 0;
+        }
         match conn.send_task.await {
             Ok(inputs) => self.inputs = Some(inputs),
             Err(error) => tracing::error!(
@@ -692,20 +814,33 @@ impl FlowRun {
     }
 
     /// Reconnects, restarts or ends, as [`reconnect::next`] rules.
-    async fn decide(&mut self, end: ConnectionEnd) -> Phase {
+    fn decide(&mut self, end: ConnectionEnd) -> Phase {
         let now = Attempts {
             handle: self.handle.is_some(),
             untried_handle: self.untried_handle,
             failures: self.failures,
             client_closed: self.inputs.as_ref().is_none_or(|i| i.requests.is_closed()),
         };
-        let next = reconnect::next(&end, now);
+        let next = reconnect::next(&end, now, &self.limits);
         log_decision(self.invocation_id(), &end, &next, now);
+        let lost = matches!(
+            end,
+            ConnectionEnd::GoAway | ConnectionEnd::Dropped(_) | ConnectionEnd::Closed
+        );
+        // A flow that goes on tells the client its turn is over; one that ends says why instead.
+        let goes_on = !matches!(next, AfterEnd::End(..));
+        if lost && goes_on && !now.client_closed && self.turns.pending().is_some() {
+            self.turns.answered();
+            self.emit(lost_turn(&self.target, &end));
+            let mut over = Event::new(&self.target.invocation_id, &self.target.agent_name);
+            over.turn_complete = Some(true);
+            self.emit(over);
+        }
         match next {
             AfterEnd::Reconnect { failures, delay } => {
                 self.failures = failures;
                 if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                    return Phase::Backoff(Instant::now() + delay);
                 }
             }
             AfterEnd::Restart => self.handle = None,
@@ -742,6 +877,44 @@ impl FlowRun {
         // What could not be saved now is saved later, where the store can.
         Phase::SaveHeld
     }
+}
+
+impl FlowRun {
+    /// Reads the conversation so far for a fresh model session: the history the flow started
+    /// with lacks what was said since.
+    async fn refresh_history(&mut self) {
+        let Some(source) = &self.history else {
+            return;
+        };
+        match source.history().await {
+            Ok(history) => self.connect_config.history = history,
+            Err(error) => tracing::warn!(
+                %error,
+                invocation_id = self.target.invocation_id,
+                "could not read the history to replay; replaying the run's first"
+            ),
+        }
+    }
+}
+
+/// The error event that ends a turn the model's connection ended before answering. Not sent
+/// again on the next connection: neither provider says whether a turn it was sent reached the
+/// model's context (Gemini's handles carry no position, OpenAI has no resumption), so a resend
+/// could be answered twice; the client, told, sends it again.
+fn lost_turn(target: &RecordingTarget, end: &ConnectionEnd) -> Event {
+    let (code, why) = match end {
+        ConnectionEnd::Dropped(error @ ModelError::NoAnswer(_)) => {
+            (error.code(), error.to_string())
+        }
+        ConnectionEnd::Dropped(error) => ("UNAVAILABLE", error.to_string()),
+        ConnectionEnd::GoAway => (
+            "UNAVAILABLE",
+            "the model asked to reconnect (goAway)".into(),
+        ),
+        _ => ("UNAVAILABLE", "the model closed the session".into()),
+    };
+    let message = format!("the turn was not answered: {why}; send it again");
+    Event::error(&target.invocation_id, &target.agent_name, code, message)
 }
 
 /// Logs why the flow reconnects or ends.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::byte_channel::TrySendError;
 use crate::latch::Latch;
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 use super::audio_cache::{AudioCache, AudioSide};
 use super::hooks::{FlowHooks, Screened};
@@ -30,6 +31,40 @@ pub(crate) struct SendInputs {
     pub internal: mpsc::Receiver<LiveInput>,
 }
 
+/// When the user's latest turn the model has not begun to answer went up: set by the send loop
+/// when it forwards a turn's end (typed content that completes a turn, `activity_end`), cleared by
+/// the flow at the model's first answer. The flow bounds the wait for that answer with it, and
+/// knows a connection that ends in between left a turn unanswered.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnClock(Arc<watch::Sender<Option<Instant>>>);
+
+impl TurnClock {
+    /// A clock, and the receiver that wakes when a turn goes up.
+    pub(crate) fn new() -> (Self, watch::Receiver<Option<Instant>>) {
+        let (tx, rx) = watch::channel(None);
+        (TurnClock(Arc::new(tx)), rx)
+    }
+
+    /// A turn's end went to the model (the first unanswered one keeps its time).
+    pub(crate) fn sent(&self) {
+        self.0.send_if_modified(|at| {
+            let first = at.is_none();
+            at.get_or_insert_with(Instant::now);
+            first
+        });
+    }
+
+    /// The model began to answer, or the turn was given up: nothing is awaited.
+    pub(crate) fn answered(&self) {
+        self.0.send_if_modified(|at| at.take().is_some());
+    }
+
+    /// When the turn awaiting its answer went up, if one does.
+    pub(crate) fn pending(&self) -> Option<Instant> {
+        *self.0.borrow()
+    }
+}
+
 /// What the send loop needs besides its channels.
 #[derive(Debug, Clone)]
 pub(crate) struct SendContext {
@@ -39,6 +74,7 @@ pub(crate) struct SendContext {
     pub persist: mpsc::Sender<PersistRequest>,
     pub stop: Latch,
     pub hooks: Arc<dyn FlowHooks>,
+    pub turns: TurnClock,
 }
 
 impl SendContext {
@@ -214,16 +250,26 @@ async fn forward(ctx: &SendContext, model: &InputSender, input: LiveInput) -> bo
     if ctx.stop.is_fired() {
         return false;
     }
-    let input = match model.try_send(input) {
-        Ok(()) => return true,
-        Err(TrySendError::Closed(_)) => return false,
-        Err(TrySendError::Full(input)) => input,
+    let ends_turn = matches!(
+        input,
+        LiveInput::Content {
+            turn_complete: true,
+            ..
+        } | LiveInput::ActivityEnd
+    );
+    let sent = match model.try_send(input) {
+        Ok(()) => true,
+        Err(TrySendError::Closed(_)) => false,
+        Err(TrySendError::Full(input)) => tokio::select! {
+            biased;
+            () = ctx.stop.fired() => false,
+            sent = model.send(input) => sent.is_ok(),
+        },
     };
-    tokio::select! {
-        biased;
-        () = ctx.stop.fired() => false,
-        sent = model.send(input) => sent.is_ok(),
+    if sent && ends_turn {
+        ctx.turns.sent();
     }
+    sent
 }
 
 /// Commits an event through the flow (yielding it too when `emit`) and waits until it is committed.
@@ -276,6 +322,7 @@ mod tests {
             persist,
             stop: stop.clone(),
             hooks: Arc::new(NoHooks),
+            turns: TurnClock::new().0,
         };
         let inputs = SendInputs { requests, internal };
         let task = tokio::spawn(send_loop(inputs, tx, ctx));

@@ -93,6 +93,7 @@ fn flow(
         prompt: None,
         single_turn: false,
         handoff_delay: DEFAULT_HANDOFF_DELAY,
+        history: None,
     };
     (flow, upstreams, artifacts)
 }

@@ -9,14 +9,12 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{
     history_message, input_text, parse_server_message, text_as_realtime, ServerEvent,
 };
-use crate::model::upstream::{handshake_error, send_json, Socket, UpstreamWriter};
+use crate::model::upstream::{dial, ping_interval, send_json, Socket, UpstreamWriter};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
     CONNECTION_CHANNEL_CAPACITY,
@@ -27,13 +25,6 @@ use crate::model::{
 const PING_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a closing session waits for the server's close frame.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Largest server message accepted (the SDKs' limit is 1 MiB; leave room).
-const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
-/// Most bytes taken from the socket per read. tungstenite zero-fills its read buffer up to this
-/// size before every read, so each session keeps it resident: its default of 128 KiB was most of
-/// an idle Gemini session's memory. A bigger message still arrives whole (the buffer grows to fit
-/// it); an answer's audio message (200–240 ms, about 11 KB as JSON) takes two reads.
-const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// Where and how to connect; `headers` carry credentials and are never logged.
 pub(super) struct Endpoint {
@@ -56,32 +47,13 @@ pub(super) async fn open(
     setup: Value,
     config: &LiveConnectConfig,
 ) -> Result<LiveConnection, ModelError> {
-    let mut request = endpoint
-        .url
-        .as_str()
-        .into_client_request()
-        .map_err(|e| ModelError::Connect(format!("invalid Gemini URL: {e}")))?;
-    for (name, value) in &endpoint.headers {
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| ModelError::Connect(format!("invalid value for header {name}")))?;
-        request.headers_mut().insert(*name, value);
-    }
-    let ws_config = tungstenite::protocol::WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES))
-        .read_buffer_size(READ_BUFFER_BYTES);
-    let tls = crate::model::tls::client_config().map_err(ModelError::Connect)?;
-    let connecting = tokio_tungstenite::connect_async_tls_with_config(
-        request,
-        Some(ws_config),
-        true,
-        Some(tokio_tungstenite::Connector::Rustls(tls)),
-    );
-    let (mut socket, _) = timeout(endpoint.connect_timeout, connecting)
-        .await
-        .map_err(|_| ModelError::Connect("timed out connecting to Gemini".into()))?
-        .map_err(|e| handshake_error("Gemini", e))?;
-
+    let mut socket = dial(
+        "Gemini",
+        &endpoint.url,
+        &endpoint.headers,
+        endpoint.connect_timeout,
+    )
+    .await?;
     send_json(&mut socket, &setup, "Gemini").await?;
     timeout(
         endpoint.connect_timeout,
@@ -98,9 +70,7 @@ pub(super) async fn open(
     let (output_tx, output_rx) = mpsc::channel(CONNECTION_CHANNEL_CAPACITY);
     let done = Latch::new();
     let realtime_text = text_as_realtime(&endpoint.model);
-    let ping = PING_INTERVAL
-        .min(endpoint.silence_timeout / 3)
-        .max(Duration::from_millis(10));
+    let ping = ping_interval(PING_INTERVAL, endpoint.silence_timeout);
     tokio::spawn(write_loop(
         UpstreamWriter::new(sink, endpoint.audio_chunk),
         input_rx,

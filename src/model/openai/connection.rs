@@ -9,28 +9,22 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
 use crate::latch::{receiver_gone, Latch};
-use crate::model::upstream::{handshake_error, send_json, Socket, UpstreamWriter};
+use crate::model::upstream::{dial, ping_interval, send_json, Socket, UpstreamWriter};
 use crate::model::{LiveConnection, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY};
 
 /// How long the TCP/TLS/WebSocket handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the server may take to create and then update the session.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(15);
-/// Keep-alive ping interval (tungstenite sends none itself).
+/// Longest keep-alive ping interval (tungstenite sends none itself); shorter when the silence
+/// timeout needs it.
 const PING_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a closing session waits for the server's close frame.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Largest server event accepted (audio deltas are far smaller; leave room).
-const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
-/// Most bytes taken from the socket per read (see the Gemini backend: tungstenite keeps this much
-/// zero-filled and resident per session).
-const READ_BUFFER_BYTES: usize = 8 * 1024;
 /// Client events the reader may queue for the writer (truncates after barge-ins).
 const UPSTREAM_CAPACITY: usize = 16;
 
@@ -40,6 +34,9 @@ pub(super) struct Endpoint {
     pub headers: Vec<(&'static str, String)>,
     /// Least microphone audio per upstream message (zero: every frame as it came).
     pub audio_chunk: Duration,
+    /// How long the server may send nothing, not even a pong, before the connection counts as
+    /// lost (a black-holed upstream is noticed).
+    pub silence_timeout: Duration,
 }
 
 /// What the session starts with.
@@ -54,31 +51,7 @@ pub(super) struct Setup {
 /// Opens a session: connects, waits for `session.created`, sends `session.update` and waits for
 /// `session.updated`, seeds the history, then hands the socket to the reader and writer tasks.
 pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnection, ModelError> {
-    let mut request = endpoint
-        .url
-        .as_str()
-        .into_client_request()
-        .map_err(|e| ModelError::Connect(format!("invalid OpenAI URL: {e}")))?;
-    for (name, value) in &endpoint.headers {
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| ModelError::Connect(format!("invalid value for header {name}")))?;
-        request.headers_mut().insert(*name, value);
-    }
-    let ws_config = tungstenite::protocol::WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES))
-        .read_buffer_size(READ_BUFFER_BYTES);
-    let tls = crate::model::tls::client_config().map_err(ModelError::Connect)?;
-    let connecting = tokio_tungstenite::connect_async_tls_with_config(
-        request,
-        Some(ws_config),
-        true,
-        Some(tokio_tungstenite::Connector::Rustls(tls)),
-    );
-    let (mut socket, _) = timeout(CONNECT_TIMEOUT, connecting)
-        .await
-        .map_err(|_| ModelError::Connect("timed out connecting to OpenAI".into()))?
-        .map_err(|e| handshake_error("OpenAI", e))?;
+    let mut socket = dial("OpenAI", &endpoint.url, &endpoint.headers, CONNECT_TIMEOUT).await?;
 
     let Setup {
         session_update,
@@ -109,9 +82,17 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         input_rx,
         upstream_rx,
         Encoder::new(manual, last_audio),
+        ping_interval(PING_INTERVAL, endpoint.silence_timeout),
         done.clone(),
     ));
-    tokio::spawn(read_loop(stream, output_tx, upstream_tx, decoder, done));
+    let reader = Reader {
+        output: output_tx,
+        upstream: upstream_tx,
+        decoder,
+        silence_timeout: endpoint.silence_timeout,
+        dropped_truncates: 0,
+    };
+    tokio::spawn(reader.run(stream, done));
     Ok(LiveConnection {
         sender: input_tx,
         receiver: output_rx,
@@ -154,9 +135,10 @@ async fn write_loop(
     mut inputs: crate::model::InputReceiver,
     mut upstream: mpsc::Receiver<Value>,
     mut encoder: Encoder,
+    ping_interval: Duration,
     done: Latch,
 ) {
-    let mut ping = tokio::time::interval(PING_INTERVAL);
+    let mut ping = tokio::time::interval(ping_interval);
     ping.tick().await;
     loop {
         let mut encode = |input| {
@@ -188,78 +170,109 @@ async fn write_loop(
     done.fire();
 }
 
-/// Turns server events into responses until the socket closes or the flow goes away.
-async fn read_loop(
-    mut stream: SplitStream<Socket>,
+/// The reading half of a session.
+struct Reader {
     output: mpsc::Sender<ModelMessage>,
+    /// Client events for the writer (truncates after barge-ins).
     upstream: mpsc::Sender<Value>,
-    mut decoder: Decoder,
-    done: Latch,
-) {
-    let ended = done.fired();
-    let flow_gone = receiver_gone(&output);
-    tokio::pin!(ended, flow_gone);
-    'outer: loop {
-        let message = tokio::select! {
-            () = &mut ended => break,
-            () = &mut flow_gone => break,
-            message = stream.next() => message,
-        };
+    decoder: Decoder,
+    silence_timeout: Duration,
+    /// Truncates dropped with the writer busy, for one log line now and then.
+    dropped_truncates: u64,
+}
+
+impl Reader {
+    /// Turns server events into responses until the socket closes, the server goes silent or
+    /// the flow goes away.
+    async fn run(mut self, mut stream: SplitStream<Socket>, done: Latch) {
+        let ended = done.fired();
+        // A clone to watch, as `handle` needs the reader whole.
+        let output = self.output.clone();
+        let flow_gone = receiver_gone(&output);
+        tokio::pin!(ended, flow_gone);
+        loop {
+            let message = tokio::select! {
+                () = &mut ended => break,
+                () = &mut flow_gone => break,
+                message = timeout(self.silence_timeout, stream.next()) => message,
+            };
+            let Ok(message) = message else {
+                tracing::warn!(timeout = ?self.silence_timeout, "OpenAI went silent");
+                let silent = ModelError::Closed {
+                    code: 1006,
+                    reason: format!("OpenAI sent nothing for {:?}", self.silence_timeout),
+                };
+                let _ = self.output.send(Err(silent)).await;
+                break;
+            };
+            if !self.handle(message).await {
+                break;
+            }
+        }
+        done.fire();
+    }
+
+    /// Passes one socket read on to the flow; false once the session is over.
+    async fn handle(&mut self, message: Option<Result<Message, tungstenite::Error>>) -> bool {
         let actions = match message {
-            Some(Ok(Message::Text(text))) => decoder.decode(text.as_bytes(), Instant::now()),
-            Some(Ok(Message::Binary(data))) => decoder.decode(&data, Instant::now()),
+            Some(Ok(Message::Text(text))) => self.decoder.decode(text.as_bytes(), Instant::now()),
+            Some(Ok(Message::Binary(data))) => self.decoder.decode(&data, Instant::now()),
             Some(Ok(Message::Close(frame))) => {
                 let error = ModelError::closed(frame.as_ref());
                 tracing::info!(%error, "OpenAI closed the session");
                 if !matches!(error, ModelError::Closed { code: 1000, .. }) {
-                    let _ = output.send(Err(error)).await;
+                    let _ = self.output.send(Err(error)).await;
                 }
-                break;
+                return false;
             }
-            Some(Ok(_)) => continue,
+            Some(Ok(_)) => return true,
             Some(Err(error)) => {
                 tracing::warn!(%error, "OpenAI connection failed");
-                let _ = output
-                    .send(Err(ModelError::Closed {
-                        code: 1006,
-                        reason: error.to_string(),
-                    }))
-                    .await;
-                break;
+                let failed = ModelError::Closed {
+                    code: 1006,
+                    reason: error.to_string(),
+                };
+                let _ = self.output.send(Err(failed)).await;
+                return false;
             }
             None => {
-                let _ = output
-                    .send(Err(ModelError::Closed {
-                        code: 1006,
-                        reason: "OpenAI dropped the connection".into(),
-                    }))
-                    .await;
-                break;
+                let dropped = ModelError::Closed {
+                    code: 1006,
+                    reason: "OpenAI dropped the connection".into(),
+                };
+                let _ = self.output.send(Err(dropped)).await;
+                return false;
             }
         };
         let actions = match actions {
             Ok(actions) => actions,
             Err(error) => {
                 tracing::warn!(%error, "bad event from OpenAI");
-                let _ = output.send(Err(error)).await;
-                break;
+                let _ = self.output.send(Err(error)).await;
+                return false;
             }
         };
         for action in actions {
             match action {
                 Action::Session => {}
                 Action::Send(event) => {
-                    if upstream.try_send(event).is_err() {
-                        tracing::warn!("OpenAI writer busy; a truncate was dropped");
+                    if self.upstream.try_send(event).is_err() {
+                        self.dropped_truncates += 1;
+                        if self.dropped_truncates.is_power_of_two() {
+                            tracing::warn!(
+                                dropped = self.dropped_truncates,
+                                "OpenAI writer busy; truncates dropped"
+                            );
+                        }
                     }
                 }
                 Action::Respond(response) => {
-                    if output.send(Ok(response)).await.is_err() {
-                        break 'outer;
+                    if self.output.send(Ok(response)).await.is_err() {
+                        return false;
                     }
                 }
             }
         }
+        true
     }
-    done.fire();
 }

@@ -51,7 +51,13 @@ pub struct OpenAiOptions {
     /// Least microphone audio per upstream message: frames are gathered into chunks this long
     /// (zero: every frame as it came; see `model::DEFAULT_AUDIO_CHUNK`).
     pub audio_chunk: Duration,
+    /// How long the server may send nothing, not even a pong to the gateway's pings, before the
+    /// connection counts as lost (a black-holed upstream is noticed).
+    pub silence_timeout: Duration,
 }
+
+/// Default of [`OpenAiOptions::silence_timeout`].
+pub const DEFAULT_SILENCE_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Default for OpenAiOptions {
     fn default() -> Self {
@@ -62,6 +68,7 @@ impl Default for OpenAiOptions {
             vad: Vad::Server,
             playout_lead: Duration::from_millis(500),
             audio_chunk: crate::model::DEFAULT_AUDIO_CHUNK,
+            silence_timeout: DEFAULT_SILENCE_TIMEOUT,
         }
     }
 }
@@ -160,6 +167,7 @@ impl LiveModel for OpenAiModel {
             url: self.options.url(&self.model),
             headers: self.options.headers(),
             audio_chunk: self.options.audio_chunk,
+            silence_timeout: self.options.silence_timeout,
         };
         tracing::debug!(
             url = endpoint.url,

@@ -490,6 +490,8 @@ struct Answer {
     calls: Vec<FunctionCall>,
     /// `interrupted` was already reported for it.
     interrupted: bool,
+    /// Function calls dropped past `MAX_CALLS`.
+    dropped_calls: u64,
 }
 
 /// Turns server events into actions, keeping what spans events.
@@ -672,7 +674,14 @@ impl Decoder {
                 };
                 let answer = self.answer();
                 if answer.calls.len() >= MAX_CALLS {
-                    tracing::warn!("too many function calls in one response; one dropped");
+                    answer.dropped_calls += 1;
+                    // A line at 1, 2, 4, 8… drops: a flood of calls is no flood of logs.
+                    if answer.dropped_calls.is_power_of_two() {
+                        tracing::warn!(
+                            dropped = answer.dropped_calls,
+                            "too many function calls in one response; the rest are dropped"
+                        );
+                    }
                 } else if !answer.calls.iter().any(|c| c.id == call.id) {
                     answer.calls.push(call);
                 }

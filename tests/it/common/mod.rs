@@ -5,6 +5,7 @@
 
 pub mod adk_schema;
 pub mod faults;
+pub mod hostile;
 pub mod process;
 
 use std::net::SocketAddr;
@@ -25,6 +26,74 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// Longest any single wait in a test may take.
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// How often [`eventually`] looks again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// What a probe of [`eventually`] says: `true` or `Some(value)` once it holds.
+pub trait Holds {
+    /// What `eventually` returns.
+    type Value;
+    /// `Some` once the condition holds.
+    fn holds(self) -> Option<Self::Value>;
+}
+
+impl Holds for bool {
+    type Value = ();
+    fn holds(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Holds for Option<T> {
+    type Value = T;
+    fn holds(self) -> Option<T> {
+        self
+    }
+}
+
+/// Runs `probe` until it holds, every [`POLL`], for at most `within`; panics with `what` if it
+/// never does. For what the gateway does on its own time and tells no one about (a count going
+/// down, a cache expiring, a file reloaded), where there is nothing to await.
+pub async fn eventually<F, Fut>(
+    within: Duration,
+    what: &str,
+    probe: F,
+) -> <Fut::Output as Holds>::Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future,
+    Fut::Output: Holds,
+{
+    eventually_every(within, POLL, what, probe).await
+}
+
+/// [`eventually`], looking again every `every`: for a probe that costs the system under test
+/// (a query against a loaded database).
+pub async fn eventually_every<F, Fut>(
+    within: Duration,
+    every: Duration,
+    what: &str,
+    mut probe: F,
+) -> <Fut::Output as Holds>::Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future,
+    Fut::Output: Holds,
+{
+    let polled = timeout(within, async {
+        loop {
+            if let Some(value) = probe().await.holds() {
+                return value;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    match polled.await {
+        Ok(value) => value,
+        Err(_) => panic!("not within {within:?}: {what}"),
+    }
+}
 
 /// Server args for tests: loopback, any port, in-memory stores, instant `sim` answers.
 pub fn test_args() -> ServeArgs {
@@ -302,17 +371,10 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> String {
 /// Waits until a metric has `value`. The server notices a close on its own time and tells no
 /// one, so this polls, bounded by [`WAIT`].
 pub async fn metric_reaches(addr: std::net::SocketAddr, name: &str, value: f64) {
-    let reached = tokio::time::timeout(WAIT, async {
-        loop {
-            let metrics = http_get(addr, "/metrics").await;
-            if metric(&metrics, name) == Some(value) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+    eventually(WAIT, &format!("{name} reached {value}"), || async {
+        metric(&http_get(addr, "/metrics").await, name) == Some(value)
     })
     .await;
-    assert!(reached.is_ok(), "{name} reached {value}");
 }
 
 /// The value of one sample line of a metrics text, named with its labels if it has any.

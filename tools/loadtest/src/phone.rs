@@ -257,6 +257,7 @@ impl Phone {
             commands_rx,
             events_tx.clone(),
             stream_sid.clone(),
+            frame_phase(&dial.call_sid),
         ));
         tokio::spawn(read(stream, commands.clone(), events_tx));
         Ok(Phone {
@@ -317,19 +318,32 @@ impl Phone {
     }
 }
 
-/// The writer: a 20 ms frame clock of speech or silence, keys, acknowledgements.
+/// Where in the 20 ms frame period a call's frames go out: spread over the period by its call
+/// id, as independent phones' are. Calls dialled at the ramp's fixed interval would otherwise
+/// send on a few phases, every call's frame landing together: a burst no set of phones makes,
+/// which the WebSocket load spreads too (`Plan::clock_start`).
+fn frame_phase(call_sid: &str) -> Duration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    call_sid.hash(&mut hasher);
+    FRAME.mul_f64((hasher.finish() % 1024) as f64 / 1024.0)
+}
+
+/// The writer: a 20 ms frame clock of speech or silence (starting `phase` from now), keys,
+/// acknowledgements.
 async fn write(
     mut sink: SplitSink<Socket, Message>,
     mut commands: mpsc::Receiver<Command>,
     events: mpsc::Sender<PhoneEvent>,
     stream_sid: String,
+    phase: Duration,
 ) {
     let silence = STANDARD.encode([SILENCE; FRAME_ULAW]);
     let mut speech: VecDeque<(String, bool)> = VecDeque::new();
     let mut sequence: u64 = 1;
     let mut chunk: u64 = 0;
     let started = Instant::now();
-    let mut next_frame = started;
+    let mut next_frame = started + phase;
     loop {
         let command = tokio::select! {
             () = sleep_until(next_frame) => None,
@@ -486,6 +500,25 @@ pub fn ulaw_of(pcm16k: &Bytes) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_frames_are_spread_over_the_frame_period() {
+        let phases: Vec<Duration> = (0..200)
+            .map(|i| frame_phase(&format!("CA{i:032}")))
+            .collect();
+        assert!(phases.iter().all(|p| *p < FRAME));
+        // Each of the period's 20 milliseconds holds some calls' frames, none most of them.
+        let mut per_ms = [0usize; 20];
+        for phase in &phases {
+            per_ms[phase.as_millis() as usize] += 1;
+        }
+        assert!(per_ms.iter().all(|n| (1..=40).contains(n)), "{per_ms:?}");
+        assert_eq!(
+            frame_phase("CA1"),
+            frame_phase("CA1"),
+            "a call keeps its phase"
+        );
+    }
 
     #[test]
     fn twiml_streams_and_their_parameters_are_read() {

@@ -216,6 +216,9 @@ struct Connection<'a> {
     outputs: Vec<FunctionResponse>,
     /// Calls handed out: wire id to the function's name and the sim's own id.
     calls: HashMap<String, (String, Option<String>)>,
+    /// Calls the client put in the conversation itself (`function_call` items, as a history is
+    /// seeded): an output for one is context, as OpenAI takes it, not an answer for the sim.
+    seeded_calls: std::collections::HashSet<String>,
     /// Audio bytes appended since the last commit or clear.
     buffered: usize,
     /// Manual mode: an activity was started in the sim.
@@ -248,6 +251,7 @@ impl<'a> Connection<'a> {
             pending: Vec::new(),
             outputs: Vec::new(),
             calls: HashMap::new(),
+            seeded_calls: std::collections::HashSet::new(),
             buffered: 0,
             activity_open: false,
             speaking: None,
@@ -414,6 +418,12 @@ impl<'a> Connection<'a> {
                     )));
                 }
                 let item_json = match &item {
+                    Item::FunctionCallOutput { call_id, output }
+                        if self.seeded_calls.contains(call_id) =>
+                    {
+                        self.pending.push(item.clone());
+                        json!({ "type": "function_call_output", "call_id": call_id, "output": output })
+                    }
                     Item::FunctionCallOutput { call_id, output } => {
                         let Some((name, sim_id)) = self.calls.get(call_id).cloned() else {
                             return Ok(Err(ApiError::param(
@@ -449,6 +459,9 @@ impl<'a> Connection<'a> {
                         name,
                         arguments,
                     } => {
+                        if self.seeded_calls.len() < MAX_ITEMS {
+                            self.seeded_calls.insert(call_id.clone());
+                        }
                         json!({ "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments })
                     }
                 };
