@@ -22,7 +22,7 @@ pub mod telephony;
 pub mod ws;
 
 pub use cluster::pg_leases::PgLeases;
-pub use cluster::registry::{LeaseGuard, SessionRegistry, SharedLeases};
+pub use cluster::registry::{Lease, LeaseError, LeaseGuard, SessionRegistry, SharedLeases};
 pub use http::router::router;
 pub use ids::PathId;
 pub use server::config::{self, ServeArgs};

@@ -356,6 +356,10 @@ impl Drive {
                     out[at].event = event;
                 }
                 Err(error) => {
+                    if matches!(error, SessionError::Fenced(_)) {
+                        // Another run holds the session now: this one writes nothing more.
+                        self.invocation.end();
+                    }
                     tracing::error!(%error, invocation_id = inv, "committing an event failed");
                     let message = format!("could not save event: {error}");
                     failed.push((

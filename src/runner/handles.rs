@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::task::TaskTracker;
 
-use crate::session::{Session, SessionService};
+use crate::session::{Fence, Session, SessionError, SessionService};
 
 /// Keeps a live run's latest resumption handle with its session without holding up the run: a
 /// store that is slow (a busy SQLite writer, a far PostgreSQL) must not stall the answer being
@@ -21,6 +21,8 @@ struct Keeper {
     app_name: String,
     user_id: String,
     session_id: String,
+    /// The run's fence: a handle is the run's write like its events.
+    fence: Fence,
     state: Mutex<State>,
 }
 
@@ -44,6 +46,7 @@ impl HandleKeeper {
             app_name: session.app_name.clone(),
             user_id: session.user_id.clone(),
             session_id: session.id.clone(),
+            fence: session.fence.clone(),
             state: Mutex::default(),
         }))
     }
@@ -85,10 +88,19 @@ impl Keeper {
                     &self.user_id,
                     &self.session_id,
                     Some(&handle),
+                    &self.fence,
                 )
                 .await;
-            if let Err(error) = stored {
-                tracing::warn!(%error, "could not store the model's resumption handle");
+            match stored {
+                Ok(()) => {}
+                // The store fired the fence's latch: the run is ending.
+                Err(SessionError::Fenced(_)) => {
+                    self.lock().writing = false;
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "could not store the model's resumption handle")
+                }
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::event::{new_invocation_id, Content, Event};
 use crate::live::flow::DEFAULT_HANDOFF_DELAY;
 use crate::live::{live_request_queue, LiveRequestReceiver, RunConfig};
 use crate::model::Modality;
-use crate::session::{GetSessionConfig, Session, SessionError, SessionService};
+use crate::session::{Fence, GetSessionConfig, Session, SessionError, SessionService};
 use drive::{Drive, Mode};
 
 /// Why a run could not start.
@@ -143,15 +143,20 @@ impl Runner {
         self.background.wait().await;
     }
 
-    /// Starts a live run on a session (created if missing), fed by `requests`.
+    /// Starts a live run on a session (created if missing), fed by `requests`. Every write the
+    /// run makes carries `fence`, its session lease's token; the session is claimed with it
+    /// before the run reads it.
     pub async fn run_live(
         &self,
         user_id: &str,
         session_id: &str,
         requests: LiveRequestReceiver,
         run_config: RunConfig,
+        fence: Fence,
     ) -> Result<LiveRun, RunError> {
-        let session = self.get_or_create_session(user_id, session_id).await?;
+        self.claim_or_create(user_id, session_id, &fence).await?;
+        let mut session = self.get_or_create_session(user_id, session_id).await?;
+        session.fence = fence;
         let start = find_agent_to_run(&session, &self.agent);
         if start.name() != self.agent.name() {
             tracing::info!(agent = start.name(), "resuming the agent that last spoke");
@@ -220,7 +225,7 @@ impl Runner {
         // replays the history instead of resuming it.
         if let Err(error) = self
             .sessions
-            .set_resumption_handle(&self.app_name, user_id, session_id, None)
+            .set_resumption_handle(&self.app_name, user_id, session_id, None, &Fence::none())
             .await
         {
             tracing::warn!(%error, "could not clear the stored resumption handle");
@@ -305,6 +310,38 @@ impl Runner {
             invocation_id,
             events: traced::InSpan::new(events, span).boxed(),
         }
+    }
+
+    /// Claims the session for `fence` (nothing for an unfenced run), creating it first when it
+    /// does not exist.
+    async fn claim_or_create(
+        &self,
+        user_id: &str,
+        session_id: &str,
+        fence: &Fence,
+    ) -> Result<(), RunError> {
+        if fence.epoch().is_none() {
+            return Ok(());
+        }
+        let claimed = self
+            .sessions
+            .claim(&self.app_name, user_id, session_id, fence)
+            .await;
+        if !matches!(claimed, Err(SessionError::NotFound(_))) {
+            return Ok(claimed?);
+        }
+        match self
+            .sessions
+            .create_session(&self.app_name, user_id, Some(session_id), Map::new())
+            .await
+        {
+            Ok(_) | Err(SessionError::AlreadyExists(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+        Ok(self
+            .sessions
+            .claim(&self.app_name, user_id, session_id, fence)
+            .await?)
     }
 
     /// Reads a session, creating it (empty) when it does not exist.

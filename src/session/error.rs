@@ -12,6 +12,9 @@ pub enum SessionError {
     /// A bad argument (store URL, id).
     #[error("{0}")]
     InvalidArgument(String),
+    /// The write's fence is stale: another run holds the session's lease now.
+    #[error("session {0} is held by another run (lease lost)")]
+    Fenced(String),
     /// The database failed.
     #[error("session store error: {0}")]
     Database(#[from] sqlx::Error),
@@ -27,6 +30,7 @@ impl SessionError {
             SessionError::AlreadyExists(_) => "ALREADY_EXISTS",
             SessionError::NotFound(_) => "NOT_FOUND",
             SessionError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            SessionError::Fenced(_) => "ABORTED",
             SessionError::Database(_) | SessionError::Serde(_) => "INTERNAL",
         }
     }

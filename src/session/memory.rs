@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
-use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, Fence, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 /// One stored session: its own (unprefixed) state and its committed events.
@@ -65,6 +65,7 @@ impl Inner {
             state: merge_state(app_state, user_state, &stored.state),
             events: Vec::new(),
             last_update_time: stored.last_update_time,
+            fence: Fence::none(),
         }
     }
 
@@ -224,6 +225,8 @@ impl SessionService for InMemorySessionService {
         user_id: &str,
         session_id: &str,
         handle: Option<&str>,
+        // One process: no other node to fence out.
+        _fence: &Fence,
     ) -> Result<(), SessionError> {
         if let Some(stored) = self
             .lock()

@@ -5,6 +5,7 @@
 //! sessions), `temp:` (never persisted), unprefixed (this session only).
 
 mod error;
+mod fence;
 mod memory;
 mod postgres;
 mod sqlite;
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 use crate::event::Event;
 
 pub use error::SessionError;
+pub use fence::Fence;
 pub use memory::InMemorySessionService;
 pub use postgres::PostgresSessionService;
 pub use sqlite::SqliteSessionService;
@@ -39,6 +41,10 @@ pub struct Session {
     pub events: Vec<Event>,
     /// Time of the last committed event (seconds since the epoch).
     pub last_update_time: f64,
+    /// How this copy's writes are fenced: a leased run's token, checked by the store with each
+    /// of its appends (see [`Fence`]).
+    #[serde(skip)]
+    pub fence: Fence,
 }
 
 /// Which events `get_session` returns.
@@ -131,13 +137,29 @@ pub trait SessionService: Send + Sync + std::fmt::Debug {
     }
 
     /// Stores the model's latest resumption handle with the session, or clears it (`None`).
-    /// Without the session nothing is stored, and that is not an error.
+    /// Without the session nothing is stored, and that is not an error. A write under a fence
+    /// the session no longer has fails with `Fenced`.
     async fn set_resumption_handle(
         &self,
         _app_name: &str,
         _user_id: &str,
         _session_id: &str,
         _handle: Option<&str>,
+        _fence: &Fence,
+    ) -> Result<(), SessionError> {
+        Ok(())
+    }
+
+    /// Claims the session for a leased run's `fence` before the run reads it: from then on a
+    /// write under an older token fails with `Fenced`. Fails with `Fenced` if a newer token has
+    /// claimed it already, `NotFound` without the session. A store of one process has no other
+    /// node to fence out, and this default claims nothing.
+    async fn claim(
+        &self,
+        _app_name: &str,
+        _user_id: &str,
+        _session_id: &str,
+        _fence: &Fence,
     ) -> Result<(), SessionError> {
         Ok(())
     }

@@ -19,13 +19,14 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta};
-use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, Fence, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 /// Versioned schema changes, applied in order once each. Never edit a released one: add the next.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE sessions (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE sessions (
         app_name TEXT NOT NULL, user_id TEXT NOT NULL, id TEXT NOT NULL,
         state JSONB NOT NULL, create_time DOUBLE PRECISION NOT NULL,
         update_time DOUBLE PRECISION NOT NULL,
@@ -48,7 +49,16 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         node TEXT NOT NULL, lease BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL,
         PRIMARY KEY (app_name, user_id, session_id));
      CREATE INDEX session_leases_by_node ON session_leases (node);",
-)];
+    ),
+    (
+        2,
+        // Fencing: every take of a lease draws a new epoch; a session row keeps the highest
+        // epoch a run claimed it with, and fenced writes need theirs to be it.
+        "CREATE SEQUENCE session_lease_epochs;
+     ALTER TABLE session_leases ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;
+     ALTER TABLE sessions ADD COLUMN lease_epoch BIGINT;",
+    ),
+];
 
 /// The advisory lock nodes take around migrations, so nodes starting together apply each once.
 const MIGRATION_LOCK: i64 = 0x6c69_7665_6761_7465; // "livegate"
@@ -64,14 +74,17 @@ const MAX_BATCH: usize = 256;
 /// locking the same rows in other orders); nothing of an aborted batch was committed.
 const DEADLOCK_RETRIES: usize = 3;
 
-/// Connections per node: the writers, the lease listener, and reads.
-const MAX_CONNECTIONS: u32 = 24;
+/// Connections per node for the sessions: the writers and reads (the leases have their own).
+const MAX_CONNECTIONS: u32 = 22;
 
-/// Stores one event (with its state delta) if its session exists and it is not already there.
+/// Stores one event (with its state delta) if its session exists, it is not already there and
+/// the fence (`$12`, none for an unfenced write) is the session's: checked on the session row
+/// the statement locks, so a claim by a newer lease waits for it, or it for the claim.
 const APPEND: &str = "
 WITH s AS (
     UPDATE sessions SET next_seq = next_seq + 1, update_time = $7, state = state || $9::jsonb
     WHERE app_name = $1 AND user_id = $2 AND id = $3
+      AND ($12::bigint IS NULL OR lease_epoch = $12)
       AND NOT EXISTS (SELECT 1 FROM events
           WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND id = $4)
     RETURNING next_seq),
@@ -89,7 +102,9 @@ u AS (
     WHERE $11::jsonb <> '{}'::jsonb
     ON CONFLICT (app_name, user_id) DO UPDATE SET state = user_states.state || excluded.state)
 SELECT (SELECT count(*) FROM e) AS stored,
-       EXISTS (SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3) AS found";
+       EXISTS (SELECT 1 FROM sessions WHERE app_name = $1 AND user_id = $2 AND id = $3) AS found,
+       EXISTS (SELECT 1 FROM events
+           WHERE app_name = $1 AND user_id = $2 AND session_id = $3 AND id = $4) AS duplicate";
 
 /// Sessions in PostgreSQL, shared by every node.
 #[derive(Debug, Clone)]
@@ -110,6 +125,8 @@ struct Append {
     event: Event,
     json: String,
     deltas: [String; 3],
+    /// The run's fencing token, if the write is fenced.
+    fence: Option<i64>,
     done: oneshot::Sender<(Event, Result<bool, SessionError>)>,
 }
 
@@ -301,14 +318,20 @@ async fn append_in(
         .bind(session_delta)
         .bind(app_delta)
         .bind(user_delta)
+        .bind(append.fence)
         .fetch_one(&mut *conn)
         .await?;
     let stored: i64 = row.try_get("stored")?;
     let found: bool = row.try_get("found")?;
-    Ok(match (stored, found) {
-        (0, false) => Err(SessionError::NotFound(append.session_id.clone())),
-        (0, true) => Ok(false),
-        _ => Ok(true),
+    let duplicate: bool = row.try_get("duplicate")?;
+    Ok(if stored > 0 {
+        Ok(true)
+    } else if !found {
+        Err(SessionError::NotFound(append.session_id.clone()))
+    } else if duplicate || append.fence.is_none() {
+        Ok(false)
+    } else {
+        Err(SessionError::Fenced(append.session_id.clone()))
     })
 }
 
@@ -390,6 +413,7 @@ impl SessionService for PostgresSessionService {
             state: merge_state(&app, &user, &scoped.session),
             events: Vec::new(),
             last_update_time: now,
+            fence: Fence::none(),
         })
     }
 
@@ -449,6 +473,7 @@ impl SessionService for PostgresSessionService {
             state: merge_state(&app, &user, &session_state),
             events,
             last_update_time,
+            fence: Fence::none(),
         }))
     }
 
@@ -491,6 +516,7 @@ impl SessionService for PostgresSessionService {
                     state: merge_state(&app, &user, &parse_map(row.try_get("state")?)?),
                     events: Vec::new(),
                     last_update_time: row.try_get("update_time")?,
+                    fence: Fence::none(),
                 })
             })
             .collect()
@@ -574,6 +600,7 @@ impl SessionService for PostgresSessionService {
                 event,
                 json,
                 deltas,
+                fence: session.fence.epoch(),
                 done,
             });
             slots.push(Slot::Queued {
@@ -596,7 +623,12 @@ impl SessionService for PostgresSessionService {
                     outcome,
                 } => match outcome.await {
                     Err(_) => Err(writer_gone()),
-                    Ok((_, Err(error))) => Err(error),
+                    Ok((_, Err(error))) => {
+                        if matches!(error, SessionError::Fenced(_)) {
+                            session.fence.refuse();
+                        }
+                        Err(error)
+                    }
                     Ok((event, Ok(false))) => Ok(event),
                     Ok((event, Ok(true))) => {
                         apply_committed(session, full_delta, &event);
@@ -632,18 +664,71 @@ impl SessionService for PostgresSessionService {
         user_id: &str,
         session_id: &str,
         handle: Option<&str>,
+        fence: &Fence,
     ) -> Result<(), SessionError> {
-        sqlx::query(
-            "UPDATE sessions SET resumption_handle = $4
-             WHERE app_name = $1 AND user_id = $2 AND id = $3",
+        let row = sqlx::query(
+            "WITH w AS (
+                 UPDATE sessions SET resumption_handle = $4
+                 WHERE app_name = $1 AND user_id = $2 AND id = $3
+                   AND ($5::bigint IS NULL OR lease_epoch = $5)
+                 RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM w) AS written,
+                    EXISTS (SELECT 1 FROM sessions
+                        WHERE app_name = $1 AND user_id = $2 AND id = $3) AS found",
         )
         .bind(app_name)
         .bind(user_id)
         .bind(session_id)
         .bind(handle)
-        .execute(&self.pool)
+        .bind(fence.epoch())
+        .fetch_one(&self.pool)
         .await?;
+        let written: bool = row.try_get("written")?;
+        let found: bool = row.try_get("found")?;
+        if !written && found && fence.epoch().is_some() {
+            fence.refuse();
+            return Err(SessionError::Fenced(session_id.to_owned()));
+        }
         Ok(())
+    }
+
+    async fn claim(
+        &self,
+        app_name: &str,
+        user_id: &str,
+        session_id: &str,
+        fence: &Fence,
+    ) -> Result<(), SessionError> {
+        let Some(epoch) = fence.epoch() else {
+            return Ok(());
+        };
+        // Epochs only grow: a claim never hands the session back to an older lease.
+        let row = sqlx::query(
+            "WITH c AS (
+                 UPDATE sessions SET lease_epoch = $4
+                 WHERE app_name = $1 AND user_id = $2 AND id = $3
+                   AND (lease_epoch IS NULL OR lease_epoch <= $4)
+                 RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM c) AS claimed,
+                    EXISTS (SELECT 1 FROM sessions
+                        WHERE app_name = $1 AND user_id = $2 AND id = $3) AS found",
+        )
+        .bind(app_name)
+        .bind(user_id)
+        .bind(session_id)
+        .bind(epoch)
+        .fetch_one(&self.pool)
+        .await?;
+        let claimed: bool = row.try_get("claimed")?;
+        let found: bool = row.try_get("found")?;
+        match (claimed, found) {
+            (true, _) => Ok(()),
+            (false, false) => Err(SessionError::NotFound(session_id.to_owned())),
+            (false, true) => {
+                fence.refuse();
+                Err(SessionError::Fenced(session_id.to_owned()))
+            }
+        }
     }
 
     async fn ping(&self) -> Result<(), SessionError> {

@@ -19,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
-use super::{EventPage, GetSessionConfig, Session, SessionError, SessionService};
+use super::{EventPage, Fence, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
 const SCHEMA: &[&str] = &[
@@ -483,6 +483,7 @@ impl SessionService for SqliteSessionService {
             state: merge_state(&app, &user, &session_state),
             events: Vec::new(),
             last_update_time: now,
+            fence: Fence::none(),
         })
     }
 
@@ -538,6 +539,7 @@ impl SessionService for SqliteSessionService {
             state: merge_state(&app, &user, &session_state),
             events,
             last_update_time,
+            fence: Fence::none(),
         }))
     }
 
@@ -576,6 +578,7 @@ impl SessionService for SqliteSessionService {
                     state: merge_state(&app, &user, &parse_map(row.try_get("state")?)?),
                     events: Vec::new(),
                     last_update_time: row.try_get("update_time")?,
+                    fence: Fence::none(),
                 })
             })
             .collect()
@@ -716,6 +719,8 @@ impl SessionService for SqliteSessionService {
         user_id: &str,
         session_id: &str,
         handle: Option<&str>,
+        // One process: no other node to fence out.
+        _fence: &Fence,
     ) -> Result<(), SessionError> {
         let query = match handle {
             // Only while the session exists.

@@ -287,10 +287,10 @@ async fn conformance(svc: &dyn SessionService) {
         svc.resumption_handle("app", "u1", "s1").await.unwrap(),
         None
     );
-    svc.set_resumption_handle("app", "u1", "s1", Some("h-1"))
+    svc.set_resumption_handle("app", "u1", "s1", Some("h-1"), &Fence::none())
         .await
         .unwrap();
-    svc.set_resumption_handle("app", "u1", "s1", Some("h-2"))
+    svc.set_resumption_handle("app", "u1", "s1", Some("h-2"), &Fence::none())
         .await
         .unwrap();
     assert_eq!(
@@ -307,14 +307,14 @@ async fn conformance(svc: &dyn SessionService) {
         !serde_json::to_string(&read).unwrap().contains("h-2"),
         "not visible as state: {read:?}"
     );
-    svc.set_resumption_handle("app", "u1", "s1", None)
+    svc.set_resumption_handle("app", "u1", "s1", None, &Fence::none())
         .await
         .unwrap();
     assert_eq!(
         svc.resumption_handle("app", "u1", "s1").await.unwrap(),
         None
     );
-    svc.set_resumption_handle("app", "u1", "s1", Some("h-3"))
+    svc.set_resumption_handle("app", "u1", "s1", Some("h-3"), &Fence::none())
         .await
         .unwrap();
     svc.delete_session("app", "u1", "s1").await.unwrap();
@@ -326,7 +326,7 @@ async fn conformance(svc: &dyn SessionService) {
         None,
         "a deleted session's handle goes with it"
     );
-    svc.set_resumption_handle("app", "u1", "nope", Some("h"))
+    svc.set_resumption_handle("app", "u1", "nope", Some("h"), &Fence::none())
         .await
         .unwrap();
     assert_eq!(
@@ -710,7 +710,7 @@ async fn postgres_nodes_starting_at_once_migrate_once() {
         .fetch_all(nodes[0].pool())
         .await
         .unwrap();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 2]);
     // Two nodes append to one session at once: every event once, numbered without a clash, and
     // every state key kept (each delta is merged where it is stored).
     let mut a = nodes[0]
@@ -752,5 +752,64 @@ async fn postgres_nodes_starting_at_once_migrate_once() {
             "node {node}'s order kept"
         );
     }
+    drop_postgres_schema(&base, &schema).await;
+}
+
+/// A run's writes carry its lease's fencing epoch: once a newer epoch has claimed the session,
+/// the older run's events and resumption handles are refused (typed, its latch fired), an
+/// older claim cannot take the session back, and unfenced writes (a `/run` turn) still commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_the_writes_of_a_stale_fence() {
+    let Some(base) = postgres_test_url() else {
+        return;
+    };
+    let (url, schema) = fresh_postgres_schema(&base).await;
+    let svc = open_session_service(&url).await.unwrap();
+    let mut old = svc
+        .create_session("app", "u1", Some("fenced"), Map::new())
+        .await
+        .unwrap();
+    let old_lost = crate::latch::Latch::new();
+    old.fence = Fence::held(1, old_lost.clone());
+    svc.claim("app", "u1", "fenced", &old.fence).await.unwrap();
+    svc.append_event(&mut old, event_with_delta(json!({"k": "old"}), 1.0))
+        .await
+        .unwrap();
+
+    let mut new = get(svc.as_ref(), "u1", "fenced").await;
+    new.fence = Fence::held(2, crate::latch::Latch::new());
+    svc.claim("app", "u1", "fenced", &new.fence).await.unwrap();
+    let refused = svc
+        .append_event(&mut old, event_with_delta(json!({"k": "stale"}), 2.0))
+        .await;
+    assert!(
+        matches!(refused, Err(SessionError::Fenced(_))),
+        "{refused:?}"
+    );
+    assert!(old_lost.is_fired(), "the stale run is told");
+    let handle = svc
+        .set_resumption_handle("app", "u1", "fenced", Some("stale"), &old.fence)
+        .await;
+    assert!(matches!(handle, Err(SessionError::Fenced(_))), "{handle:?}");
+    let back = svc.claim("app", "u1", "fenced", &old.fence).await;
+    assert!(matches!(back, Err(SessionError::Fenced(_))), "{back:?}");
+
+    svc.append_event(&mut new, event_with_delta(json!({"k": "new"}), 3.0))
+        .await
+        .unwrap();
+    svc.set_resumption_handle("app", "u1", "fenced", Some("h-new"), &new.fence)
+        .await
+        .unwrap();
+    let mut unfenced = get(svc.as_ref(), "u1", "fenced").await;
+    svc.append_event(&mut unfenced, event_with_delta(json!({"turn": 1}), 4.0))
+        .await
+        .unwrap();
+    let read = get(svc.as_ref(), "u1", "fenced").await;
+    assert_eq!(read.events.len(), 3, "the stale event is not there");
+    assert_eq!(read.state.get("k"), Some(&json!("new")));
+    assert_eq!(
+        svc.resumption_handle("app", "u1", "fenced").await.unwrap(),
+        Some("h-new".to_owned())
+    );
     drop_postgres_schema(&base, &schema).await;
 }

@@ -303,7 +303,13 @@ async fn a_reconnect_resumes_the_models_own_context_with_the_stored_handle() {
     // A handle the model does not know: the history is replayed to a new model session.
     timeout_idle(&server).await;
     sessions
-        .set_resumption_handle("livegate", "u1", "resumed", Some("sim-forgotten-9"))
+        .set_resumption_handle(
+            "livegate",
+            "u1",
+            "resumed",
+            Some("sim-forgotten-9"),
+            &livegate::session::Fence::none(),
+        )
         .await
         .unwrap();
     let mut client = Client::connect(server.addr, "u1", "resumed", "modality=TEXT").await;

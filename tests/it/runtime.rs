@@ -15,7 +15,7 @@ use livegate::model::sim::{SimConfig, SimModel};
 use livegate::model::{LiveModel, LlmResponse, Modality, SessionResumptionConfig};
 use livegate::runner::Runner;
 use livegate::session::{
-    GetSessionConfig, InMemorySessionService, Session, SessionError, SessionService,
+    Fence, GetSessionConfig, InMemorySessionService, Session, SessionError, SessionService,
 };
 use serde_json::{json, Map, Value};
 use tokio::sync::Barrier;
@@ -75,7 +75,7 @@ impl Live {
     async fn start(runner: &Runner, session: &str) -> Live {
         let (queue, requests) = live_request_queue(16);
         let run = runner
-            .run_live("u", session, requests, text_config())
+            .run_live("u", session, requests, text_config(), Fence::none())
             .await
             .expect("run starts");
         Live {
@@ -667,6 +667,7 @@ impl SessionService for NotingStore {
         user_id: &str,
         session_id: &str,
         handle: Option<&str>,
+        fence: &Fence,
     ) -> Result<(), SessionError> {
         if let Some(gate) = &self.handle_gate {
             gate.acquire().await.expect("gate open").forget();
@@ -676,7 +677,7 @@ impl SessionService for NotingStore {
             .unwrap()
             .extend(handle.map(str::to_owned));
         self.store
-            .set_resumption_handle(app_name, user_id, session_id, handle)
+            .set_resumption_handle(app_name, user_id, session_id, handle, fence)
             .await
     }
 }
@@ -698,7 +699,10 @@ async fn a_slow_store_holds_up_no_turn_and_ends_with_the_latest_handle() {
         session_resumption: Some(SessionResumptionConfig::default()),
         ..text_config()
     };
-    let run = runner.run_live("u", "s", requests, config).await.unwrap();
+    let run = runner
+        .run_live("u", "s", requests, config, Fence::none())
+        .await
+        .unwrap();
     let mut live = Live {
         queue,
         events: run.events,

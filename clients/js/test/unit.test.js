@@ -8,6 +8,10 @@ test("restarts reconnect soon, takeovers and policy closes never, model refusals
   assert.equal(afterClose({ code: 1012 }).retry, "now");
   assert.equal(afterClose({ code: 1001 }).retry, "now");
   assert.equal(afterClose({ code: 1013 }).retry, "backoff", "try again later backs off");
+  // A session store outage: the run could not take or keep its lease. Not a takeover, not final.
+  const outage = afterClose({ code: 1013, reason: "session store unavailable; reconnect", lastError: { code: "UNAVAILABLE", message: "the session store is unreachable: the session's lease cannot be taken" } });
+  assert.equal(outage.retry, "backoff", "a store outage reconnects");
+  assert.equal(outage.fatal, null);
   assert.equal(afterClose({ code: 1006 }).retry, "backoff");
   assert.deepEqual(afterClose({ code: 4000, reason: "session taken over by a newer connection" }).fatal.kind, "takenOver");
   assert.equal(afterClose({ code: 1008, reason: "idle" }).fatal.kind, "policy");

@@ -32,7 +32,7 @@ use crate::gateway::ws::codec::InputAudioBlocks;
 use crate::gateway::ws::live_settings::ConnectOptions;
 use crate::gateway::ws::live_settings::{self, ClientLayer};
 use crate::gateway::ws::writer::{run_writer, Abort, WriterCommand, WriterExit, WriterStats};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, LeaseError};
 use crate::latch::Latch;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
 use crate::model::{Modality, Playout};
@@ -103,10 +103,21 @@ pub async fn serve_call(
                 return close_now(&mut sink, TRY_AGAIN_LATER, "over capacity").await;
             }
         };
-        let lease = gateway
+        let lease = match gateway
             .registry
             .acquire(ids.user.as_str(), ids.session.as_str(), RUN_DRAIN_GRACE)
-            .await;
+            .await
+        {
+            Ok(lease) => lease,
+            Err(error) => {
+                tracing::warn!(%error, "call has no session lease");
+                let code = match error {
+                    LeaseError::Unavailable => TRY_AGAIN_LATER,
+                    LeaseError::Superseded => close::TAKEN_OVER,
+                };
+                return close_now(&mut sink, code, "session unavailable").await;
+            }
+        };
         let _counted = gateway.metrics.connection();
         Call::new(gateway.clone(), carrier, start, ids)
             .serve(sink, stream, &lease)
@@ -119,8 +130,8 @@ pub async fn serve_call(
     .await
 }
 
-/// "Try again later": a node at its caps.
-const TRY_AGAIN_LATER: u16 = 1013;
+/// "Try again later": a node at its caps, or its session store unreachable.
+const TRY_AGAIN_LATER: u16 = close::TRY_AGAIN_LATER;
 
 /// Reads until the carrier's `start` (its `connected` and anything unknown before it skipped).
 async fn read_start(stream: &mut Source, carrier: &dyn Carrier) -> Result<CallStart, &'static str> {
@@ -263,7 +274,7 @@ impl Call {
         let (user, session) = (self.ids.user.as_str(), self.ids.session.as_str());
         let run = match gateway
             .runner
-            .run_live(user, session, requests, run_config)
+            .run_live(user, session, requests, run_config, lease.fence())
             .await
         {
             Ok(run) => run,
@@ -462,6 +473,8 @@ impl<'c> Reader<'c> {
         let call = self.call;
         let gateway = &call.gateway;
         let taken_over = lease.taken_over.fired();
+        // A call cannot reconnect: a store lost past the lease TTL ends it like a takeover.
+        let store_lost = lease.store_lost.fired();
         let shutdown = gateway.shutdown.fired();
         let run_ended = call.run_done.fired();
         let carrier_gone = call.writer_done.fired();
@@ -471,6 +484,7 @@ impl<'c> Reader<'c> {
         let dtmf = tokio::time::sleep(FOREVER);
         tokio::pin!(
             taken_over,
+            store_lost,
             shutdown,
             run_ended,
             carrier_gone,
@@ -488,6 +502,7 @@ impl<'c> Reader<'c> {
             let message = tokio::select! {
                 biased;
                 () = &mut taken_over => return End::TakenOver,
+                () = &mut store_lost => return End::TakenOver,
                 () = &mut carrier_gone => return End::CarrierGone,
                 () = &mut max_duration => return End::MaxDuration,
                 () = &mut drain, if draining => return End::Drained,

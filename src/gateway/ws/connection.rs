@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use crate::event::Event;
-use crate::gateway::cluster::registry::Lease;
+use crate::gateway::cluster::registry::{Lease, LeaseError};
 use crate::gateway::ids::PathId;
 use crate::gateway::server::limits::SessionLimits;
 use crate::gateway::state::Gateway;
@@ -30,6 +30,8 @@ use crate::gateway::ws::writer::{
 use crate::latch::Latch;
 use crate::live::flow::RECORDING_DROPPED;
 use crate::live::{bounded_live_request_queue, LiveRequest, LiveRequestQueue, RunConfig};
+use crate::runner::RunError;
+use crate::session::{Fence, SessionError};
 
 /// Capacity of the channel from the connection (its own events and close) to the writer.
 const WRITER_CHANNEL_CAPACITY: usize = 256;
@@ -54,6 +56,9 @@ enum End {
     /// The socket failed or ended without a close frame, or the writer gave up on the client.
     ClientGone,
     TakenOver,
+    /// The session store was unreachable for the lease's time to live: the lease is lost, but
+    /// not to a takeover.
+    StoreLost,
     Shutdown,
     RunEnded,
     /// The client broke a rule the socket enforces: close with this code and reason.
@@ -74,6 +79,10 @@ impl End {
             End::TakenOver => close(
                 close::TAKEN_OVER,
                 "session taken over by a newer connection".into(),
+            ),
+            End::StoreLost => close(
+                close::TRY_AGAIN_LATER,
+                "session store unavailable; reconnect".into(),
             ),
             End::Violation(code, reason) => close(*code, (*reason).into()),
             End::Idle => close(
@@ -109,14 +118,25 @@ pub async fn serve_connection<S, R>(
         span.record("trace_id", tracing::field::display(&trace_id));
     }
     async move {
-        let lease = gateway
+        let acquired = gateway
             .registry
             .acquire(user_id.as_str(), session_id.as_str(), RUN_DRAIN_GRACE)
             .await;
         let _counted = gateway.metrics.connection();
         let connection = Connection::new(gateway.clone(), options);
+        let lease = match acquired {
+            Ok(lease) => lease,
+            Err(error) => {
+                let (abort_writer, abort) = oneshot::channel();
+                connection
+                    .refuse_start(sink, abort, Refusal::lease(error))
+                    .await;
+                drop(abort_writer);
+                return;
+            }
+        };
         connection
-            .serve(sink, stream, &user_id, &session_id, &lease)
+            .serve(sink, stream, &user_id, &session_id, &lease, lease.fence())
             .await;
         // The lease goes back when `lease` drops, after the run has flushed.
         drop(lease);
@@ -183,6 +203,7 @@ impl Connection {
         user_id: &PathId,
         session_id: &PathId,
         lease: &Lease,
+        fence: Fence,
     ) where
         S: Sink<Message> + Unpin + Send + 'static,
         S::Error: std::fmt::Display,
@@ -194,6 +215,7 @@ impl Connection {
         let stop = async {
             tokio::select! {
                 () = lease.taken_over.fired() => {}
+                () = lease.store_lost.fired() => {}
                 () = gateway.shutdown.fired() => {}
             }
         };
@@ -219,12 +241,21 @@ impl Connection {
         };
         let started = gateway
             .runner
-            .run_live(user_id.as_str(), session_id.as_str(), requests, run_config)
+            .run_live(
+                user_id.as_str(),
+                session_id.as_str(),
+                requests,
+                run_config,
+                fence,
+            )
             .await;
         let (abort_writer, abort) = oneshot::channel();
         let run = match started {
             Ok(run) => run,
-            Err(error) => return self.fail_start(sink, abort, error).await,
+            Err(error) => {
+                tracing::error!(%error, "could not start the live run");
+                return self.refuse_start(sink, abort, Refusal::run(&error)).await;
+            }
         };
         let invocation_id = run.invocation_id;
         tracing::Span::current().record("invocation_id", invocation_id.as_str());
@@ -252,34 +283,26 @@ impl Connection {
         self.close(end, &queue, abort_writer, writer).await;
     }
 
-    /// The run could not start: an error event, then close with 1011.
-    async fn fail_start<S>(
-        mut self,
-        sink: S,
-        abort: oneshot::Receiver<Abort>,
-        error: crate::runner::RunError,
-    ) where
+    /// The run did not start: an error event (if any), then the refusal's close.
+    async fn refuse_start<S>(mut self, sink: S, abort: oneshot::Receiver<Abort>, refusal: Refusal)
+    where
         S: Sink<Message> + Unpin + Send + 'static,
         S::Error: std::fmt::Display,
     {
-        tracing::error!(%error, "could not start the live run");
-        let event = Event::error(
-            "",
-            self.gateway.runner.agent.name(),
-            error.code(),
-            format!("could not start the live run: {error}"),
-        );
-        send_event(
-            &self.writer_tx,
-            self.meter.counted(event),
-            self.options.audio,
-        )
-        .await;
+        if let Some((code, message)) = refusal.event {
+            let event = Event::error("", self.gateway.runner.agent.name(), code, message);
+            send_event(
+                &self.writer_tx,
+                self.meter.counted(event),
+                self.options.audio,
+            )
+            .await;
+        }
         let _ = self
             .writer_tx
             .send(WriterCommand::Close {
-                code: close::INTERNAL,
-                reason: "could not start the live run".into(),
+                code: refusal.code,
+                reason: refusal.reason.into(),
             })
             .await;
         let writer = self.spawn_writer(sink, RunEvents::none(), abort);
@@ -301,6 +324,7 @@ impl Connection {
         let gateway = &self.gateway;
         // Made once, not per frame: a pinned wait polled again costs an atomic load.
         let taken_over = lease.taken_over.fired();
+        let store_lost = lease.store_lost.fired();
         let shutdown = gateway.shutdown.fired();
         let run_ended = self.run_done.fired();
         let client_gone = self.writer_done.fired();
@@ -310,13 +334,21 @@ impl Connection {
         let limits = TimeLimits::new(gateway.session_limits, tokio::time::Instant::now());
         let mut last_frame = limits.started;
         let deadline = tokio::time::sleep_until(limits.next(last_frame));
-        tokio::pin!(taken_over, shutdown, run_ended, client_gone, deadline);
+        tokio::pin!(
+            taken_over,
+            store_lost,
+            shutdown,
+            run_ended,
+            client_gone,
+            deadline
+        );
         let mut audio_blocks = InputAudioBlocks::default();
         let mut bad_frames = LogLimit::default();
         loop {
             let message = tokio::select! {
                 biased;
                 () = &mut taken_over => return End::TakenOver,
+                () = &mut store_lost => return End::StoreLost,
                 () = &mut shutdown => return End::Shutdown,
                 () = &mut run_ended => return End::RunEnded,
                 () = &mut client_gone => return End::ClientGone,
@@ -347,6 +379,7 @@ impl Connection {
                     let sent = tokio::select! {
                         biased;
                         () = &mut taken_over => return End::TakenOver,
+                        () = &mut store_lost => return End::StoreLost,
                         () = &mut shutdown => return End::Shutdown,
                         sent = queue.send(request) => sent,
                     };
@@ -491,6 +524,54 @@ impl Connection {
             self.meter.clone(),
             &self.writer_done,
         )
+    }
+}
+
+/// Why a connection gets no run, as its client is told.
+struct Refusal {
+    code: u16,
+    reason: &'static str,
+    /// The error event before the close (ADK's code and message), if any.
+    event: Option<(&'static str, String)>,
+}
+
+impl Refusal {
+    /// No lease: the store is unreachable (try again), or a newer connection has the session.
+    fn lease(error: LeaseError) -> Self {
+        tracing::warn!(%error, "connection has no session lease");
+        match error {
+            LeaseError::Unavailable => Refusal {
+                code: close::TRY_AGAIN_LATER,
+                reason: "session store unavailable; reconnect",
+                event: Some(("UNAVAILABLE", error.to_string())),
+            },
+            LeaseError::Superseded => Refusal {
+                code: close::TAKEN_OVER,
+                reason: "session taken over by a newer connection",
+                event: None,
+            },
+        }
+    }
+
+    /// The run could not start: a newer lease claimed the session (taken over), or anything
+    /// else, the store's failures included (1011, after the error event: a broken store is not
+    /// always a passing one).
+    fn run(error: &RunError) -> Self {
+        match error {
+            RunError::Session(SessionError::Fenced(_)) => Refusal {
+                code: close::TAKEN_OVER,
+                reason: "session taken over by a newer connection",
+                event: None,
+            },
+            _ => Refusal {
+                code: close::INTERNAL,
+                reason: "could not start the live run",
+                event: Some((
+                    error.code(),
+                    format!("could not start the live run: {error}"),
+                )),
+            },
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod adk_schema;
+pub mod faults;
 pub mod hostile;
 pub mod process;
 
