@@ -87,7 +87,7 @@ pub(super) fn connected(span: &tracing::Span, started: Instant, error: Option<&s
 pub(super) fn connection_ended(span: &tracing::Span, end: &ConnectionEnd) {
     let (name, failed) = match end {
         ConnectionEnd::Refused(_) => ("refused", true),
-        ConnectionEnd::Closed { .. } => ("closed", false),
+        ConnectionEnd::Closed => ("closed", false),
         ConnectionEnd::GoAway => ("go_away", false),
         ConnectionEnd::Dropped(_) => ("dropped", true),
         ConnectionEnd::Blocked => ("blocked", false),
