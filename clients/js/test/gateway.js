@@ -83,7 +83,7 @@ export async function mintToken(secret, claims) {
   const { createHmac } = await import("node:crypto");
   const now = Math.floor(Date.now() / 1000);
   const b64 = (v) => Buffer.from(JSON.stringify(v)).toString("base64url");
-  const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64({ iat: now, exp: now + 3600, ...claims })}`;
+  const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64({ iss: "livegate", iat: now, exp: now + 3600, ...claims })}`;
   return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
 }
 
