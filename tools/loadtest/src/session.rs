@@ -845,7 +845,10 @@ fn committed_id(text: &str) -> Option<String> {
     let inline = event["content"]["parts"]
         .as_array()
         .is_some_and(|parts| parts.iter().any(|p| p.get("inlineData").is_some()));
-    if event["partial"] == true || inline || event.get("errorCode").is_some() {
+    // A resumption update reaches the client but is not history: the session row keeps the
+    // latest handle.
+    let resumption = event.get("liveSessionResumptionUpdate").is_some();
+    if event["partial"] == true || inline || resumption || event.get("errorCode").is_some() {
         return None;
     }
     event["id"].as_str().map(str::to_owned)
@@ -1023,6 +1026,7 @@ mod tests {
             MODEL_TEXT,
             r#"{"id":"a","content":{"parts":[{"inlineData":{"mimeType":"audio/pcm;rate=24000"}}]}}"#,
             r#"{"id":"b","errorCode":"INVALID_ARGUMENT","errorMessage":"bad frame"}"#,
+            r#"{"id":"c","liveSessionResumptionUpdate":{"newHandle":"h","resumable":true}}"#,
             "not json",
         ] {
             assert_eq!(committed_id(not_committed), None, "{not_committed}");
