@@ -233,9 +233,11 @@ async def same_fields_as_adk(binary, model):
         for name, modality, inputs in turns:
             adk = await adk_turn(runner, name, modality, inputs)
             ours = await livegate_turn(addr, name, modality, inputs)
-            # A tool's result is the tool's own JSON, not the runtime's.
+            # A tool's result is the tool's own JSON, not the runtime's; a state delta's keys are
+            # the application's state (livegate keeps its usage totals there), not the schema.
             shape = lambda e: frozenset(p for p in field_paths(e)
-                                        if not p.startswith("content.parts[].functionResponse.response."))
+                                        if not p.startswith("content.parts[].functionResponse.response.")
+                                        and not p.startswith("actions.stateDelta."))
             adk_shapes, our_shapes = {shape(e) for e in adk}, {shape(e) for e in ours}
             if adk_shapes != our_shapes:
                 only_adk = [sorted(s) for s in adk_shapes - our_shapes]
