@@ -40,7 +40,7 @@ pub fn init_logging_with(
         // One global filter: a span or event it turns off is disabled where it is made, and
         // entering an enabled span costs no per-layer filter lookup (a per-layer filter looks
         // the span up in the registry on every enter and exit, that is on every poll of an
-        // instrumented connection: 1.7% of a sim turn's instructions).
+        // instrumented connection).
         None => tracing_subscriber::registry()
             .with(filter)
             .with(log_layer(format, ansi))
