@@ -24,7 +24,7 @@ pub mod ws;
 pub use cluster::pg_leases::PgLeases;
 pub use cluster::registry::{Lease, LeaseError, LeaseGuard, SessionRegistry, SharedLeases};
 pub use http::router::router;
-pub use ids::PathId;
+pub use ids::{InvalidId, PathId};
 pub use server::config::{self, ServeArgs};
 pub use server::limits;
 pub use server::limits::SessionLimits;

@@ -56,13 +56,13 @@ pub enum StartError {
     Tls(String),
     /// Authentication is misconfigured, or missing where it is required.
     #[error("authentication: {0}")]
-    Auth(String),
+    Auth(#[from] crate::gateway::auth::AuthError),
     /// A default live setting (flags, config file or agent file) is invalid.
     #[error("live settings: {0}")]
     Settings(#[from] crate::live::settings::SettingError),
     /// A telephony setting is invalid.
     #[error("telephony: {0}")]
-    Telephony(String),
+    Telephony(#[from] crate::gateway::telephony::TelephonyError),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -152,7 +152,7 @@ impl Server {
 /// Opens the stores, binds the address and starts serving.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     // Checked first: a gateway that would be open to the world must not even open its stores.
-    let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
+    let auth = auth::Auth::new(&args.auth_options())?;
     let (sessions, registry) = open_sessions(args).await?;
     // A bucket's recordings wait on the local disk on their way to it.
     let spool_root = args.spool_dir();
@@ -179,8 +179,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let telephony = crate::gateway::telephony::Telephony::new(
         &args.telephony,
         Duration::from_secs(args.drain_timeout),
-    )
-    .map_err(StartError::Telephony)?;
+    )?;
     let limits = Arc::new(limits::Limits::new(
         args.limit_settings(auth.mode()),
         metrics.limits.clone(),

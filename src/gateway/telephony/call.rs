@@ -87,7 +87,7 @@ pub async fn serve_call(
         let ids = match CallIds::resolve(&gateway.telephony, &start, grant.as_ref()) {
             Ok(ids) => ids,
             Err(why) => {
-                tracing::warn!(why, "call refused");
+                tracing::warn!(%why, "call refused");
                 return close_now(&mut sink, close::POLICY, "call refused").await;
             }
         };

@@ -13,11 +13,13 @@ use clap::Args;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 
-use crate::gateway::ws::codec::AudioEncoding;
 use crate::gateway::ws::codec::FrameError;
-use crate::live::settings::{ClientSettings, LiveSettings, SettingError, DEFAULT_CLIENT_SETTINGS};
+use crate::gateway::ws::codec::{AudioEncoding, UnknownAudioEncoding};
+use crate::live::settings::{
+    ClientSettings, LiveSettings, SettingError, UnknownSetting, DEFAULT_CLIENT_SETTINGS,
+};
 use crate::live::RunConfig;
-use crate::model::Modality;
+use crate::model::{Modality, UnknownModality};
 
 /// How long a new connection waits for its first frame, which may be a setup message, before
 /// its run starts with the settings it has. Any other first frame starts the run at once.
@@ -91,7 +93,7 @@ pub struct LiveArgs {
     pub file: Option<LiveSettings>,
 }
 
-fn parse_client_settings(s: &str) -> Result<ClientSettings, String> {
+fn parse_client_settings(s: &str) -> Result<ClientSettings, UnknownSetting> {
     s.parse()
 }
 
@@ -251,6 +253,17 @@ pub struct ConnectOptions {
     pub trace_parent: Option<crate::trace_context::TraceParent>,
 }
 
+/// A connection's URL query asking for an audio frame mode or a modality there is not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadQuery {
+    /// `audio=`.
+    #[error(transparent)]
+    Audio(#[from] UnknownAudioEncoding),
+    /// `modality=`.
+    #[error(transparent)]
+    Modality(#[from] UnknownModality),
+}
+
 impl ConnectOptions {
     /// The options a connection's URL query asks for, over the gateway's defaults.
     pub fn from_query(
@@ -258,7 +271,7 @@ impl ConnectOptions {
         audio: AudioEncoding,
         modality: Modality,
         allowed: &ClientSettings,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BadQuery> {
         Ok(ConnectOptions {
             audio: match query.get("audio") {
                 Some(v) => v.parse()?,

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -122,6 +123,42 @@ struct ModelLink {
     go_away_by: Option<Instant>,
     /// The connection's trace span (disabled when traces are off).
     span: tracing::Span,
+}
+
+impl LiveFlow {
+    /// Runs the flow until the client closes, the model ends, the agent hands off, or an
+    /// unrecoverable error (yielded as an error event). Requests come from `requests`; how the
+    /// flow ended, and the requests, arrive on the returned receiver once the stream is done.
+    pub fn run(
+        self,
+        requests: LiveRequestReceiver,
+    ) -> (
+        impl Stream<Item = FlowItem> + Send + 'static,
+        oneshot::Receiver<FlowEnd>,
+    ) {
+        let (end_tx, end_rx) = oneshot::channel();
+        (self.events(requests, end_tx), end_rx)
+    }
+
+    /// The flow's steps (`FlowRun::advance`) and the events each leaves to yield. A step runs
+    /// only once the events before it were taken: the runner commits an event before it polls
+    /// for the next, so what a step does after an event (run its tool calls, send its tool
+    /// responses up, ack the send loop) follows the event's commit.
+    fn events(
+        self,
+        requests: LiveRequestReceiver,
+        end_tx: oneshot::Sender<FlowEnd>,
+    ) -> impl Stream<Item = FlowItem> + Send + 'static {
+        async_stream::stream! {
+            let mut run = FlowRun::new(self, requests);
+            while run.advance().await {
+                while let Some(item) = run.out.pop_front() {
+                    yield item;
+                }
+            }
+            let _ = end_tx.send(run.end());
+        }
+    }
 }
 
 /// One running flow.
