@@ -3,6 +3,7 @@
 //! committed by the runner) waits in `then` until the next call.
 
 use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,6 +169,8 @@ pub(super) struct FlowRun {
     then: Option<Then>,
     /// The model, as the trace spans name it.
     label: ModelLabel,
+    /// The wake's three deadlines: the hand-off's, the model's goAway's and the answer's.
+    timers: [Timer; 3],
     /// The turn under way, for its trace span.
     traced: Turns,
 }
@@ -227,6 +230,7 @@ impl FlowRun {
             out: VecDeque::new(),
             then: None,
             label,
+            timers: Default::default(),
             traced: Turns::default(),
         }
     }
@@ -442,6 +446,7 @@ impl FlowRun {
             .turns
             .pending()
             .map(|at| at + self.limits.answer_timeout);
+        let [handoff_timer, go_away_timer, answer_timer] = &mut self.timers;
         loop {
             return tokio::select! {
                 Some(request) = self.persist_rx.recv() => Wake::Persist(request),
@@ -453,9 +458,9 @@ impl FlowRun {
                         continue;
                     }
                 },
-                () = sleep_until(handoff_at) => Wake::HandoffDue,
-                () = sleep_until(conn.go_away_by) => Wake::GoAwayDue,
-                () = sleep_until(answer_by) => Wake::AnswerLate,
+                () = handoff_timer.until(handoff_at) => Wake::HandoffDue,
+                () = go_away_timer.until(conn.go_away_by) => Wake::GoAwayDue,
+                () = answer_timer.until(answer_by) => Wake::AnswerLate,
                 Ok(()) = self.turn_sent.changed() => Wake::TurnSent,
                 response = conn.receiver.recv() => Wake::Model(response),
             };
@@ -1066,10 +1071,24 @@ fn handoff_of(event: &Event) -> Option<FlowEndReason> {
         .then_some(FlowEndReason::TaskCompleted)
 }
 
-/// Sleeps until the deadline, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// A deadline's timer, made once and moved, not made per wake: a new `Sleep` registers with the
+/// timer wheel when first polled and leaves it when dropped, and the flow wakes for every event
+/// of the model.
+#[derive(Default)]
+struct Timer(Option<Pin<Box<tokio::time::Sleep>>>);
+
+impl Timer {
+    /// Sleeps until the deadline, or forever without one.
+    async fn until(&mut self, deadline: Option<Instant>) {
+        let Some(at) = deadline else {
+            return std::future::pending().await;
+        };
+        let sleep = self
+            .0
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if sleep.deadline() != at {
+            sleep.as_mut().reset(at);
+        }
+        sleep.as_mut().await;
     }
 }
