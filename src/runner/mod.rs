@@ -252,6 +252,7 @@ impl Runner {
             session.state.clone(),
         );
         invocation.user_content = prompt.clone();
+        invocation.caller_claims = run_config.caller_claims.clone();
         let span = traced::invocation_span(
             &invocation_id,
             start.name(),

@@ -316,6 +316,14 @@ impl Principal {
         }
     }
 
+    /// Every claim of a client token.
+    pub fn claims(&self) -> Option<std::sync::Arc<Map<String, Value>>> {
+        match self {
+            Principal::Client(grant) => Some(grant.claims.clone()),
+            _ => None,
+        }
+    }
+
     /// The session a session-bound client token is limited to.
     pub fn session(&self) -> Option<&PathId> {
         match self {
@@ -559,6 +567,7 @@ mod tests {
             Principal::Client(Grant {
                 user: PathId::parse("user", "alice").unwrap(),
                 session: session.map(|s| PathId::parse("session", s).unwrap()),
+                claims: Default::default(),
             })
         };
         let alice = grant(None);

@@ -3,11 +3,13 @@
 //! provider and verified with its public key (RS256, ES256 or EdDSA), issuer and audience.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use super::super::ids::{InvalidId, PathId};
 use super::Secret;
@@ -52,6 +54,9 @@ pub struct Grant {
     pub user: PathId,
     /// The session it is bound to, if any.
     pub session: Option<PathId>,
+    /// Every claim of the verified token, the identity provider's own (`email`, `roles`, …)
+    /// included: MCP servers with `forward_identity` are told them.
+    pub claims: Arc<Map<String, Value>>,
 }
 
 /// Why a token was refused; each is a 401.
@@ -269,8 +274,8 @@ impl Verifier {
             _ => self.provider.as_ref(),
         }
         .ok_or(TokenError::BadSignature)?;
-        let data =
-            jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, key, validation).map_err(
+            |e| match e.kind() {
                 ErrorKind::ExpiredSignature => TokenError::Expired,
                 ErrorKind::ImmatureSignature => TokenError::NotYetValid,
                 ErrorKind::InvalidSignature | ErrorKind::InvalidAlgorithm => {
@@ -281,8 +286,11 @@ impl Verifier {
                     TokenError::WrongIssuer
                 }
                 _ => TokenError::Malformed,
-            })?;
-        let claims = data.claims;
+            },
+        )?;
+        let all = data.claims;
+        let claims =
+            Claims::deserialize(&Value::Object(all.clone())).map_err(|_| TokenError::Malformed)?;
         let user = PathId::parse("user id", &claims.sub).map_err(|_| TokenError::Malformed)?;
         let session = claims
             .session_id
@@ -290,7 +298,11 @@ impl Verifier {
             .map(|s| PathId::parse("session id", s))
             .transpose()
             .map_err(|_| TokenError::Malformed)?;
-        Ok(Grant { user, session })
+        Ok(Grant {
+            user,
+            session,
+            claims: Arc::new(all),
+        })
     }
 }
 
@@ -470,6 +482,16 @@ mod tests {
             &EncodingKey::from_secret(secret().expose().as_bytes()),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_grant_keeps_every_claim_of_its_token() {
+        let exp = now_seconds() + 600;
+        let claims = serde_json::json!({
+            "sub": "alice", "exp": exp, "iss": ISSUER, "email": "a@example.com", "roles": ["admin"],
+        });
+        let grant = verifier().verify(&signed(claims.clone())).unwrap();
+        assert_eq!(Value::Object(grant.claims.as_ref().clone()), claims);
     }
 
     #[test]

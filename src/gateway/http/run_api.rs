@@ -117,7 +117,10 @@ async fn start(
             session_id.as_str(),
             request.new_message,
             state_delta,
-            RunConfig::default(),
+            RunConfig {
+                caller_claims: principal.claims(),
+                ..RunConfig::default()
+            },
             request.streaming,
         )
         .instrument(span.clone())

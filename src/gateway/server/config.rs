@@ -667,7 +667,39 @@ struct FileConfig {
     telephony_goodbye: Option<PathBuf>,
 }
 
+/// The gateway's options alone as a command line, for [`ServeArgs::from_command_line`].
+#[derive(Debug, clap::Parser)]
+#[command(version = crate::BUILD)]
+struct ServeOnly {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
 impl ServeArgs {
+    /// The options of this process's command line (the flags of `livegate serve`, with their
+    /// environment variables), completed by [`ServeArgs::prepare`]. For a program of its own
+    /// that serves the gateway; `--help` and a bad flag print and exit, as clap does.
+    pub fn from_command_line() -> Result<Self, ConfigError> {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = ServeOnly::command().get_matches();
+        let mut args = match ServeOnly::from_arg_matches(&matches) {
+            Ok(only) => only.serve,
+            Err(error) => error.exit(),
+        };
+        args.prepare(&matches)?;
+        Ok(args)
+    }
+
+    /// Completes options parsed from a command line as the `livegate` binary does: the
+    /// `--config` file fills what flags and environment variables left unset, and the secrets
+    /// (token secret, API keys, the carriers') are read from the environment.
+    pub fn prepare(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {
+        self.apply_config_file(matches)?;
+        self.secrets = AuthSecrets::from_env();
+        self.telephony.secrets = crate::gateway::telephony::TelephonySecrets::from_env();
+        Ok(())
+    }
+
     /// Fills every option not given as a flag or environment variable from `--config`, if set.
     /// `matches` are the parsed arguments these args came from (they tell what was explicit).
     pub fn apply_config_file(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {

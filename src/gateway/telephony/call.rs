@@ -260,6 +260,8 @@ impl Call {
             modality: Modality::Audio,
             settings: ClientLayer::default(),
             trace_parent: None,
+            // The stream's token is the gateway's own, minted for the call: no caller's claims.
+            caller_claims: None,
         };
         let (run_config, _) =
             live_settings::run_config(&gateway.live, &options, gateway.save_live_blob, None);

@@ -251,6 +251,9 @@ pub struct ConnectOptions {
     /// The client's W3C trace context (`traceparent` header on the upgrade, or query parameter):
     /// the connection's trace continues it. A malformed one is ignored, as W3C asks.
     pub trace_parent: Option<crate::trace_context::TraceParent>,
+    /// The verified claims of the client token the connection presented (set by the upgrade,
+    /// not the query).
+    pub caller_claims: Option<std::sync::Arc<serde_json::Map<String, serde_json::Value>>>,
 }
 
 /// A connection's URL query asking for an audio frame mode or a modality there is not.
@@ -285,6 +288,7 @@ impl ConnectOptions {
             trace_parent: query
                 .get(crate::trace_context::TRACEPARENT)
                 .and_then(|v| crate::trace_context::TraceParent::parse(v)),
+            caller_claims: None,
         })
     }
 }
@@ -300,6 +304,7 @@ pub fn run_config(
         response_modalities: Some(vec![options.modality]),
         save_live_blob,
         session_resumption: Some(Default::default()),
+        caller_claims: options.caller_claims.clone(),
         ..RunConfig::default()
     };
     let mut settings = defaults.settings.clone();

@@ -56,6 +56,7 @@ pub(crate) async fn ws_upgrade(
         Ok(options) => options,
         Err(message) => return bad_request(message),
     };
+    options.caller_claims = principal.claims();
     // The header wins over the query parameter (browsers cannot set headers on a WebSocket).
     if let Some(parent) = crate::trace_context::traceparent_header(&headers) {
         options.trace_parent = Some(parent);

@@ -33,6 +33,7 @@ pub use limits::{
     MAX_MODEL_ERRORS_PER_TURN, STABLE_CONNECTION,
 };
 pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
+pub use run::TOOL_CALL_CANCELLATION;
 
 use crate::event::{Content, Event};
 use crate::live::{LiveRequestReceiver, RunConfig};

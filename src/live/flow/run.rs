@@ -161,6 +161,10 @@ impl LiveFlow {
     }
 }
 
+/// The `customMetadata` key of the event telling the client which tool calls were cancelled
+/// (what the browser client library reads as a `toolCancelled` event).
+pub const TOOL_CALL_CANCELLATION: &str = "toolCallCancellation";
+
 /// One running flow.
 pub(super) struct FlowRun {
     model: Arc<dyn LiveModel>,
@@ -541,6 +545,9 @@ impl FlowRun {
     /// Takes a model message: its handle, cancellations and audio now, its events step by step.
     fn on_model_message(&mut self, mut response: LlmResponse) {
         self.take_handle(&mut response);
+        if self.conn.is_some() {
+            self.cancel_tools(&response.tool_call_cancellations);
+        }
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
@@ -572,16 +579,6 @@ impl FlowRun {
             || !response.tool_calls.is_empty();
         if traced {
             self.traced.on_message(&self.label, &response);
-        }
-        for id in &response.tool_call_cancellations {
-            if let Some(task) = self.running.remove(id) {
-                tracing::info!(
-                    invocation_id = self.target.invocation_id,
-                    call_id = id,
-                    "the model cancelled a tool call"
-                );
-                task.abort();
-            }
         }
         let answering = response.content.is_some() || response.output_transcription.is_some();
         conn.said = Some(Said {
@@ -737,6 +734,48 @@ impl FlowRun {
             }
         }
         None
+    }
+
+    /// The model cancelled these calls (`toolCallCancellation`): the tasks running them are
+    /// aborted (an MCP call tells its server, `notifications/cancelled`), and the client is told
+    /// by an event whose `customMetadata.toolCallCancellation.ids` names every call that stopped
+    /// (the calls of one model message run in one task, so a cancelled call's siblings stop
+    /// too). No response goes to the model for them.
+    fn cancel_tools(&mut self, ids: &[String]) {
+        let mut stopped: Vec<String> = Vec::new();
+        for id in ids {
+            let Some(task) = self.running.remove(id) else {
+                continue;
+            };
+            tracing::info!(
+                invocation_id = self.target.invocation_id,
+                call_id = id,
+                "the model cancelled a tool call"
+            );
+            task.abort();
+            stopped.push(id.clone());
+            let siblings: Vec<String> = self
+                .running
+                .iter()
+                .filter(|(_, other)| other.id() == task.id())
+                .map(|(sibling, _)| sibling.clone())
+                .collect();
+            for sibling in siblings {
+                self.running.remove(&sibling);
+                stopped.push(sibling);
+            }
+        }
+        if stopped.is_empty() {
+            return;
+        }
+        let mut event = Event::new(&self.target.invocation_id, &self.target.agent_name);
+        let mut metadata = serde_json::Map::new();
+        metadata.insert(
+            TOOL_CALL_CANCELLATION.into(),
+            serde_json::json!({ "ids": stopped }),
+        );
+        event.custom_metadata = Some(metadata);
+        self.emit(event);
     }
 
     /// A tool task finished with its response event: yielded, then sent up (see `after_yield`).
