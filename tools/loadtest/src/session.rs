@@ -15,7 +15,6 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, timeout, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -509,13 +508,7 @@ async fn connect(
     let config = WebSocketConfig::default()
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
-    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
-    if let Some(token) = bearer {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| "the token is not a valid header value".to_owned())?;
-        request.headers_mut().insert("authorization", value);
-    }
+    let request = livegate_replay::client::request(url, bearer)?;
     let uri = request.uri();
     let host = uri.host().ok_or("the URL has no host")?;
     // An IPv6 literal comes bracketed in a URI, not in a socket address.
