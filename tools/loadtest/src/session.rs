@@ -21,6 +21,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::arrival::{Arrivals, StampedTcp};
 use livegate::latch::Latch;
+use livegate::lock::Recover;
 
 /// 20 ms of 16 kHz PCM16.
 pub const FRAME_BYTES: usize = 640;
@@ -262,7 +263,7 @@ struct Shared {
 
 impl Shared {
     fn turn(&self) -> MutexGuard<'_, Turn> {
-        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+        self.turn.lock_or_recover()
     }
 }
 

@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::script::{Anchor, Input, Script};
 use crate::turns::Turn;
+use livegate::lock::Recover;
 
 /// Longest wait for a turn the script waits on to end.
 pub const TURN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -100,8 +101,7 @@ impl Seen {
 }
 
 fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
-    seen.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    seen.lock_or_recover()
 }
 
 /// Replays `script` as `user` in a new session `session`.
