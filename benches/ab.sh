@@ -50,16 +50,22 @@ mkdir -p "$out" "$bins"
 
 # The base: its own worktree, built into the tree's target folder; its binary set aside before
 # the head's build writes target/release/livegate again.
+# A revision does not change, so its binary is built once: the next run goes straight to the head.
 src=$root/target/ab/src-$base_sha
-if [ ! -e "$src/Cargo.toml" ]; then
-  git worktree add --detach --force "$src" "$base_sha" >&2
+if [ ! -x "$bins/livegate-$base_sha" ]; then
+  if [ ! -e "$src/Cargo.toml" ]; then
+    git worktree add --detach --force "$src" "$base_sha" >&2
+  fi
+  echo "== building $base_sha (release) in $src" >&2
+  CARGO_TARGET_DIR=$root/target cargo build --release --quiet --manifest-path "$src/Cargo.toml" \
+    --bin livegate
+  cp "$root/target/release/livegate" "$bins/livegate-$base_sha.part"
+  mv "$bins/livegate-$base_sha.part" "$bins/livegate-$base_sha"
 fi
-echo "== building $base_sha (release) in $src" >&2
-CARGO_TARGET_DIR=$root/target cargo build --release --quiet --manifest-path "$src/Cargo.toml" \
-  --bin livegate
-cp "$root/target/release/livegate" "$bins/livegate-$base_sha"
 echo "== building the working tree (release)" >&2
-cargo build --release --quiet -p livegate -p livegate-loadtest
+# The whole workspace, as `cargo build --release --workspace` and the other bench scripts build
+# it: a subset resolves dependencies' features differently and rebuilds them each time.
+cargo build --release --quiet --workspace
 cp "$root/target/release/livegate" "$bins/livegate-head"
 loadtest=$root/target/release/livegate-loadtest
 echo "== base: $("$bins/livegate-$base_sha" --version); head: $("$bins/livegate-head" --version)" >&2

@@ -27,7 +27,7 @@ done
 out=${out:-$root/target/otel-cost}
 mkdir -p "$out"
 echo "== building (release)" >&2
-cargo build --release --quiet -p livegate -p livegate-loadtest
+cargo build --release --quiet --workspace
 bin=$root/target/release/livegate
 loadtest=$root/target/release/livegate-loadtest
 

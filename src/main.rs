@@ -130,9 +130,7 @@ async fn run() -> anyhow::Result<()> {
         ),
         None => (cli.serve, &matches),
     };
-    args.apply_config_file(arg_matches)?;
-    args.secrets = gateway::auth::AuthSecrets::from_env();
-    args.telephony.secrets = gateway::telephony::TelephonySecrets::from_env();
+    args.prepare(arg_matches)?;
     let tracing = if args.otel {
         let (layer, tracing) = gateway::telemetry::otel::start()?;
         init_logging_with(args.log_format, Some(layer));

@@ -43,7 +43,7 @@ echo "== building livegate and the floor (release), and the Python peers' venv" 
 # livegate-mock-gemini beside that binary or on PATH: `cargo build --release` builds all three).
 bin=${LIVEGATE_BIN:-}
 if [ -z "$bin" ]; then
-  cargo build --release --quiet -p livegate -p livegate-loadtest -p livegate-mock -p livegate-floor
+  cargo build --release --quiet --workspace
   bin=$root/target/release/livegate
 fi
 floor=${FLOOR_BIN:-$(dirname "$bin")/livegate-floor}

@@ -187,7 +187,9 @@ impl AgentConfig {
         }
         let client = reqwest::Client::new();
         let agent = self.build_with(default_model, model_for, &client)?;
-        agent.validate().map_err(AgentConfigError::Invalid)?;
+        agent
+            .validate()
+            .map_err(|e| AgentConfigError::Invalid(e.to_string()))?;
         Ok(agent)
     }
 

@@ -26,6 +26,8 @@ pub struct Invocation {
     pub artifacts: Arc<dyn crate::artifact::ArtifactService>,
     /// The user message that started a turn-based run.
     pub user_content: Option<Content>,
+    /// The verified claims of the client token the run was started with (none without one).
+    pub caller_claims: Option<Arc<Map<String, Value>>>,
     /// The session state as committed so far in this run (`temp:` keys included).
     state: Mutex<Map<String, Value>>,
     /// Set by `end_invocation`: the run stops after the current step.
@@ -47,6 +49,7 @@ impl Invocation {
             session_id: scope.session_id.to_owned(),
             artifacts,
             user_content: None,
+            caller_claims: None,
             state: Mutex::new(state),
             ended: Latch::new(),
         }

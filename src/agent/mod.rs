@@ -29,6 +29,20 @@ pub use tool::{string_arg, FunctionTool, ToolBody, ToolError, ToolResult};
 pub use toolset::{Toolset, ToolsetStats};
 pub use transfer::{task_completed_tool, transfer_to_agent_tool, TRANSFER_TO_AGENT};
 
+/// Why an agent tree cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidTree {
+    /// An empty name, or `user` (the author of the user's events).
+    #[error("invalid agent name {0:?}")]
+    Name(String),
+    /// Two agents with one name (transfers name their target).
+    #[error("two agents are named {0:?}")]
+    SameName(String),
+    /// A sequential agent with no steps.
+    #[error("sequential agent {0:?} has no sub-agents")]
+    EmptySequence(String),
+}
+
 /// An agent in a tree: a model-backed agent, or a workflow of sub-agents.
 #[derive(Debug, Clone)]
 pub enum Agent {
@@ -138,19 +152,19 @@ impl Agent {
     }
 
     /// Checks the tree: unique names, no empty sequential agents.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidTree> {
         let mut seen = std::collections::HashSet::new();
         let mut stack = vec![self];
         while let Some(agent) = stack.pop() {
             if agent.name().trim().is_empty() || agent.name() == "user" {
-                return Err(format!("invalid agent name {:?}", agent.name()));
+                return Err(InvalidTree::Name(agent.name().to_owned()));
             }
             if !seen.insert(agent.name().to_owned()) {
-                return Err(format!("two agents are named {:?}", agent.name()));
+                return Err(InvalidTree::SameName(agent.name().to_owned()));
             }
             if let Agent::Sequential(s) = agent {
                 if s.sub_agents.is_empty() {
-                    return Err(format!("sequential agent {:?} has no sub-agents", s.name));
+                    return Err(InvalidTree::EmptySequence(s.name.clone()));
                 }
             }
             stack.extend(agent.sub_agents());

@@ -1,12 +1,31 @@
 //! Path ids (`user_id`, `session_id`), parsed at the edge.
 
+/// Why an id was refused (the message names the id and what is allowed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidId {
+    /// Outside the alphabet, empty, too long, or `.`/`..`.
+    #[error("invalid {kind} {raw:?}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -")]
+    Alphabet {
+        /// What the id is (`user id`, `session id`).
+        kind: &'static str,
+        /// The id as given.
+        raw: String,
+    },
+    /// A session id beginning with `_`, which the stores keep for themselves.
+    #[error("invalid session id {raw:?}: ids beginning with _ are reserved")]
+    Reserved {
+        /// The id as given.
+        raw: String,
+    },
+}
+
 /// A validated user or session id: 1–128 characters of `A-Za-z0-9._:@-`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PathId(String);
 
 impl PathId {
     /// Parses an id, explaining what is wrong with a bad one.
-    pub fn parse(kind: &str, raw: &str) -> Result<Self, String> {
+    pub fn parse(kind: &'static str, raw: &str) -> Result<Self, InvalidId> {
         let ok_char = |c: char| c.is_ascii_alphanumeric() || "._:@-".contains(c);
         if raw.is_empty()
             || raw.len() > 128
@@ -14,9 +33,10 @@ impl PathId {
             || raw == "."
             || raw == ".."
         {
-            return Err(format!(
-                "invalid {kind} {raw:?}: use 1-128 characters of A-Z a-z 0-9 . _ : @ -"
-            ));
+            return Err(InvalidId::Alphabet {
+                kind,
+                raw: raw.to_owned(),
+            });
         }
         Ok(PathId(raw.to_owned()))
     }
@@ -24,12 +44,12 @@ impl PathId {
     /// Parses the id of a session to create or connect to. Ids beginning with `_` are reserved:
     /// the stores keep their own folders beside the sessions' (the filesystem artifact store's
     /// `_user`), so such a session could not keep its recordings.
-    pub fn new_session(raw: &str) -> Result<Self, String> {
+    pub fn new_session(raw: &str) -> Result<Self, InvalidId> {
         let id = Self::parse("session id", raw)?;
         if raw.starts_with('_') {
-            return Err(format!(
-                "invalid session id {raw:?}: ids beginning with _ are reserved"
-            ));
+            return Err(InvalidId::Reserved {
+                raw: raw.to_owned(),
+            });
         }
         Ok(id)
     }
@@ -63,7 +83,7 @@ mod tests {
         assert!(PathId::new_session("s_1").is_ok());
         for reserved in ["_user", "_x"] {
             let error = PathId::new_session(reserved).unwrap_err();
-            assert!(error.contains("reserved"), "{error}");
+            assert!(error.to_string().contains("reserved"), "{error}");
         }
     }
 }

@@ -24,11 +24,13 @@ pub mod ws;
 pub use cluster::pg_leases::PgLeases;
 pub use cluster::registry::{Lease, LeaseError, LeaseGuard, SessionRegistry, SharedLeases};
 pub use http::router::router;
-pub use ids::PathId;
+pub use ids::{InvalidId, PathId};
 pub use server::config::{self, ServeArgs};
 pub use server::limits;
 pub use server::limits::SessionLimits;
-pub use server::start::{start, Server, StartError, DEFAULT_INSTRUCTION};
+pub use server::start::{
+    build, start, start_with, Customize, Server, StartError, DEFAULT_INSTRUCTION,
+};
 pub use state::Gateway;
 pub use telemetry::{metrics, process};
 pub use ws::close;

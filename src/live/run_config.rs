@@ -48,6 +48,9 @@ pub struct RunConfig {
     pub limits: crate::live::flow::FlowLimits,
     /// The run's audio each way, for its usage totals (livegate's; a fresh one per run).
     pub audio: AudioTally,
+    /// The verified claims of the client token the run was started with, if any: tools that
+    /// forward the caller's identity pass them on (livegate's).
+    pub caller_claims: Option<Arc<Map<String, Value>>>,
 }
 
 /// Seconds of PCM audio a run took from the client and had from the model, counted in
@@ -168,6 +171,7 @@ impl Default for RunConfig {
             playout: None,
             limits: crate::live::flow::FlowLimits::default(),
             audio: AudioTally::default(),
+            caller_claims: None,
         }
     }
 }

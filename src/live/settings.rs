@@ -93,15 +93,13 @@ pub enum Sensitivity {
 }
 
 impl std::str::FromStr for Sensitivity {
-    type Err = String;
+    type Err = InvalidValue;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "high" => Ok(Sensitivity::High),
             "low" => Ok(Sensitivity::Low),
-            other => Err(format!(
-                "{other:?} is not a sensitivity (expected high or low)"
-            )),
+            other => Err(InvalidValue::Sensitivity(other.to_owned())),
         }
     }
 }
@@ -152,7 +150,7 @@ pub struct LiveSettings {
 impl LiveSettings {
     /// Sets one setting from a JSON value, validated. Unknown names are errors.
     pub fn set(&mut self, name: &str, value: &Value) -> Result<(), SettingError> {
-        let error = |message: String| SettingError::new(name, message);
+        let error = |invalid: InvalidValue| SettingError::new(name, invalid.to_string());
         match name {
             "voice" => self.voice = Some(voice(value).map_err(error)?),
             "language" => self.language = Some(language(value).map_err(error)?),
@@ -440,8 +438,17 @@ impl Default for ClientSettings {
 
 /// A comma-separated list of setting names or groups (`transcription`, `vad`, `compression`
 /// name several), or `all`, or `none` (also the empty list).
+/// A client setting name or group `--client-settings` does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown setting {:?} (known: all, none, transcription, {})",
+    .0,
+    SETTINGS.map(|(n, _)| n).join(", ")
+)]
+pub struct UnknownSetting(pub String);
+
 impl std::str::FromStr for ClientSettings {
-    type Err = String;
+    type Err = UnknownSetting;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut names = BTreeSet::new();
@@ -457,10 +464,7 @@ impl std::str::FromStr for ClientSettings {
                         .map(|(name, _)| *name)
                         .collect();
                     if matched.is_empty() {
-                        return Err(format!(
-                            "unknown setting {item:?} (known: all, none, transcription, {})",
-                            SETTINGS.map(|(n, _)| n).join(", ")
-                        ));
+                        return Err(UnknownSetting(item));
                     }
                     names.extend(matched);
                 }
@@ -470,16 +474,66 @@ impl std::str::FromStr for ClientSettings {
     }
 }
 
-fn boolean(value: &Value) -> Result<bool, String> {
+/// Why a setting's value was refused (a `SettingError`'s message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidValue {
+    /// Not `true`/`false` (or `1`/`0`).
+    #[error("{0} is not true or false")]
+    NotBoolean(Value),
+    /// A number above the setting's limit.
+    #[error("{value} is above the limit of {max}")]
+    AboveLimit {
+        /// The number.
+        value: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// Not a whole number.
+    #[error("{value} is not a whole number from 0 to {max}")]
+    NotWholeNumber {
+        /// The value.
+        value: Value,
+        /// The limit.
+        max: u64,
+    },
+    /// A token count of 0.
+    #[error("must be at least 1 token")]
+    NoTokens,
+    /// Not a string.
+    #[error("{0} is not a string")]
+    NotString(Value),
+    /// Not a voice name.
+    #[error(
+        "{0:?} is not a voice name (1 to {MAX_VOICE_LEN} letters, digits, - or _; e.g. Puck, Kore)"
+    )]
+    Voice(String),
+    /// Not a language tag.
+    #[error("{0:?} is not a BCP-47 language code (e.g. en-US, de-DE, ja)")]
+    Language(String),
+    /// Not `high` or `low`.
+    #[error("{0:?} is not a sensitivity (expected high or low)")]
+    Sensitivity(String),
+    /// Not a JSON object.
+    #[error("{0} is not an object")]
+    NotObject(Value),
+    /// Metadata with too many keys.
+    #[error("more than {MAX_METADATA_KEYS} keys")]
+    TooManyKeys,
+    /// Metadata too large.
+    #[error("{0} bytes of JSON, above the limit of {MAX_METADATA_BYTES}")]
+    TooLarge(usize),
+}
+
+fn boolean(value: &Value) -> Result<bool, InvalidValue> {
     match value {
         Value::Bool(b) => Ok(*b),
         Value::String(s) if s.eq_ignore_ascii_case("true") || s == "1" => Ok(true),
         Value::String(s) if s.eq_ignore_ascii_case("false") || s == "0" => Ok(false),
-        other => Err(format!("{other} is not true or false")),
+        other => Err(InvalidValue::NotBoolean(other.clone())),
     }
 }
 
-fn number(value: &Value, max: u64) -> Result<u64, String> {
+fn number(value: &Value, max: u64) -> Result<u64, InvalidValue> {
     let n = match value {
         Value::Number(n) => n.as_u64(),
         Value::String(s) => s.trim().parse().ok(),
@@ -487,25 +541,28 @@ fn number(value: &Value, max: u64) -> Result<u64, String> {
     };
     match n {
         Some(n) if n <= max => Ok(n),
-        Some(n) => Err(format!("{n} is above the limit of {max}")),
-        None => Err(format!("{value} is not a whole number from 0 to {max}")),
+        Some(n) => Err(InvalidValue::AboveLimit { value: n, max }),
+        None => Err(InvalidValue::NotWholeNumber {
+            value: value.clone(),
+            max,
+        }),
     }
 }
 
-fn tokens(value: &Value) -> Result<u64, String> {
+fn tokens(value: &Value) -> Result<u64, InvalidValue> {
     match number(value, MAX_TOKENS)? {
-        0 => Err("must be at least 1 token".into()),
+        0 => Err(InvalidValue::NoTokens),
         n => Ok(n),
     }
 }
 
-fn string(value: &Value) -> Result<&str, String> {
+fn string(value: &Value) -> Result<&str, InvalidValue> {
     value
         .as_str()
-        .ok_or_else(|| format!("{value} is not a string"))
+        .ok_or_else(|| InvalidValue::NotString(value.clone()))
 }
 
-fn voice(value: &Value) -> Result<String, String> {
+fn voice(value: &Value) -> Result<String, InvalidValue> {
     let name = string(value)?;
     let valid = !name.is_empty()
         && name.len() <= MAX_VOICE_LEN
@@ -515,14 +572,12 @@ fn voice(value: &Value) -> Result<String, String> {
     if valid {
         Ok(name.to_owned())
     } else {
-        Err(format!(
-            "{name:?} is not a voice name (1 to {MAX_VOICE_LEN} letters, digits, - or _; e.g. Puck, Kore)"
-        ))
+        Err(InvalidValue::Voice(name.to_owned()))
     }
 }
 
 /// A BCP-47 shaped tag: a 2–3 letter language, then subtags of 1–8 letters or digits.
-fn language(value: &Value) -> Result<String, String> {
+fn language(value: &Value) -> Result<String, InvalidValue> {
     let tag = string(value)?;
     let mut parts = tag.split('-');
     let primary = parts.next().unwrap_or_default();
@@ -534,28 +589,24 @@ fn language(value: &Value) -> Result<String, String> {
     if valid {
         Ok(tag.to_owned())
     } else {
-        Err(format!(
-            "{tag:?} is not a BCP-47 language code (e.g. en-US, de-DE, ja)"
-        ))
+        Err(InvalidValue::Language(tag.to_owned()))
     }
 }
 
-fn sensitivity(value: &Value) -> Result<Sensitivity, String> {
+fn sensitivity(value: &Value) -> Result<Sensitivity, InvalidValue> {
     string(value)?.parse()
 }
 
-fn metadata(value: &Value) -> Result<Map<String, Value>, String> {
+fn metadata(value: &Value) -> Result<Map<String, Value>, InvalidValue> {
     let Value::Object(map) = value else {
-        return Err(format!("{value} is not an object"));
+        return Err(InvalidValue::NotObject(value.clone()));
     };
     if map.len() > MAX_METADATA_KEYS {
-        return Err(format!("more than {MAX_METADATA_KEYS} keys"));
+        return Err(InvalidValue::TooManyKeys);
     }
     let bytes = value.to_string().len();
     if bytes > MAX_METADATA_BYTES {
-        return Err(format!(
-            "{bytes} bytes of JSON, above the limit of {MAX_METADATA_BYTES}"
-        ));
+        return Err(InvalidValue::TooLarge(bytes));
     }
     Ok(map.clone())
 }
@@ -730,6 +781,7 @@ mod tests {
         assert!("voice,colour"
             .parse::<ClientSettings>()
             .unwrap_err()
+            .to_string()
             .contains("colour"));
     }
 

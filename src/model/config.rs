@@ -18,16 +18,19 @@ pub enum Modality {
     Text,
 }
 
+/// A modality other than `AUDIO` or `TEXT` (as given, upper-cased).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown modality {0:?} (expected AUDIO or TEXT)")]
+pub struct UnknownModality(pub String);
+
 impl std::str::FromStr for Modality {
-    type Err = String;
+    type Err = UnknownModality;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_uppercase().as_str() {
             "AUDIO" => Ok(Modality::Audio),
             "TEXT" => Ok(Modality::Text),
-            other => Err(format!(
-                "unknown modality {other:?} (expected AUDIO or TEXT)"
-            )),
+            other => Err(UnknownModality(other.to_owned())),
         }
     }
 }

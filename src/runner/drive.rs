@@ -27,12 +27,12 @@ struct StoredHistory {
     sessions: Arc<dyn SessionService>,
     invocation: Arc<Invocation>,
     agent: String,
-    limit: super::HistoryLimit,
+    limit: super::history::HistoryLimit,
 }
 
 #[async_trait::async_trait]
 impl HistorySource for StoredHistory {
-    async fn history(&self) -> Result<Vec<Content>, String> {
+    async fn history(&self) -> Result<Vec<Content>, SessionError> {
         let inv = &self.invocation;
         let session = self
             .sessions
@@ -42,9 +42,8 @@ impl HistorySource for StoredHistory {
                 &inv.session_id,
                 &self.limit.read(),
             )
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("session {} is gone", inv.session_id))?;
+            .await?
+            .ok_or_else(|| SessionError::NotFound(inv.session_id.clone()))?;
         let contents = history_contents(&session.events, &self.agent);
         Ok(bound_history(contents, self.limit.bytes))
     }
@@ -90,7 +89,7 @@ pub(super) struct Drive {
     /// The user message a turn-based agent answers.
     pub prompt: Option<Content>,
     pub handoff_delay: Duration,
-    pub history: super::HistoryLimit,
+    pub history: super::history::HistoryLimit,
     /// The model's resumption handle stored with the session: the run's first flow resumes the
     /// model's own context with it (and replays the history if the model refuses it).
     pub resume: Option<String>,

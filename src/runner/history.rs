@@ -1,6 +1,35 @@
 //! The conversation history replayed to a model when a live run (re)connects without a handle.
 
 use crate::event::{Content, Event, Part};
+use crate::session::GetSessionConfig;
+
+/// How much of a session's history a run loads and replays to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimit {
+    /// The most recent events read from the store.
+    pub events: usize,
+    /// Bytes of model contents kept from them (the newest).
+    pub bytes: usize,
+}
+
+impl Default for HistoryLimit {
+    fn default() -> Self {
+        HistoryLimit {
+            events: DEFAULT_HISTORY_EVENTS,
+            bytes: DEFAULT_HISTORY_BYTES,
+        }
+    }
+}
+
+impl HistoryLimit {
+    /// The store read that loads this much history.
+    pub fn read(&self) -> GetSessionConfig {
+        GetSessionConfig {
+            num_recent_events: Some(self.events),
+            after_timestamp: None,
+        }
+    }
+}
 
 /// Builds model contents for `agent` from committed events: user and model text, function calls
 /// and responses, and finished transcriptions as text; audio and recordings are left out, and

@@ -16,7 +16,9 @@ use futures::StreamExt;
 use serde_json::Map;
 use tokio_util::task::TaskTracker;
 
-pub use history::{bound_history, history_contents, DEFAULT_HISTORY_BYTES, DEFAULT_HISTORY_EVENTS};
+pub use history::{
+    bound_history, history_contents, HistoryLimit, DEFAULT_HISTORY_BYTES, DEFAULT_HISTORY_EVENTS,
+};
 
 use crate::agent::{Agent, Invocation};
 use crate::artifact::{ArtifactScope, ArtifactService};
@@ -24,7 +26,7 @@ use crate::event::{new_invocation_id, Content, Event};
 use crate::live::flow::DEFAULT_HANDOFF_DELAY;
 use crate::live::{live_request_queue, LiveRequestReceiver, RunConfig};
 use crate::model::Modality;
-use crate::session::{Fence, GetSessionConfig, Session, SessionError, SessionService};
+use crate::session::{Fence, Session, SessionError, SessionService};
 use drive::{Drive, Mode};
 
 /// Why a run could not start.
@@ -85,34 +87,6 @@ pub struct Runner {
     pub history: HistoryLimit,
     /// What runs leave to finish beside them (resumption handles on their way to the store).
     background: TaskTracker,
-}
-
-/// How much of a session's history a run loads and replays to the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HistoryLimit {
-    /// The most recent events read from the store.
-    pub events: usize,
-    /// Bytes of model contents kept from them (the newest).
-    pub bytes: usize,
-}
-
-impl Default for HistoryLimit {
-    fn default() -> Self {
-        HistoryLimit {
-            events: DEFAULT_HISTORY_EVENTS,
-            bytes: DEFAULT_HISTORY_BYTES,
-        }
-    }
-}
-
-impl HistoryLimit {
-    /// The store read that loads this much history.
-    pub fn read(&self) -> GetSessionConfig {
-        GetSessionConfig {
-            num_recent_events: Some(self.events),
-            after_timestamp: None,
-        }
-    }
 }
 
 impl Runner {
@@ -278,6 +252,7 @@ impl Runner {
             session.state.clone(),
         );
         invocation.user_content = prompt.clone();
+        invocation.caller_claims = run_config.caller_claims.clone();
         let span = traced::invocation_span(
             &invocation_id,
             start.name(),

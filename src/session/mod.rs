@@ -4,6 +4,7 @@
 //! State keys follow ADK's prefixes: `app:` (shared by the app), `user:` (shared by one user's
 //! sessions), `temp:` (never persisted), unprefixed (this session only).
 
+mod batch;
 mod error;
 mod fence;
 mod memory;

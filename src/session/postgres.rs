@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
-use tokio::sync::{mpsc, oneshot};
 
-use super::state::{apply_committed, merge_state, prepare_append, split_delta};
+use super::batch::{self, fail_all, settle_all, writer_gone, Batches, Queue};
+use super::state::{merge_state, split_delta};
 use super::{EventPage, Fence, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
@@ -110,29 +110,22 @@ SELECT (SELECT count(*) FROM e) AS stored,
 #[derive(Debug, Clone)]
 pub struct PostgresSessionService {
     pool: PgPool,
-    writers: Vec<mpsc::Sender<Vec<Append>>>,
+    writers: Vec<Queue<Encoded>>,
     /// Events read back so far (`livegate_session_events_read_total`).
     events_read: Arc<AtomicU64>,
 }
 
-/// An event waiting for a writer, and where its outcome goes (`true`: stored, `false`: it was
-/// already there).
+/// What a writer stores beside an event: its JSON, its state delta by scope (session, app,
+/// user, as JSON), and the run's fencing token if the write is fenced.
 #[derive(Debug)]
-struct Append {
-    app_name: String,
-    user_id: String,
-    session_id: String,
-    event: Event,
+struct Encoded {
     json: String,
     deltas: [String; 3],
-    /// The run's fencing token, if the write is fenced.
     fence: Option<i64>,
-    done: oneshot::Sender<(Event, Result<bool, SessionError>)>,
 }
 
-fn writer_gone() -> SessionError {
-    SessionError::Database(sqlx::Error::PoolClosed)
-}
+/// An event waiting for a writer.
+type Append = batch::Append<Encoded>;
 
 fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
     Ok(serde_json::from_str(text)?)
@@ -153,9 +146,9 @@ impl PostgresSessionService {
         migrate(&pool).await?;
         let writers = (0..WRITERS)
             .map(|_| {
-                let (tx, rx) = mpsc::channel(MAX_BATCH * 4);
-                tokio::spawn(write_appends(pool.clone(), rx));
-                tx
+                let (queue, batches) = batch::queue(MAX_BATCH);
+                tokio::spawn(write_appends(pool.clone(), batches));
+                queue
             })
             .collect();
         Ok(PostgresSessionService {
@@ -175,12 +168,7 @@ impl PostgresSessionService {
             .fetch_add(u64::try_from(events).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    fn writer_for(
-        &self,
-        app_name: &str,
-        user_id: &str,
-        session_id: &str,
-    ) -> &mpsc::Sender<Vec<Append>> {
+    fn writer_for(&self, app_name: &str, user_id: &str, session_id: &str) -> &Queue<Encoded> {
         let mut hasher = DefaultHasher::new();
         (app_name, user_id, session_id).hash(&mut hasher);
         &self.writers[(hasher.finish() % self.writers.len() as u64) as usize]
@@ -230,17 +218,9 @@ async fn migrate(pool: &PgPool) -> Result<(), SessionError> {
 
 /// A writer: takes the first waiting append and everything queued behind it (up to
 /// `MAX_BATCH`) and commits them in one transaction. Callers wait for their commit.
-async fn write_appends(pool: PgPool, mut queue: mpsc::Receiver<Vec<Append>>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.recv().await {
-        batch.extend(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(appends) => batch.extend(appends),
-                Err(_) => break,
-            }
-        }
-        commit_batch(&pool, &mut batch).await;
+async fn write_appends(pool: PgPool, mut batches: Batches<Encoded>) {
+    while let Some(batch) = batches.next().await {
+        commit_batch(&pool, batch).await;
     }
 }
 
@@ -269,19 +249,10 @@ async fn commit_batch(pool: &PgPool, batch: &mut Vec<Append>) {
         }
     };
     match result {
-        Ok(outcomes) => {
-            for (append, outcome) in batch.drain(..).zip(outcomes) {
-                let _ = append.done.send((append.event, outcome));
-            }
-        }
+        Ok(outcomes) => settle_all(batch, outcomes),
         Err(error) => {
             tracing::error!(%error, appends = batch.len(), "committing session writes failed");
-            for append in batch.drain(..) {
-                let failed = SessionError::Database(sqlx::Error::Protocol(format!(
-                    "commit failed: {error}"
-                )));
-                let _ = append.done.send((append.event, Err(failed)));
-            }
+            fail_all(batch, &error);
         }
     }
 }
@@ -305,7 +276,7 @@ async fn append_in(
     conn: &mut PgConnection,
     append: &Append,
 ) -> Result<Result<bool, SessionError>, sqlx::Error> {
-    let [session_delta, app_delta, user_delta] = &append.deltas;
+    let [session_delta, app_delta, user_delta] = &append.encoded.deltas;
     let row = sqlx::query(APPEND)
         .bind(&append.app_name)
         .bind(&append.user_id)
@@ -314,11 +285,11 @@ async fn append_in(
         .bind(&append.event.invocation_id)
         .bind(&append.event.author)
         .bind(append.event.timestamp)
-        .bind(&append.json)
+        .bind(&append.encoded.json)
         .bind(session_delta)
         .bind(app_delta)
         .bind(user_delta)
-        .bind(append.fence)
+        .bind(append.encoded.fence)
         .fetch_one(&mut *conn)
         .await?;
     let stored: i64 = row.try_get("stored")?;
@@ -328,7 +299,7 @@ async fn append_in(
         Ok(true)
     } else if !found {
         Err(SessionError::NotFound(append.session_id.clone()))
-    } else if duplicate || append.fence.is_none() {
+    } else if duplicate || append.encoded.fence.is_none() {
         Ok(false)
     } else {
         Err(SessionError::Fenced(append.session_id.clone()))
@@ -560,84 +531,21 @@ impl SessionService for PostgresSessionService {
         session: &mut Session,
         events: Vec<Event>,
     ) -> Vec<Result<Event, SessionError>> {
-        enum Slot {
-            Settled(Box<Result<Event, SessionError>>),
-            Queued {
-                full_delta: Map<String, Value>,
-                outcome: oneshot::Receiver<(Event, Result<bool, SessionError>)>,
-            },
-        }
-        let mut slots = Vec::with_capacity(events.len());
-        let mut appends = Vec::with_capacity(events.len());
-        for mut event in events {
-            let Some(full_delta) = prepare_append(&mut event) else {
-                slots.push(Slot::Settled(Box::new(Ok(event))));
-                continue;
-            };
-            let scoped = split_delta(&event.actions.state_delta);
-            let encoded = serde_json::to_string(&event).and_then(|json| {
-                Ok((
-                    json,
-                    [
-                        serde_json::to_string(&scoped.session)?,
-                        serde_json::to_string(&scoped.app)?,
-                        serde_json::to_string(&scoped.user)?,
-                    ],
-                ))
-            });
-            let (json, deltas) = match encoded {
-                Ok(encoded) => encoded,
-                Err(error) => {
-                    slots.push(Slot::Settled(Box::new(Err(error.into()))));
-                    continue;
-                }
-            };
-            let (done, outcome) = oneshot::channel();
-            appends.push(Append {
-                app_name: session.app_name.clone(),
-                user_id: session.user_id.clone(),
-                session_id: session.id.clone(),
-                event,
-                json,
-                deltas,
-                fence: session.fence.epoch(),
-                done,
-            });
-            slots.push(Slot::Queued {
-                full_delta,
-                outcome,
-            });
-        }
+        let fence = session.fence.epoch();
         let writer = self.writer_for(&session.app_name, &session.user_id, &session.id);
-        while !appends.is_empty() {
-            let rest = appends.split_off(appends.len().min(MAX_BATCH));
-            let _ = writer.send(appends).await;
-            appends = rest;
-        }
-        let mut outcomes = Vec::with_capacity(slots.len());
-        for slot in slots {
-            outcomes.push(match slot {
-                Slot::Settled(outcome) => *outcome,
-                Slot::Queued {
-                    full_delta,
-                    outcome,
-                } => match outcome.await {
-                    Err(_) => Err(writer_gone()),
-                    Ok((_, Err(error))) => {
-                        if matches!(error, SessionError::Fenced(_)) {
-                            session.fence.refuse();
-                        }
-                        Err(error)
-                    }
-                    Ok((event, Ok(false))) => Ok(event),
-                    Ok((event, Ok(true))) => {
-                        apply_committed(session, full_delta, &event);
-                        Ok(event)
-                    }
-                },
-            });
-        }
-        outcomes
+        batch::append_events(session, events, writer, MAX_BATCH, |event| {
+            let scoped = split_delta(&event.actions.state_delta);
+            Ok(Encoded {
+                json: serde_json::to_string(event)?,
+                deltas: [
+                    serde_json::to_string(&scoped.session)?,
+                    serde_json::to_string(&scoped.app)?,
+                    serde_json::to_string(&scoped.user)?,
+                ],
+                fence,
+            })
+        })
+        .await
     }
 
     async fn resumption_handle(

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
-use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
+use super::batch::{self, fail_all, settle_all, writer_gone, Batches, Queue};
+use super::state::{merge_state, split_delta, ScopedDelta};
 use super::{EventPage, Fence, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
 
@@ -78,7 +78,7 @@ pub struct SqliteSessionService {
     writer: SqlitePool,
     /// Appends go to one writer task that commits whatever is waiting in one transaction; the
     /// events one call hands over travel together, so they are committed together.
-    appends: mpsc::Sender<Vec<Append>>,
+    appends: Queue<String>,
     /// Event rows decoded for readers.
     events_read: Arc<AtomicU64>,
 }
@@ -87,22 +87,8 @@ pub struct SqliteSessionService {
 /// this (a group is taken whole), 511 rows of 9 parameters, within SQLite's 32,766.
 const MAX_BATCH: usize = 256;
 
-/// An event waiting for the writer, and where its outcome goes (`true`: stored, `false`: it
-/// was already there).
-#[derive(Debug)]
-struct Append {
-    app_name: String,
-    user_id: String,
-    session_id: String,
-    event: Event,
-    json: String,
-    done: oneshot::Sender<(Event, Result<bool, SessionError>)>,
-}
-
-/// The error of an append whose writer task has stopped.
-fn writer_gone() -> SessionError {
-    SessionError::Database(sqlx::Error::PoolClosed)
-}
+/// An event waiting for the writer, its JSON beside it.
+type Append = batch::Append<String>;
 
 fn parse_map(text: &str) -> Result<Map<String, Value>, SessionError> {
     Ok(serde_json::from_str(text)?)
@@ -146,8 +132,8 @@ impl SqliteSessionService {
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
-        let (appends, queue) = mpsc::channel(MAX_BATCH * 4);
-        tokio::spawn(write_appends(writer.clone(), queue));
+        let (appends, batches) = batch::queue(MAX_BATCH);
+        tokio::spawn(write_appends(writer.clone(), batches));
         Ok(SqliteSessionService {
             pool,
             writer,
@@ -224,37 +210,26 @@ async fn apply_scoped(
 /// The writer: takes the first waiting append and everything queued behind it (up to
 /// `MAX_BATCH`), and commits them in one transaction; a bad append fails alone (see
 /// `append_in`). Callers still wait for their commit: commit-before-yield holds.
-async fn write_appends(pool: SqlitePool, mut queue: mpsc::Receiver<Vec<Append>>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.recv().await {
-        batch.extend(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(appends) => batch.extend(appends),
-                Err(_) => break,
-            }
-        }
-        commit_batch(&pool, &mut batch).await;
+async fn write_appends(pool: SqlitePool, mut batches: Batches<String>) {
+    while let Some(batch) = batches.next().await {
+        commit_batch(&pool, batch).await;
     }
 }
 
 async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
-    let failed = |e: &dyn std::fmt::Display| {
-        SessionError::Database(sqlx::Error::Protocol(format!("commit failed: {e}")))
-    };
     if batch
         .iter()
         .all(|a| split_delta(&a.event.actions.state_delta).is_empty())
     {
         // Plain appends only (the usual case): one multi-row INSERT, atomic by itself, so no
         // transaction to open and commit around it. One round trip to SQLite's thread in all.
-        let outcomes = match pool.acquire().await {
+        let inserted = match pool.acquire().await {
             Ok(mut conn) => insert_events(&mut conn, batch).await,
             Err(error) => Err(error.into()),
-        }
-        .unwrap_or_else(|error| batch.iter().map(|_| Err(failed(&error))).collect());
-        for (append, outcome) in batch.drain(..).zip(outcomes) {
-            let _ = append.done.send((append.event, outcome));
+        };
+        match inserted {
+            Ok(outcomes) => settle_all(batch, outcomes),
+            Err(error) => fail_all(batch, &error),
         }
         return;
     }
@@ -262,9 +237,7 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
         Ok(tx) => tx,
         Err(error) => {
             tracing::error!(%error, appends = batch.len(), "cannot start a session write");
-            for append in batch.drain(..) {
-                let _ = append.done.send((append.event, Err(failed(&error))));
-            }
+            fail_all(batch, &error);
             return;
         }
     };
@@ -273,16 +246,10 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
         outcomes.push(append_in(&mut tx, append).await);
     }
     match tx.commit().await {
-        Ok(()) => {
-            for (append, outcome) in batch.drain(..).zip(outcomes) {
-                let _ = append.done.send((append.event, outcome));
-            }
-        }
+        Ok(()) => settle_all(batch, outcomes),
         Err(error) => {
             tracing::error!(%error, appends = batch.len(), "committing session writes failed");
-            for append in batch.drain(..) {
-                let _ = append.done.send((append.event, Err(failed(&error))));
-            }
+            fail_all(batch, &error);
         }
     }
 }
@@ -348,7 +315,7 @@ async fn insert_events(
             .bind(&append.event.invocation_id)
             .bind(&append.event.author)
             .bind(append.event.timestamp)
-            .bind(&append.json)
+            .bind(&append.encoded)
             .bind(index as i64);
     }
     let mut inserted: HashSet<(String, String, String, String)> = query
@@ -629,71 +596,10 @@ impl SessionService for SqliteSessionService {
         session: &mut Session,
         events: Vec<Event>,
     ) -> Vec<Result<Event, SessionError>> {
-        /// An event's way through the call: settled here (boxed: rare, as callers hand over
-        /// events to store), or waiting for the writer.
-        enum Slot {
-            Settled(Box<Result<Event, SessionError>>),
-            Queued {
-                full_delta: Map<String, Value>,
-                outcome: oneshot::Receiver<(Event, Result<bool, SessionError>)>,
-            },
-        }
-        let mut slots = Vec::with_capacity(events.len());
-        let mut appends = Vec::with_capacity(events.len());
-        for mut event in events {
-            let Some(full_delta) = prepare_append(&mut event) else {
-                slots.push(Slot::Settled(Box::new(Ok(event))));
-                continue;
-            };
-            let json = match serde_json::to_string(&event) {
-                Ok(json) => json,
-                Err(error) => {
-                    slots.push(Slot::Settled(Box::new(Err(error.into()))));
-                    continue;
-                }
-            };
-            let (done, outcome) = oneshot::channel();
-            appends.push(Append {
-                app_name: session.app_name.clone(),
-                user_id: session.user_id.clone(),
-                session_id: session.id.clone(),
-                event,
-                json,
-                done,
-            });
-            slots.push(Slot::Queued {
-                full_delta,
-                outcome,
-            });
-        }
-        // In groups of at most `MAX_BATCH`, so that one statement's parameters stay within
-        // SQLite's limit however many events a caller hands over. A closed queue drops the
-        // appends, and with them their outcomes' senders.
-        while !appends.is_empty() {
-            let rest = appends.split_off(appends.len().min(MAX_BATCH));
-            let _ = self.appends.send(appends).await;
-            appends = rest;
-        }
-        let mut outcomes = Vec::with_capacity(slots.len());
-        for slot in slots {
-            outcomes.push(match slot {
-                Slot::Settled(outcome) => *outcome,
-                Slot::Queued {
-                    full_delta,
-                    outcome,
-                } => match outcome.await {
-                    Err(_) => Err(writer_gone()),
-                    Ok((_, Err(error))) => Err(error),
-                    // A re-delivery of an event already committed changes nothing.
-                    Ok((event, Ok(false))) => Ok(event),
-                    Ok((event, Ok(true))) => {
-                        apply_committed(session, full_delta, &event);
-                        Ok(event)
-                    }
-                },
-            });
-        }
-        outcomes
+        batch::append_events(session, events, &self.appends, MAX_BATCH, |event| {
+            Ok(serde_json::to_string(event)?)
+        })
+        .await
     }
 
     async fn resumption_handle(

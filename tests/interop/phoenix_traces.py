@@ -22,6 +22,8 @@ import websockets
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
 WAIT = 90
+# Phoenix imports a large Python application before it listens: 35 s seen on a busy machine.
+STARTUP = 240
 
 
 def free_port():
@@ -30,8 +32,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_http(url, process, name):
-    deadline = time.time() + WAIT
+def wait_http(url, process, name, wait=WAIT):
+    deadline = time.time() + wait
     while time.time() < deadline:
         if process.poll() is not None:
             sys.exit(f"{name} exited with {process.returncode}")
@@ -118,7 +120,7 @@ def main():
     gateway = None
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_http(f"{base}/healthz", phoenix, "phoenix")
+        wait_http(f"{base}/healthz", phoenix, "phoenix", STARTUP)
         agent = os.path.join(work, "agent.toml")
         with open(agent, "w") as f:
             f.write('name = "helper"\ninstruction = "Use your tools."\n[[http_tools]]\n'
@@ -176,6 +178,9 @@ def main():
                     process.kill()
         tool.shutdown()
         phoenix_log.close()
+        if sys.exc_info()[0] is not None:
+            with open(os.path.join(work, "phoenix.log")) as f:
+                print("phoenix's log, its end:\n" + f.read()[-4000:], file=sys.stderr)
 
 
 if __name__ == "__main__":

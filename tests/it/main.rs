@@ -8,6 +8,7 @@ mod common;
 mod browser;
 mod cli_errors;
 mod codec_fuzz;
+mod examples;
 mod faults;
 mod gemini_backend;
 mod gemini_tls;

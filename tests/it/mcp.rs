@@ -16,7 +16,7 @@ use livegate_mock::mcp::serve_http;
 use serde_json::{json, Value};
 use tokio::time::timeout;
 
-use crate::common::{http_get, metric, start, test_args, text_of, Client, WAIT};
+use crate::common::{eventually, http_get, metric, start, test_args, text_of, Client, WAIT};
 
 fn config(text: &str) -> McpConfig {
     toml::from_str(text).unwrap()
@@ -143,6 +143,8 @@ async fn http_tools_are_listed_filtered_and_called_with_every_kind_of_result() {
             "meta_user": "ada", "meta_session": "s-1",
             "header_user": "ada", "header_session": "s-1",
             "header_auth": "Bearer t0ken",
+            // No client token started this run.
+            "meta_claims": null, "header_claims": null,
         })
     );
     let error = call(&toolset, "echo", json!([1])).await.unwrap_err();
@@ -335,25 +337,39 @@ async fn ready(addr: SocketAddr) -> String {
     polled.expect("ready in time")
 }
 
-#[tokio::test]
-async fn a_sim_turn_over_the_websocket_calls_an_mcp_tool_and_metrics_count_it() {
-    let mcp = serve_http(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .unwrap();
+/// A gateway on `args` whose agent has one `[[mcp]]` server, `tools` at `url`, with the extra
+/// `settings` lines; ready (the server connected) when it returns.
+async fn gateway_on(
+    mut args: livegate::gateway::ServeArgs,
+    url: &str,
+    settings: &str,
+) -> (livegate::gateway::Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("agent.toml");
     std::fs::write(
         &file,
         format!(
-            "name = \"helper\"\ninstruction = \"Use your tools.\"\n\n[[mcp]]\nname = \"tools\"\nurl = \"{}\"\nallowed_tools = [\"echo\", \"fail\"]\n",
-            mcp.url()
+            "name = \"helper\"\ninstruction = \"Use your tools.\"\n\n[[mcp]]\nname = \"tools\"\nurl = \"{url}\"\n{settings}\n"
         ),
     )
     .unwrap();
-    let mut args = test_args();
     args.agent = Some(file);
     let server = start(args).await;
     ready(server.addr).await;
+    (server, dir)
+}
+
+#[tokio::test]
+async fn a_sim_turn_over_the_websocket_calls_an_mcp_tool_and_metrics_count_it() {
+    let mcp = serve_http(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let (server, _dir) = gateway_on(
+        test_args(),
+        &mcp.url(),
+        "allowed_tools = [\"echo\", \"fail\"]",
+    )
+    .await;
 
     let mut client = Client::connect(server.addr, "u", "s", "modality=TEXT").await;
     client.send_text("echo text=hello").await;
@@ -434,4 +450,137 @@ async fn a_gateway_starts_with_its_mcp_server_down_and_readiness_says_so() {
         Some(0.0)
     );
     server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn forward_identity_tells_the_server_the_client_tokens_claims() {
+    const SECRET: &str = "mcp-test-secret-0123456789abcdef-0123";
+    let mcp = serve_http(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let mut args = test_args();
+    args.auth = Some(livegate::gateway::auth::AuthMode::Token);
+    args.secrets = livegate::gateway::auth::AuthSecrets {
+        token_secret: Some(livegate::gateway::auth::Secret::new(SECRET)),
+        api_keys: Some(livegate::gateway::auth::Secret::new(
+            "mcp-operator-key-0123456789abcdef",
+        )),
+    };
+    let (server, _dir) = gateway_on(args, &mcp.url(), "forward_identity = true").await;
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    // An identity provider's claims beside livegate's own, one of them not ASCII.
+    let claims = json!({
+        "sub": "ada", "exp": exp, "iss": "livegate", "session_id": "s-claims",
+        "email": "ada@example.com", "name": "Ada Lovelace-Byron ✓", "roles": ["billing"],
+    });
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+
+    let mut client = Client::connect(
+        server.addr,
+        "ada",
+        "s-claims",
+        &format!("modality=TEXT&token={token}"),
+    )
+    .await;
+    client.send_text("whoami").await;
+    let events = client.events_until_turn_complete().await;
+    let response = events
+        .iter()
+        .find_map(|e| e["content"]["parts"][0].get("functionResponse"))
+        .expect("a function response");
+    let who = &response["response"]["result"];
+    assert_eq!(
+        (&who["meta_user"], &who["header_session"]),
+        (&json!("ada"), &json!("s-claims"))
+    );
+    assert_eq!(who["meta_claims"], claims);
+    let header = who["header_claims"].as_str().expect("the claims header");
+    let decoded =
+        base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, header).unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&decoded).unwrap(), claims);
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+/// A turn that calls the MCP `slow` tool, then a new turn while it runs: the model voids the
+/// call (`toolCallCancellation`), the gateway aborts it, the MCP server hears
+/// `notifications/cancelled`, the client gets the event naming the call, and the new turn is
+/// answered.
+async fn a_new_turn_cancels_a_running_mcp_call(args: livegate::gateway::ServeArgs) {
+    let mcp = serve_http(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let (server, _dir) = gateway_on(args, &mcp.url(), "allowed_tools = [\"slow\"]").await;
+
+    let mut client = Client::connect(server.addr, "u", "s", "modality=TEXT").await;
+    let cancelled = mcp.state.cancelled_notify.notified();
+    let calls = mcp.state.calls.load(Ordering::SeqCst);
+    client.send_text("slow").await;
+    let is_call = |e: &Value| e["content"]["parts"][0].get("functionCall").is_some();
+    client.frames_until(is_call).await;
+    let call = client.events.iter().rev().find(|e| is_call(e)).unwrap();
+    let id = call["content"]["parts"][0]["functionCall"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The call has reached the server before the user goes on.
+    eventually(WAIT, "the server runs the call", || async {
+        mcp.state.calls.load(Ordering::SeqCst) > calls
+    })
+    .await;
+    client.send_text("never mind").await;
+    let is_told = |e: &Value| e["customMetadata"].get("toolCallCancellation").is_some();
+    client.frames_until(is_told).await;
+    let told = client.events.iter().rev().find(|e| is_told(e)).unwrap();
+    assert_eq!(
+        told["customMetadata"]["toolCallCancellation"],
+        json!({ "ids": [id] })
+    );
+    timeout(WAIT, cancelled)
+        .await
+        .expect("the server hears notifications/cancelled");
+    // The new turn's answer (after the first turn's end, should the model send one).
+    client
+        .frames_until(|e| text_of(e).contains("never mind") && e["partial"] != true)
+        .await;
+    assert!(
+        !client
+            .events
+            .iter()
+            .any(|e| e["content"]["parts"][0].get("functionResponse").is_some()),
+        "a cancelled call has no response"
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn a_new_turn_cancels_a_running_mcp_call_on_sim() {
+    a_new_turn_cancels_a_running_mcp_call(test_args()).await;
+}
+
+#[tokio::test]
+async fn a_new_turn_cancels_a_running_mcp_call_on_gemini() {
+    let upstream = livegate_mock::gemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate_mock::gemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut args = test_args();
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    a_new_turn_cancels_a_running_mcp_call(args).await;
 }

@@ -12,7 +12,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use rmcp::ServiceError;
 use serde_json::{json, Map, Value};
 
-use super::connect::{META_SESSION_ID, META_USER_ID};
+use super::connect::{META_CLAIMS, META_SESSION_ID, META_USER_ID};
 use super::toolset::{Counters, NoPeer, Shared};
 use crate::agent::{Context, ToolError, ToolResult};
 use crate::artifact::Artifact;
@@ -101,6 +101,9 @@ async fn send(
         let mut meta = Map::new();
         meta.insert(META_USER_ID.into(), json!(invocation.user_id));
         meta.insert(META_SESSION_ID.into(), json!(invocation.session_id));
+        if let Some(claims) = &invocation.caller_claims {
+            meta.insert(META_CLAIMS.into(), Value::Object(claims.as_ref().clone()));
+        }
         options.meta = Some(RequestMetaObject(MetaObject(meta)));
     }
     let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);

@@ -45,7 +45,9 @@ pub struct McpConfig {
     pub headers: BTreeMap<String, String>,
     /// Tells the server who is calling: the user and session ids in each call's `_meta`
     /// (`livegate/user_id`, `livegate/session_id`) and, over HTTP, as the headers
-    /// `X-Livegate-User-Id` and `X-Livegate-Session-Id`.
+    /// `X-Livegate-User-Id` and `X-Livegate-Session-Id`; when the run was started with a client
+    /// token, its verified claims too (`livegate/claims`, an object, and `X-Livegate-Claims`,
+    /// their JSON in base64url without padding).
     #[serde(default)]
     pub forward_identity: bool,
 }

@@ -25,6 +25,11 @@ use super::config::{Spec, Transport};
 pub(crate) const META_USER_ID: &str = "livegate/user_id";
 /// See [`META_USER_ID`].
 pub(crate) const META_SESSION_ID: &str = "livegate/session_id";
+/// See [`META_USER_ID`]: the client token's verified claims, as an object.
+pub(crate) const META_CLAIMS: &str = "livegate/claims";
+/// The header the claims travel in over HTTP: their JSON, base64url without padding (a header
+/// value is visible ASCII; claims may hold any text).
+const CLAIMS_HEADER: &str = "x-livegate-claims";
 /// The headers the identity travels in over HTTP, by `_meta` key.
 const IDENTITY_HEADERS: [(&str, &str); 2] = [
     (META_USER_ID, "x-livegate-user-id"),
@@ -147,6 +152,15 @@ fn with_identity(
             if let Ok(id) = HeaderValue::from_str(id) {
                 headers.insert(HeaderName::from_static(header), id);
             }
+        }
+    }
+    if let Some(claims) = meta.get(META_CLAIMS).filter(|c| c.is_object()) {
+        let encoded = base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            claims.to_string(),
+        );
+        if let Ok(value) = HeaderValue::from_str(&encoded) {
+            headers.insert(HeaderName::from_static(CLAIMS_HEADER), value);
         }
     }
     headers

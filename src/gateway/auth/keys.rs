@@ -25,10 +25,23 @@ impl std::fmt::Debug for ApiKeys {
     }
 }
 
+/// Why a list of API keys was refused (it names a key by its position only).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidKeys {
+    /// The key at this position (from 1) is too short or too long.
+    #[error(
+        "API key #{0} must be {MIN_KEY_BYTES} to {MAX_KEY_BYTES} bytes (e.g. `openssl rand -hex 32`)"
+    )]
+    Length(usize),
+    /// More keys than the gateway keeps.
+    #[error("more than {MAX_KEYS} API keys")]
+    TooMany,
+}
+
 impl ApiKeys {
     /// Parses keys separated by commas or newlines; blank entries and `#` comment lines are
     /// skipped. A key that is too short or too long is an error naming its position only.
-    pub fn parse(text: &Secret) -> Result<Self, String> {
+    pub fn parse(text: &Secret) -> Result<Self, InvalidKeys> {
         let mut keys = Vec::new();
         let entries = text
             .expose()
@@ -39,13 +52,10 @@ impl ApiKeys {
             .filter(|key| !key.is_empty());
         for (index, key) in entries.enumerate() {
             if key.len() < MIN_KEY_BYTES || key.len() > MAX_KEY_BYTES {
-                return Err(format!(
-                    "API key #{} must be {MIN_KEY_BYTES} to {MAX_KEY_BYTES} bytes (e.g. `openssl rand -hex 32`)",
-                    index + 1
-                ));
+                return Err(InvalidKeys::Length(index + 1));
             }
             if keys.len() == MAX_KEYS {
-                return Err(format!("more than {MAX_KEYS} API keys"));
+                return Err(InvalidKeys::TooMany);
             }
             keys.push(key.as_bytes().to_vec());
         }
@@ -93,7 +103,9 @@ mod tests {
 
     #[test]
     fn short_keys_are_refused_without_echoing_them() {
-        let error = ApiKeys::parse(&Secret::new(format!("{A},hunter2"))).unwrap_err();
+        let error = ApiKeys::parse(&Secret::new(format!("{A},hunter2")))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("#2") && !error.contains("hunter2"),
             "{error}"

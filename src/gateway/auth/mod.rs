@@ -20,9 +20,9 @@ use clap::ValueEnum;
 use serde_json::{json, Map, Value};
 
 pub use crate::model::gemini::Secret;
-pub use keys::ApiKeys;
-pub use origin::AllowedOrigins;
-pub use token::{Grant, IdentityProvider, Minter, TokenError, Verifier};
+pub use keys::{ApiKeys, InvalidKeys};
+pub use origin::{AllowedOrigins, InvalidOrigins};
+pub use token::{Grant, IdentityProvider, KeyError, Minter, TokenError, Verifier};
 
 use super::ids::PathId;
 
@@ -93,6 +93,50 @@ pub struct AuthOptions<'a> {
     pub secrets: &'a AuthSecrets,
 }
 
+/// Why the gateway must not start with its auth settings.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No authentication on an address others can reach, and anonymous use not allowed.
+    #[error(
+        "refusing to serve {0} without authentication: set --auth token (LIVEGATE_AUTH=token) \
+         with operator keys (--api-keys-file or LIVEGATE_API_KEYS) and LIVEGATE_TOKEN_SECRET \
+         (or --auth-public-key), bind a loopback address, or pass --allow-anonymous to let anyone \
+         who reaches {0} use it"
+    )]
+    AnonymousRefused(SocketAddr),
+    /// `LIVEGATE_API_KEYS` holds a bad key.
+    #[error("{API_KEYS_ENV}: {0}")]
+    Keys(InvalidKeys),
+    /// The API keys file cannot be read.
+    #[error("cannot read --api-keys-file {}: {source}", path.display())]
+    ReadKeysFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The API keys file holds a bad key.
+    #[error("--api-keys-file {}: {source}", path.display())]
+    KeysFile {
+        /// The file.
+        path: PathBuf,
+        /// The key that is wrong.
+        source: InvalidKeys,
+    },
+    /// The token secret or the identity provider's key cannot be used.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// `--auth token` with nothing to check a request against.
+    #[error(
+        "--auth token needs operator API keys (--api-keys-file or LIVEGATE_API_KEYS), \
+         LIVEGATE_TOKEN_SECRET, or --auth-public-key"
+    )]
+    NoCredentials,
+    /// A bad allowed origin.
+    #[error("--allowed-origins: {0}")]
+    Origins(InvalidOrigins),
+}
+
 /// The gateway's auth settings.
 #[derive(Debug)]
 pub struct Auth {
@@ -107,40 +151,44 @@ pub struct Auth {
 
 impl Auth {
     /// Auth as configured, or why the gateway must not start with it.
-    pub fn new(options: &AuthOptions<'_>) -> Result<Self, String> {
+    pub fn new(options: &AuthOptions<'_>) -> Result<Self, AuthError> {
         let loopback = options.bind.ip().is_loopback();
         let mode = match (options.mode, loopback, options.allow_anonymous) {
-            (Some(AuthMode::None), false, false) => return Err(anonymous_refused(options.bind)),
+            (Some(AuthMode::None), false, false) => {
+                return Err(AuthError::AnonymousRefused(options.bind))
+            }
             (Some(mode), _, _) => mode,
             (None, true, _) | (None, false, true) => AuthMode::None,
             (None, false, false) => AuthMode::Token,
         };
         let mut keys = match &options.secrets.api_keys {
-            Some(list) => ApiKeys::parse(list).map_err(|e| format!("{API_KEYS_ENV}: {e}"))?,
+            Some(list) => ApiKeys::parse(list).map_err(AuthError::Keys)?,
             None => ApiKeys::default(),
         };
         if let Some(path) = options.api_keys_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read --api-keys-file {}: {e}", path.display()))?;
-            keys.extend(
-                ApiKeys::parse(&Secret::new(text))
-                    .map_err(|e| format!("--api-keys-file {}: {e}", path.display()))?,
-            );
+            let text = std::fs::read_to_string(path).map_err(|source| AuthError::ReadKeysFile {
+                path: path.clone(),
+                source,
+            })?;
+            keys.extend(ApiKeys::parse(&Secret::new(text)).map_err(|source| {
+                AuthError::KeysFile {
+                    path: path.clone(),
+                    source,
+                }
+            })?);
         }
         let secret = options.secrets.token_secret.as_ref();
         let verifier = Verifier::new(secret, options.provider.as_ref())?;
         let minter = secret.map(Minter::new).transpose()?;
         if mode == AuthMode::Token && keys.is_empty() && verifier.is_empty() {
             return Err(if options.mode.is_none() {
-                anonymous_refused(options.bind)
+                AuthError::AnonymousRefused(options.bind)
             } else {
-                "--auth token needs operator API keys (--api-keys-file or LIVEGATE_API_KEYS), \
-                 LIVEGATE_TOKEN_SECRET, or --auth-public-key"
-                    .into()
+                AuthError::NoCredentials
             });
         }
         let origins = AllowedOrigins::parse(options.allowed_origins.unwrap_or_default())
-            .map_err(|e| format!("--allowed-origins: {e}"))?;
+            .map_err(AuthError::Origins)?;
         Ok(Auth {
             mode,
             keys,
@@ -248,15 +296,6 @@ impl Auth {
     }
 }
 
-fn anonymous_refused(bind: SocketAddr) -> String {
-    format!(
-        "refusing to serve {bind} without authentication: set --auth token (LIVEGATE_AUTH=token) \
-         with operator keys (--api-keys-file or LIVEGATE_API_KEYS) and LIVEGATE_TOKEN_SECRET \
-         (or --auth-public-key), bind a loopback address, or pass --allow-anonymous to let anyone \
-         who reaches {bind} use it"
-    )
-}
-
 /// Who a request speaks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -273,6 +312,14 @@ impl Principal {
     pub fn user(&self) -> Option<&PathId> {
         match self {
             Principal::Client(grant) => Some(&grant.user),
+            _ => None,
+        }
+    }
+
+    /// Every claim of a client token.
+    pub fn claims(&self) -> Option<std::sync::Arc<Map<String, Value>>> {
+        match self {
+            Principal::Client(grant) => Some(grant.claims.clone()),
             _ => None,
         }
     }
@@ -520,6 +567,7 @@ mod tests {
             Principal::Client(Grant {
                 user: PathId::parse("user", "alice").unwrap(),
                 session: session.map(|s| PathId::parse("session", s).unwrap()),
+                claims: Default::default(),
             })
         };
         let alice = grant(None);
@@ -568,7 +616,9 @@ mod tests {
         let auth = Auth::new(&options("127.0.0.1:0", None, &none)).unwrap();
         assert_eq!(auth.mode(), AuthMode::None);
         assert!(auth.loopback_hosts_only);
-        let error = Auth::new(&options("0.0.0.0:8080", None, &none)).unwrap_err();
+        let error = Auth::new(&options("0.0.0.0:8080", None, &none))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("--auth token") && error.contains("--allow-anonymous"),
             "{error}"

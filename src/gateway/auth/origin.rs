@@ -81,16 +81,27 @@ pub struct AllowedOrigins {
     allowed: Vec<Allowed>,
 }
 
+/// Why a list of allowed origins was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidOrigins {
+    /// Not an origin, or a wildcard other than a leading `*.`.
+    #[error(
+        "invalid allowed origin {0:?} (e.g. https://app.example.com or https://*.example.com)"
+    )]
+    Origin(String),
+    /// More origins than the gateway keeps.
+    #[error("more than {MAX_ORIGINS} allowed origins")]
+    TooMany,
+}
+
 impl AllowedOrigins {
     /// Parses a comma-separated list of origins (`https://app.example.com`,
     /// `https://*.example.com`, `http://localhost:3000`).
-    pub fn parse(list: &str) -> Result<Self, String> {
+    pub fn parse(list: &str) -> Result<Self, InvalidOrigins> {
         let mut allowed = Vec::new();
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let entry = entry.trim_end_matches('/');
-            let invalid = || {
-                format!("invalid allowed origin {entry:?} (e.g. https://app.example.com or https://*.example.com)")
-            };
+            let invalid = || InvalidOrigins::Origin(entry.to_owned());
             let origin = Origin::parse(entry).ok_or_else(invalid)?;
             let parsed = match origin.host.strip_prefix("*.") {
                 Some(suffix) if !suffix.is_empty() && !suffix.contains('*') => {
@@ -104,7 +115,7 @@ impl AllowedOrigins {
                 None => Allowed::Exact(origin),
             };
             if allowed.len() == MAX_ORIGINS {
-                return Err(format!("more than {MAX_ORIGINS} allowed origins"));
+                return Err(InvalidOrigins::TooMany);
             }
             allowed.push(parsed);
         }

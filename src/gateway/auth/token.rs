@@ -2,14 +2,16 @@
 //! Minted here with HS256 and `LIVEGATE_TOKEN_SECRET`, or issued by the operator's own identity
 //! provider and verified with its public key (RS256, ES256 or EdDSA), issuer and audience.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
-use super::super::ids::PathId;
+use super::super::ids::{InvalidId, PathId};
 use super::Secret;
 
 /// The issuer of tokens this gateway mints; only those are accepted with the shared secret.
@@ -52,6 +54,9 @@ pub struct Grant {
     pub user: PathId,
     /// The session it is bound to, if any.
     pub session: Option<PathId>,
+    /// Every claim of the verified token, the identity provider's own (`email`, `roles`, …)
+    /// included: MCP servers with `forward_identity` are told them.
+    pub claims: Arc<Map<String, Value>>,
 }
 
 /// Why a token was refused; each is a 401.
@@ -87,12 +92,53 @@ impl TokenError {
     }
 }
 
+/// Why the token secret or the identity provider's key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The shared secret is too short to sign with.
+    #[error(
+        "LIVEGATE_TOKEN_SECRET must be at least {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)"
+    )]
+    ShortSecret,
+    /// The provider's public key file cannot be read.
+    #[error("cannot read --auth-public-key {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file holds no key of a kind the gateway verifies with.
+    #[error(
+        "--auth-public-key {}: not an RSA, EC (P-256) or Ed25519 public key in PEM",
+        .0.display()
+    )]
+    NotAPublicKey(PathBuf),
+    /// A provider without the issuer and audience its tokens must name.
+    #[error("--auth-public-key needs --auth-issuer and --auth-audience")]
+    NoIssuerOrAudience,
+}
+
+/// Why a token lifetime was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidTtl {
+    /// No number where it begins.
+    #[error("invalid ttl {0:?} (e.g. 3600, 90s, 30m, 1h)")]
+    Number(String),
+    /// A unit other than s, m, h or d.
+    #[error("invalid ttl unit {0:?} (s, m, h or d)")]
+    Unit(String),
+}
+
 /// A token request that cannot be minted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MintError {
-    /// A bad user or session id, or a lifetime out of range.
-    #[error("{0}")]
-    Invalid(String),
+    /// A bad user or session id.
+    #[error(transparent)]
+    Id(#[from] InvalidId),
+    /// A lifetime out of range.
+    #[error("ttl must be 1 to {} seconds", MAX_TTL.as_secs())]
+    Ttl,
     /// The signing library failed (should not happen with an HMAC key).
     #[error("could not sign the token: {0}")]
     Sign(String),
@@ -120,7 +166,7 @@ pub struct Minted {
 
 impl Minter {
     /// A minter for this secret (at least [`MIN_SECRET_BYTES`]).
-    pub fn new(secret: &Secret) -> Result<Self, String> {
+    pub fn new(secret: &Secret) -> Result<Self, KeyError> {
         check_secret(secret)?;
         Ok(Minter {
             key: EncodingKey::from_secret(secret.expose().as_bytes()),
@@ -135,17 +181,11 @@ impl Minter {
         session: Option<&str>,
         ttl: Option<Duration>,
     ) -> Result<Minted, MintError> {
-        let user = PathId::parse("user id", user).map_err(MintError::Invalid)?;
-        let session = session
-            .map(PathId::new_session)
-            .transpose()
-            .map_err(MintError::Invalid)?;
+        let user = PathId::parse("user id", user)?;
+        let session = session.map(PathId::new_session).transpose()?;
         let ttl = ttl.unwrap_or(DEFAULT_TTL);
         if ttl.is_zero() || ttl > MAX_TTL {
-            return Err(MintError::Invalid(format!(
-                "ttl must be 1 to {} seconds",
-                MAX_TTL.as_secs()
-            )));
+            return Err(MintError::Ttl);
         }
         let now = now_seconds();
         let claims = Claims {
@@ -195,7 +235,7 @@ impl Verifier {
     pub fn new(
         secret: Option<&Secret>,
         provider: Option<&IdentityProvider>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, KeyError> {
         let shared = match secret {
             Some(secret) => {
                 check_secret(secret)?;
@@ -234,8 +274,8 @@ impl Verifier {
             _ => self.provider.as_ref(),
         }
         .ok_or(TokenError::BadSignature)?;
-        let data =
-            jsonwebtoken::decode::<Claims>(token, key, validation).map_err(|e| match e.kind() {
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, key, validation).map_err(
+            |e| match e.kind() {
                 ErrorKind::ExpiredSignature => TokenError::Expired,
                 ErrorKind::ImmatureSignature => TokenError::NotYetValid,
                 ErrorKind::InvalidSignature | ErrorKind::InvalidAlgorithm => {
@@ -246,8 +286,11 @@ impl Verifier {
                     TokenError::WrongIssuer
                 }
                 _ => TokenError::Malformed,
-            })?;
-        let claims = data.claims;
+            },
+        )?;
+        let all = data.claims;
+        let claims =
+            Claims::deserialize(&Value::Object(all.clone())).map_err(|_| TokenError::Malformed)?;
         let user = PathId::parse("user id", &claims.sub).map_err(|_| TokenError::Malformed)?;
         let session = claims
             .session_id
@@ -255,7 +298,11 @@ impl Verifier {
             .map(|s| PathId::parse("session id", s))
             .transpose()
             .map_err(|_| TokenError::Malformed)?;
-        Ok(Grant { user, session })
+        Ok(Grant {
+            user,
+            session,
+            claims: Arc::new(all),
+        })
     }
 }
 
@@ -268,20 +315,20 @@ fn validation(algorithms: &[Algorithm]) -> Validation {
     validation
 }
 
-fn check_secret(secret: &Secret) -> Result<(), String> {
+fn check_secret(secret: &Secret) -> Result<(), KeyError> {
     if secret.expose().len() < MIN_SECRET_BYTES {
-        return Err(format!(
-            "LIVEGATE_TOKEN_SECRET must be at least {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)"
-        ));
+        return Err(KeyError::ShortSecret);
     }
     Ok(())
 }
 
 /// The provider's key, read from its PEM file; the key's type decides the algorithm.
-fn load_provider(provider: &IdentityProvider) -> Result<(DecodingKey, Validation), String> {
+fn load_provider(provider: &IdentityProvider) -> Result<(DecodingKey, Validation), KeyError> {
     let path: &Path = &provider.public_key;
-    let pem = std::fs::read(path)
-        .map_err(|e| format!("cannot read --auth-public-key {}: {e}", path.display()))?;
+    let pem = std::fs::read(path).map_err(|source| KeyError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     let (key, algorithms) = if let Ok(key) = DecodingKey::from_rsa_pem(&pem) {
         (key, vec![Algorithm::RS256])
     } else if let Ok(key) = DecodingKey::from_ec_pem(&pem) {
@@ -289,13 +336,10 @@ fn load_provider(provider: &IdentityProvider) -> Result<(DecodingKey, Validation
     } else if let Ok(key) = DecodingKey::from_ed_pem(&pem) {
         (key, vec![Algorithm::EdDSA])
     } else {
-        return Err(format!(
-            "--auth-public-key {}: not an RSA, EC (P-256) or Ed25519 public key in PEM",
-            path.display()
-        ));
+        return Err(KeyError::NotAPublicKey(path.to_owned()));
     };
     if provider.issuer.trim().is_empty() || provider.audience.trim().is_empty() {
-        return Err("--auth-public-key needs --auth-issuer and --auth-audience".into());
+        return Err(KeyError::NoIssuerOrAudience);
     }
     let mut validation = validation(&algorithms);
     validation.set_issuer(&[provider.issuer.as_str()]);
@@ -312,7 +356,7 @@ pub fn now_seconds() -> u64 {
 }
 
 /// Parses a lifetime: `3600`, `90s`, `30m`, `1h`, `1d`.
-pub fn parse_ttl(text: &str) -> Result<Duration, String> {
+pub fn parse_ttl(text: &str) -> Result<Duration, InvalidTtl> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -320,13 +364,13 @@ pub fn parse_ttl(text: &str) -> Result<Duration, String> {
     let (number, unit) = text.split_at(split);
     let number: u64 = number
         .parse()
-        .map_err(|_| format!("invalid ttl {text:?} (e.g. 3600, 90s, 30m, 1h)"))?;
+        .map_err(|_| InvalidTtl::Number(text.to_owned()))?;
     let scale = match unit {
         "" | "s" => 1,
         "m" => 60,
         "h" => 3600,
         "d" => 86_400,
-        _ => return Err(format!("invalid ttl unit {unit:?} (s, m, h or d)")),
+        _ => return Err(InvalidTtl::Unit(unit.to_owned())),
     };
     Ok(Duration::from_secs(number.saturating_mul(scale)))
 }
@@ -438,6 +482,16 @@ mod tests {
             &EncodingKey::from_secret(secret().expose().as_bytes()),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_grant_keeps_every_claim_of_its_token() {
+        let exp = now_seconds() + 600;
+        let claims = serde_json::json!({
+            "sub": "alice", "exp": exp, "iss": ISSUER, "email": "a@example.com", "roles": ["admin"],
+        });
+        let grant = verifier().verify(&signed(claims.clone())).unwrap();
+        assert_eq!(Value::Object(grant.claims.as_ref().clone()), claims);
     }
 
     #[test]

@@ -151,7 +151,9 @@ pub(crate) async fn mint_token(
             tracing::info!(user_id = request.user_id, session_id = ?request.session_id, "client token minted");
             Json(json!({ "token": minted.token, "expiresAt": minted.expires_at })).into_response()
         }
-        Err(e @ token::MintError::Invalid(_)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e @ (token::MintError::Id(_) | token::MintError::Ttl)) => {
+            error(StatusCode::BAD_REQUEST, e.to_string())
+        }
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

@@ -22,7 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde_json::{json, Map, Value};
 
-use super::rest::{api_error, artifact_scope, existing_session, ApiError};
+use super::error::{api_error, ApiError};
+use super::rest::{artifact_scope, existing_session};
 use crate::event::Event;
 use crate::gateway::auth::Principal;
 use crate::gateway::state::Gateway;

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod assets;
+pub mod error;
 pub mod export;
 pub mod live_info;
 pub mod ready;

@@ -52,11 +52,40 @@ impl ModelCheck {
     }
 }
 
+/// Why the node is not ready (the body of `/readyz`'s 503). Each store's or the model's error
+/// is kept as its message: the answer is cached and shared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotReady {
+    /// The session store refused a write.
+    #[error("session store cannot write: {0}")]
+    Sessions(String),
+    /// The session store did not answer.
+    #[error("session store did not answer in time")]
+    SessionsSlow,
+    /// The artifact store refused a write.
+    #[error("artifact store cannot write: {0}")]
+    Artifacts(String),
+    /// The artifact store did not answer.
+    #[error("artifact store did not answer in time")]
+    ArtifactsSlow,
+    /// A toolset (an MCP server) is down.
+    #[error("{0}")]
+    Toolset(String),
+    /// The model's host cannot be reached.
+    #[error("model unreachable ({authority}): {reason}")]
+    Model {
+        /// Its host and port.
+        authority: String,
+        /// Why.
+        reason: String,
+    },
+}
+
 /// Answers `/readyz`.
 #[derive(Debug)]
 pub(crate) struct Readiness {
     model: ModelCheck,
-    cached: Mutex<Option<(Instant, Result<(), String>)>>,
+    cached: Mutex<Option<(Instant, Result<(), NotReady>)>>,
 }
 
 impl Readiness {
@@ -68,7 +97,7 @@ impl Readiness {
     }
 
     /// Ready, or why not.
-    pub(crate) async fn check(&self, runner: &Runner) -> Result<(), String> {
+    pub(crate) async fn check(&self, runner: &Runner) -> Result<(), NotReady> {
         if let Some((at, answer)) = self.cached.lock_or_recover().as_ref() {
             if at.elapsed() < CACHE_FOR {
                 return answer.clone();
@@ -79,30 +108,34 @@ impl Readiness {
         answer
     }
 
-    async fn check_now(&self, runner: &Runner) -> Result<(), String> {
+    async fn check_now(&self, runner: &Runner) -> Result<(), NotReady> {
         let sessions = tokio::time::timeout(CHECK_TIMEOUT, runner.sessions.check_writable());
         let artifacts = tokio::time::timeout(CHECK_TIMEOUT, runner.artifacts.check_writable());
         let (sessions, artifacts) = tokio::join!(sessions, artifacts);
         match sessions {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => return Err(format!("session store cannot write: {error}")),
-            Err(_) => return Err("session store did not answer in time".into()),
+            Ok(Err(error)) => return Err(NotReady::Sessions(error.to_string())),
+            Err(_) => return Err(NotReady::SessionsSlow),
         }
         match artifacts {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => return Err(format!("artifact store cannot write: {error}")),
-            Err(_) => return Err("artifact store did not answer in time".into()),
+            Ok(Err(error)) => return Err(NotReady::Artifacts(error.to_string())),
+            Err(_) => return Err(NotReady::ArtifactsSlow),
         }
         // An MCP server that is down does not stop the gateway from starting, but it is not ready.
         for toolset in runner.agent.toolsets() {
-            toolset.health()?;
+            toolset.health().map_err(NotReady::Toolset)?;
         }
         if let ModelCheck::Connect { authority } = &self.model {
             let connect = tokio::net::TcpStream::connect(authority.as_str());
+            let unreachable = |reason: String| NotReady::Model {
+                authority: authority.clone(),
+                reason,
+            };
             match tokio::time::timeout(CHECK_TIMEOUT, connect).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(error)) => return Err(format!("model unreachable ({authority}): {error}")),
-                Err(_) => return Err(format!("model unreachable ({authority}): timed out")),
+                Ok(Err(error)) => return Err(unreachable(error.to_string())),
+                Err(_) => return Err(unreachable("timed out".into())),
             }
         }
         Ok(())

@@ -14,7 +14,8 @@ use serde_json::{json, Map, Value};
 
 use crate::artifact::{ArtifactError, ArtifactScope};
 use crate::event::Blob;
-use crate::gateway::auth::{Denied, Principal};
+use crate::gateway::auth::Principal;
+use crate::gateway::http::error::{api_error, ApiError};
 use crate::gateway::ids::PathId;
 use crate::gateway::media;
 use crate::gateway::state::Gateway;
@@ -31,48 +32,8 @@ const MAX_PAGE_BYTES: usize = 1024 * 1024;
 /// beside its bytes.
 const READ_CHUNK: usize = 50;
 
-/// A failed request: its status and what went wrong, answered as `{"error": message}`.
-#[derive(Debug)]
-pub(crate) enum ApiError {
-    Failed {
-        status: StatusCode,
-        message: String,
-    },
-    /// Refused by the auth checks (answered and counted as such).
-    Denied(Denied),
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        match self {
-            ApiError::Failed { status, message } => {
-                (status, Json(json!({ "error": message }))).into_response()
-            }
-            ApiError::Denied(denied) => denied.into_response(),
-        }
-    }
-}
-
-impl From<Denied> for ApiError {
-    fn from(denied: Denied) -> Self {
-        ApiError::Denied(denied)
-    }
-}
-
-pub(crate) fn api_error(status: StatusCode, message: impl Into<String>) -> ApiError {
-    ApiError::Failed {
-        status,
-        message: message.into(),
-    }
-}
-
-/// A JSON error response: `{"error": message}`.
-pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    api_error(status, message).into_response()
-}
-
-fn bad_request(message: impl Into<String>) -> ApiError {
-    api_error(StatusCode::BAD_REQUEST, message)
+fn bad_request(message: impl std::fmt::Display) -> ApiError {
+    api_error(StatusCode::BAD_REQUEST, message.to_string())
 }
 
 fn session_error(e: SessionError) -> ApiError {
@@ -139,10 +100,11 @@ pub(crate) async fn create(
         return denied.into_response();
     }
     let quotas = &gateway.quotas;
-    let admitted = match quotas.check_state(gateway, principal, &Map::new(), &state) {
+    let counters = &gateway.limits.counters;
+    let admitted = match quotas.check_state(counters, principal, &Map::new(), &state) {
         Ok(()) => {
             quotas
-                .admit_new_session(gateway, principal, user.as_str())
+                .admit_new_session(&gateway.runner, counters, principal, user.as_str())
                 .await
         }
         Err(refused) => Err(refused),

@@ -131,6 +131,6 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
     }
     match gateway.readiness.check(&gateway.runner).await {
         Ok(()) => "ready".into_response(),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
     }
 }

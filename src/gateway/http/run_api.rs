@@ -41,7 +41,7 @@ struct RunAgentRequest {
     state_delta: Option<Map<String, Value>>,
 }
 
-use crate::gateway::http::rest::error;
+use crate::gateway::http::error::error;
 
 fn run_error(e: RunError) -> Response {
     let status = match &e {
@@ -82,9 +82,9 @@ async fn start(
         ));
     }
     let user_id = PathId::parse("user id", &request.user_id)
-        .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+        .map_err(|m| error(StatusCode::BAD_REQUEST, m.to_string()))?;
     let session_id = PathId::parse("session id", &request.session_id)
-        .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+        .map_err(|m| error(StatusCode::BAD_REQUEST, m.to_string()))?;
     let state_delta = request.state_delta.unwrap_or_default();
     principal
         .check_session(user_id.as_str(), session_id.as_str())
@@ -117,7 +117,10 @@ async fn start(
             session_id.as_str(),
             request.new_message,
             state_delta,
-            RunConfig::default(),
+            RunConfig {
+                caller_claims: principal.claims(),
+                ..RunConfig::default()
+            },
             request.streaming,
         )
         .instrument(span.clone())
@@ -170,7 +173,7 @@ async fn check_state_quota(
     let current = session.map(|s| s.state).unwrap_or_default();
     gateway
         .quotas
-        .check_state(gateway, principal, &current, delta)
+        .check_state(&gateway.limits.counters, principal, &current, delta)
         .map_err(IntoResponse::into_response)
 }
 

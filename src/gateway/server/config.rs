@@ -667,7 +667,39 @@ struct FileConfig {
     telephony_goodbye: Option<PathBuf>,
 }
 
+/// The gateway's options alone as a command line, for [`ServeArgs::from_command_line`].
+#[derive(Debug, clap::Parser)]
+#[command(version = crate::BUILD)]
+struct ServeOnly {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
 impl ServeArgs {
+    /// The options of this process's command line (the flags of `livegate serve`, with their
+    /// environment variables), completed by [`ServeArgs::prepare`]. For a program of its own
+    /// that serves the gateway; `--help` and a bad flag print and exit, as clap does.
+    pub fn from_command_line() -> Result<Self, ConfigError> {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = ServeOnly::command().get_matches();
+        let mut args = match ServeOnly::from_arg_matches(&matches) {
+            Ok(only) => only.serve,
+            Err(error) => error.exit(),
+        };
+        args.prepare(&matches)?;
+        Ok(args)
+    }
+
+    /// Completes options parsed from a command line as the `livegate` binary does: the
+    /// `--config` file fills what flags and environment variables left unset, and the secrets
+    /// (token secret, API keys, the carriers') are read from the environment.
+    pub fn prepare(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {
+        self.apply_config_file(matches)?;
+        self.secrets = AuthSecrets::from_env();
+        self.telephony.secrets = crate::gateway::telephony::TelephonySecrets::from_env();
+        Ok(())
+    }
+
     /// Fills every option not given as a flag or environment variable from `--config`, if set.
     /// `matches` are the parsed arguments these args came from (they tell what was explicit).
     pub fn apply_config_file(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {
@@ -871,78 +903,118 @@ fn unknown_key(table: &toml::Table, text: &str) -> Option<String> {
     Some(format!("unknown option {key:?}{line}{nearest}"))
 }
 
+/// How a listen address is written, for the errors that ask for one.
+const BIND_EXAMPLE: &str =
+    "e.g. 127.0.0.1:8080 (this machine only) or 0.0.0.0:8080 (every interface)";
+
+/// Why an option's value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    /// A listen address without a port.
+    #[error("{0:?} has no port: give an address and a port, {BIND_EXAMPLE}")]
+    NoPort(String),
+    /// A listen address whose port is not one.
+    #[error("{0:?} is not a port (0 to 65535), {BIND_EXAMPLE}")]
+    Port(String),
+    /// A listen address whose host is not an IP address (nor `localhost`).
+    #[error("{0:?} is not an IP address to listen on: {BIND_EXAMPLE}")]
+    Host(String),
+    /// An audio chunk length that is not whole milliseconds up to the most.
+    #[error("expected whole milliseconds from 0 to {max}, got {value:?}")]
+    ChunkMs {
+        /// The value as given.
+        value: String,
+        /// The longest chunk, in milliseconds.
+        max: u128,
+    },
+    /// A trusted proxy that is neither a CIDR nor an address.
+    #[error("{0:?} is not a CIDR or an IP address")]
+    Proxy(String),
+    /// A duration without a number.
+    #[error("invalid duration {0:?} (expected e.g. 250ms, 10s, 5m, 4h)")]
+    Duration(String),
+    /// A duration too long to hold.
+    #[error("duration {0:?} is too long")]
+    DurationTooLong(String),
+    /// A duration in a unit there is not.
+    #[error("unknown unit {unit:?} in duration {value:?} (expected ms, s, m or h)")]
+    DurationUnit {
+        /// The unit.
+        unit: String,
+        /// The duration as given.
+        value: String,
+    },
+}
+
 /// A listen address as people type it: an IP address and a port (`127.0.0.1:8080`,
 /// `[::1]:8080`, `0.0.0.0:8080`), or `localhost:PORT` / `:PORT` for the loopback address.
-pub fn parse_bind(value: &str) -> Result<SocketAddr, String> {
+pub fn parse_bind(value: &str) -> Result<SocketAddr, BadValue> {
     let value = value.trim();
     if let Ok(addr) = value.parse() {
         return Ok(addr);
     }
-    let example = "e.g. 127.0.0.1:8080 (this machine only) or 0.0.0.0:8080 (every interface)";
     let Some((host, port)) = value.rsplit_once(':') else {
-        return Err(format!(
-            "{value:?} has no port: give an address and a port, {example}"
-        ));
+        return Err(BadValue::NoPort(value.to_owned()));
     };
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("{port:?} is not a port (0 to 65535), {example}"))?;
+    let port: u16 = port.parse().map_err(|_| BadValue::Port(port.to_owned()))?;
     match host {
         "" | "localhost" => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
-        _ => Err(format!(
-            "{host:?} is not an IP address to listen on: {example}"
-        )),
+        _ => Err(BadValue::Host(host.to_owned())),
     }
 }
 
-fn parse_audio_chunk_ms(s: &str) -> Result<u64, String> {
+fn parse_audio_chunk_ms(s: &str) -> Result<u64, BadValue> {
     let max = crate::model::MAX_AUDIO_CHUNK.as_millis();
     match s.trim().parse::<u64>() {
         Ok(ms) if u128::from(ms) <= max => Ok(ms),
-        _ => Err(format!(
-            "expected whole milliseconds from 0 to {max}, got {s:?}"
-        )),
+        _ => Err(BadValue::ChunkMs {
+            value: s.to_owned(),
+            max,
+        }),
     }
 }
 
-fn parse_modality(s: &str) -> Result<Modality, String> {
+fn parse_modality(s: &str) -> Result<Modality, crate::model::UnknownModality> {
     s.parse()
 }
 
-fn parse_audio_frames(s: &str) -> Result<AudioEncoding, String> {
+fn parse_audio_frames(
+    s: &str,
+) -> Result<AudioEncoding, crate::gateway::ws::codec::UnknownAudioEncoding> {
     s.parse()
 }
 
 /// A trusted proxy: a CIDR, or one address.
-fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
+fn parse_proxy(s: &str) -> Result<ipnet::IpNet, BadValue> {
     let s = s.trim();
     s.parse::<ipnet::IpNet>()
         .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("{s:?} is not a CIDR or an IP address"))
+        .map_err(|_| BadValue::Proxy(s.to_owned()))
 }
 
 /// A duration as `250ms`, `10s`, `5m`, `4h` or plain seconds (`10`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, BadValue> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (number, unit) = s.split_at(split);
     let number: u64 = number
         .parse()
-        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 250ms, 10s, 5m, 4h)"))?;
+        .map_err(|_| BadValue::Duration(s.to_owned()))?;
     let seconds = |factor: u64| {
         number
             .checked_mul(factor)
             .map(Duration::from_secs)
-            .ok_or_else(|| format!("duration {s:?} is too long"))
+            .ok_or_else(|| BadValue::DurationTooLong(s.to_owned()))
     };
     match unit.trim() {
         "ms" => Ok(Duration::from_millis(number)),
         "" | "s" => seconds(1),
         "m" | "min" => seconds(60),
         "h" => seconds(3600),
-        other => Err(format!(
-            "unknown unit {other:?} in duration {s:?} (expected ms, s, m or h)"
-        )),
+        other => Err(BadValue::DurationUnit {
+            unit: other.to_owned(),
+            value: s.to_owned(),
+        }),
     }
 }
 
@@ -1018,7 +1090,7 @@ mod tests {
         );
         assert_eq!(parse_bind("[::1]:9"), Ok("[::1]:9".parse().unwrap()));
         for bad in ["example.com:80", "8080", "localhost:http", ":70000"] {
-            let error = parse_bind(bad).unwrap_err();
+            let error = parse_bind(bad).unwrap_err().to_string();
             assert!(error.contains("127.0.0.1:8080"), "{bad}: {error}");
         }
         let dir = tempfile::tempdir().unwrap();

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::gateway::auth::Principal;
 use crate::gateway::ids::PathId;
-use crate::gateway::server::limits::Refused;
-use crate::gateway::state::Gateway;
+use crate::gateway::server::limits::{LimitCounters, Refused};
+use crate::runner::Runner;
 use crate::session::{GetSessionConfig, SessionError};
 
 /// Why a client may not keep more.
@@ -29,7 +29,7 @@ impl IntoResponse for QuotaError {
             QuotaError::Over(refused) => refused.response(),
             QuotaError::Store(error) => {
                 tracing::error!(%error, "session store failed");
-                crate::gateway::http::rest::error(
+                crate::gateway::http::error::error(
                     axum::http::StatusCode::INTERNAL_SERVER_ERROR,
                     error.to_string(),
                 )
@@ -52,7 +52,8 @@ impl Quotas {
     /// exist yet?
     pub async fn admit_session(
         &self,
-        gateway: &Gateway,
+        runner: &Runner,
+        counters: &LimitCounters,
         principal: &Principal,
         user: &PathId,
         session: &PathId,
@@ -60,7 +61,6 @@ impl Quotas {
         if self.stored_sessions == 0 || !is_client(principal) {
             return Ok(());
         }
-        let runner = &gateway.runner;
         let config = GetSessionConfig {
             num_recent_events: Some(0),
             after_timestamp: None,
@@ -72,27 +72,27 @@ impl Quotas {
         if existing.is_some() {
             return Ok(());
         }
-        self.admit_new_session(gateway, principal, user.as_str())
+        self.admit_new_session(runner, counters, principal, user.as_str())
             .await
     }
 
     /// May `principal` create one more session for `user`?
     pub async fn admit_new_session(
         &self,
-        gateway: &Gateway,
+        runner: &Runner,
+        counters: &LimitCounters,
         principal: &Principal,
         user: &str,
     ) -> Result<(), QuotaError> {
         if self.stored_sessions == 0 || !is_client(principal) {
             return Ok(());
         }
-        let runner = &gateway.runner;
         let stored = runner
             .sessions
             .count_sessions(&runner.app_name, user)
             .await?;
         if stored >= self.stored_sessions {
-            return Err(over(gateway, Refused::StoredSessions));
+            return Err(over(counters, Refused::StoredSessions));
         }
         Ok(())
     }
@@ -100,7 +100,7 @@ impl Quotas {
     /// May `principal` give a session whose state is `current` the changes `delta`?
     pub fn check_state(
         &self,
-        gateway: &Gateway,
+        counters: &LimitCounters,
         principal: &Principal,
         current: &Map<String, Value>,
         delta: &Map<String, Value>,
@@ -114,7 +114,7 @@ impl Quotas {
         }
         let size = serde_json::to_vec(&state).map_or(usize::MAX, |json| json.len());
         if size > self.state_bytes {
-            return Err(over(gateway, Refused::StateBytes));
+            return Err(over(counters, Refused::StateBytes));
         }
         Ok(())
     }
@@ -124,7 +124,7 @@ fn is_client(principal: &Principal) -> bool {
     matches!(principal, Principal::Client(_))
 }
 
-fn over(gateway: &Gateway, refused: Refused) -> QuotaError {
-    gateway.limits.counters.refused(refused);
+fn over(counters: &LimitCounters, refused: Refused) -> QuotaError {
+    counters.refused(refused);
     QuotaError::Over(refused)
 }

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::agent::config::{AgentConfig, AgentConfigError};
+use crate::agent::Agent;
 use crate::artifact::open_artifact_service_in;
 use crate::gateway::auth;
 use crate::gateway::cluster::pg_leases::PgLeases;
@@ -56,13 +57,13 @@ pub enum StartError {
     Tls(String),
     /// Authentication is misconfigured, or missing where it is required.
     #[error("authentication: {0}")]
-    Auth(String),
+    Auth(#[from] crate::gateway::auth::AuthError),
     /// A default live setting (flags, config file or agent file) is invalid.
     #[error("live settings: {0}")]
     Settings(#[from] crate::live::settings::SettingError),
     /// A telephony setting is invalid.
     #[error("telephony: {0}")]
-    Telephony(String),
+    Telephony(#[from] crate::gateway::telephony::TelephonyError),
     /// The listen address could not be bound.
     #[error("could not listen on {addr}: {source}")]
     Bind {
@@ -134,25 +135,55 @@ impl Server {
     /// resumption handles.
     pub async fn shutdown(self, grace: Duration) {
         let deadline = tokio::time::Instant::now() + grace;
-        self.gateway.shutdown.fire();
-        self.gateway.connections.close();
-        let drained = async {
-            self.gateway.connections.wait().await;
-            self.gateway.registry.idle().await;
-            // The runs' last resumption handles, for the nodes that take their sessions over.
-            self.gateway.runner.settle().await;
-        };
-        if tokio::time::timeout_at(deadline, drained).await.is_err() {
-            tracing::warn!("connections did not close within the grace period");
-        }
+        self.gateway.drain(grace).await;
         let _ = tokio::time::timeout_at(deadline, self.task).await;
     }
 }
 
-/// Opens the stores, binds the address and starts serving.
+impl Gateway {
+    /// Drains the gateway's sessions: `/readyz` turns false, the WebSocket routes take no new
+    /// connections, every live run ends, commits and flushes its recordings, and then its client
+    /// is closed with 1012 (reconnect); waits up to `grace`, including giving the sessions'
+    /// leases back and storing the runs' last resumption handles. [`Server::shutdown`] does this
+    /// before it stops listening; an application serving [`router`] itself calls it on its way
+    /// down.
+    pub async fn drain(&self, grace: Duration) {
+        self.shutdown.fire();
+        self.connections.close();
+        let drained = async {
+            self.connections.wait().await;
+            self.registry.idle().await;
+            // The runs' last resumption handles, for the nodes that take their sessions over.
+            self.runner.settle().await;
+        };
+        if tokio::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!("connections did not close within the grace period");
+        }
+    }
+}
+
+/// Changes the agent tree a gateway built from its arguments (the agent file's, or the built-in
+/// one) before it serves: adds Rust tools, toolsets and callbacks, or replaces it. An error
+/// stops the start ([`StartError::Agent`]).
+pub type Customize<'a> = Box<dyn FnOnce(Agent) -> Result<Agent, String> + Send + 'a>;
+
+/// Opens the stores, binds the address and starts serving: what the `livegate` binary does.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
+    start_with(args, Box::new(Ok)).await
+}
+
+/// [`start`], with the agent tree changed by `customize` first.
+pub async fn start_with(args: &ServeArgs, customize: Customize<'_>) -> Result<Server, StartError> {
+    let gateway = build(args, customize).await?;
+    serve_gateway(args, gateway).await
+}
+
+/// Builds a gateway from its arguments without serving it: the stores opened, the agent (as
+/// `customize` leaves it) on its model in a runner, the limits and metrics. [`router`] serves
+/// it inside any axum application; [`start`] serves it on its own listener.
+pub async fn build(args: &ServeArgs, customize: Customize<'_>) -> Result<Arc<Gateway>, StartError> {
     // Checked first: a gateway that would be open to the world must not even open its stores.
-    let auth = auth::Auth::new(&args.auth_options()).map_err(StartError::Auth)?;
+    let auth = auth::Auth::new(&args.auth_options())?;
     let (sessions, registry) = open_sessions(args).await?;
     // A bucket's recordings wait on the local disk on their way to it.
     let spool_root = args.spool_dir();
@@ -165,7 +196,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         gemini: args.gemini_options(),
         openai: args.openai_options(),
     };
-    let (runner, live) = build_runner(args, &options, sessions, artifacts)?;
+    let (runner, live) = build_runner(args, &options, sessions, artifacts, customize)?;
     crate::live::flow::set_max_unsaved_bytes(args.max_unsaved_recording_bytes);
     // The sim's delay is known; a load test reads it from here.
     let metrics = match args.model.as_str() {
@@ -175,18 +206,16 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let metrics = metrics
         .with_store_reads(runner.sessions.clone())
         .with_toolsets(runner.agent.toolsets());
-    let tls = open_tls(args, &metrics)?;
     let telephony = crate::gateway::telephony::Telephony::new(
         &args.telephony,
         Duration::from_secs(args.drain_timeout),
-    )
-    .map_err(StartError::Telephony)?;
+    )?;
     let limits = Arc::new(limits::Limits::new(
         args.limit_settings(auth.mode()),
         metrics.limits.clone(),
     ));
     let quotas = args.quotas(auth.mode());
-    let gateway = Arc::new(Gateway {
+    Ok(Arc::new(Gateway {
         runner,
         registry,
         shutdown: Latch::new(),
@@ -201,7 +230,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         auth,
         live,
         connections: TaskTracker::new(),
-        limits: limits.clone(),
+        limits,
         readiness: readiness(args, &options),
         frame_limits: args.frame_limits(),
         queue_max_bytes: args.queue_max_bytes,
@@ -210,7 +239,12 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
         telephony,
         message_read_timeout: config::limit(args.message_read_timeout),
         quotas,
-    });
+    }))
+}
+
+/// Serves a built gateway on `args.bind` (and `--metrics-bind`), with its TLS, until shutdown.
+async fn serve_gateway(args: &ServeArgs, gateway: Arc<Gateway>) -> Result<Server, StartError> {
+    let tls = open_tls(args, &gateway.metrics)?;
     let (listener, addr) = bind(args.bind).await?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, model = %args.model, auth = ?gateway.auth.mode(), "listening on {addr} ({scheme})");
@@ -230,7 +264,7 @@ pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
     let task = tokio::spawn(serve::serve(
         listener,
         app,
-        limits,
+        gateway.limits.clone(),
         options,
         gateway.shutdown.clone(),
     ));
@@ -269,6 +303,7 @@ fn build_runner(
     options: &ModelOptions,
     sessions: Arc<dyn SessionService>,
     artifacts: Arc<dyn crate::artifact::ArtifactService>,
+    customize: Customize<'_>,
 ) -> Result<(Runner, live_settings::LiveDefaults), StartError> {
     let agent_config = match &args.agent {
         Some(path) => AgentConfig::load(path)?,
@@ -279,6 +314,10 @@ fn build_runner(
         warn_without_credentials(name, options, &warned);
         model_for_name(name, options)
     })?;
+    let agent = customize(agent).map_err(AgentConfigError::Invalid)?;
+    agent
+        .validate()
+        .map_err(|e| AgentConfigError::Invalid(e.to_string()))?;
     let live = live_settings::LiveDefaults {
         settings: args
             .live

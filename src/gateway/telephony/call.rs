@@ -87,7 +87,7 @@ pub async fn serve_call(
         let ids = match CallIds::resolve(&gateway.telephony, &start, grant.as_ref()) {
             Ok(ids) => ids,
             Err(why) => {
-                tracing::warn!(why, "call refused");
+                tracing::warn!(%why, "call refused");
                 return close_now(&mut sink, close::POLICY, "call refused").await;
             }
         };
@@ -260,6 +260,8 @@ impl Call {
             modality: Modality::Audio,
             settings: ClientLayer::default(),
             trace_parent: None,
+            // The stream's token is the gateway's own, minted for the call: no caller's claims.
+            caller_claims: None,
         };
         let (run_config, _) =
             live_settings::run_config(&gateway.live, &options, gateway.save_live_blob, None);

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `carrier.rs` | the [`Carrier`] trait every adapter implements, and what they share (forms, XML, bounds) |
 //! | `twilio.rs`, `telnyx.rs` | one carrier each: its stream messages, its webhook signature, its XML answer |
+//! | `routes.rs` | the routes: the webhook, and the stream (by its token, or anonymous) upgraded to a call |
 //! | `webhook.rs` | `POST /telephony/{carrier}/voice`: signature checked, a short-lived stream token minted, the XML |
 //! | `call.rs` | one call whatever the carrier: start, state, audio in, DTMF, marks, the ends |
 //! | `output.rs` | the run's events as carrier messages: audio to 8 kHz μ-law with marks, `clear` on barge-in |
@@ -14,29 +15,23 @@
 mod call;
 pub mod carrier;
 mod output;
+mod routes;
 pub mod telnyx;
 pub mod twilio;
 mod webhook;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use clap::ValueEnum;
 
 use carrier::CallStart;
 pub use carrier::Carrier;
+pub use routes::routes;
 
-use super::auth::{AuthMode, Grant, Secret};
-use super::ids::PathId;
-use super::Gateway;
+use super::auth::{Grant, Secret};
+use super::ids::{InvalidId, PathId};
 
 /// The session state key an interrupted answer's heard part is committed under (session scope,
 /// so it stays in the session's record): `{"heardMs", "sentMs", "transcript"}`.
@@ -44,8 +39,6 @@ pub const HEARD_STATE_KEY: &str = "interrupted_answer";
 /// How long a stream token minted by the webhook stays valid: the carrier opens the stream at
 /// once.
 const STREAM_TOKEN_TTL: Duration = Duration::from_secs(60);
-/// Largest message on a call's stream (Twilio's `media` is a few hundred bytes).
-const MAX_STREAM_MESSAGE: usize = 64 * 1024;
 
 /// The carrier of that name in the routes.
 pub fn carrier(name: &str) -> Option<&'static dyn Carrier> {
@@ -80,18 +73,21 @@ pub enum SessionFrom {
     Parameter(String),
 }
 
-impl std::str::FromStr for SessionFrom {
-    type Err = String;
+/// A session id source other than `call`, `caller` or `parameter:NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid session id source {0:?} (call, caller or parameter:NAME)")]
+pub struct InvalidSessionFrom(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for SessionFrom {
+    type Err = InvalidSessionFrom;
+
+    fn from_str(s: &str) -> Result<Self, InvalidSessionFrom> {
         match s {
             "call" => Ok(SessionFrom::Call),
             "caller" => Ok(SessionFrom::Caller),
             _ => match s.strip_prefix("parameter:") {
                 Some(name) if !name.is_empty() => Ok(SessionFrom::Parameter(name.to_owned())),
-                _ => Err(format!(
-                    "invalid session id source {s:?} (call, caller or parameter:NAME)"
-                )),
+                _ => Err(InvalidSessionFrom(s.to_owned())),
             },
         }
     }
@@ -188,6 +184,36 @@ pub struct CallSettings {
     pub public_url: Option<String>,
 }
 
+/// Why the telephony options cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TelephonyError {
+    /// The goodbye message cannot be read.
+    #[error("cannot read --telephony-goodbye {}: {source}", path.display())]
+    ReadGoodbye {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The goodbye message is empty or too long.
+    #[error("--telephony-goodbye must hold up to 30 s of 8 kHz μ-law")]
+    GoodbyeSize,
+    /// The public URL is not an http(s) URL.
+    #[error("--telephony-public-url must be an http(s) URL, not {0:?}")]
+    PublicUrl(String),
+}
+
+/// Why a call has no user and session ids.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallIdError {
+    /// A stream token for a user but no session.
+    #[error("the stream token is not bound to a session")]
+    Unbound,
+    /// The ids the call would have are not valid ids.
+    #[error(transparent)]
+    Id(#[from] InvalidId),
+}
+
 /// The gateway's telephony: settings, secrets and the goodbye message.
 #[derive(Debug)]
 pub struct Telephony {
@@ -203,14 +229,15 @@ pub struct Telephony {
 impl Telephony {
     /// Telephony as configured; `drain_timeout` is the node's `--drain-timeout` (calls in progress
     /// get it less a margin to flush).
-    pub fn new(args: &TelephonyArgs, drain_timeout: Duration) -> Result<Self, String> {
+    pub fn new(args: &TelephonyArgs, drain_timeout: Duration) -> Result<Self, TelephonyError> {
         let goodbye = match &args.telephony_goodbye {
             Some(path) => {
-                let clip = std::fs::read(path).map_err(|e| {
-                    format!("cannot read --telephony-goodbye {}: {e}", path.display())
+                let clip = std::fs::read(path).map_err(|source| TelephonyError::ReadGoodbye {
+                    path: path.clone(),
+                    source,
                 })?;
                 if clip.is_empty() || clip.len() > 8_000 * 30 {
-                    return Err("--telephony-goodbye must hold up to 30 s of 8 kHz μ-law".into());
+                    return Err(TelephonyError::GoodbyeSize);
                 }
                 Some(Bytes::from(clip))
             }
@@ -223,9 +250,7 @@ impl Telephony {
             .filter(|url| !url.is_empty());
         if let Some(url) = &public_url {
             if !url.starts_with("https://") && !url.starts_with("http://") {
-                return Err(format!(
-                    "--telephony-public-url must be an http(s) URL, not {url:?}"
-                ));
+                return Err(TelephonyError::PublicUrl(url.clone()));
             }
         }
         Ok(Telephony {
@@ -259,7 +284,7 @@ impl CallIds {
         call_id: &str,
         caller: Option<&str>,
         parameter: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CallIdError> {
         let user = match caller.map(digits).filter(|d| !d.is_empty()) {
             Some(digits) => format!("tel-{digits}"),
             None => "phone".to_owned(),
@@ -281,12 +306,9 @@ impl CallIds {
         telephony: &Telephony,
         start: &CallStart,
         grant: Option<&Grant>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CallIdError> {
         if let Some(grant) = grant {
-            let session = grant
-                .session
-                .clone()
-                .ok_or("the stream token is not bound to a session")?;
+            let session = grant.session.clone().ok_or(CallIdError::Unbound)?;
             return Ok(CallIds {
                 user: grant.user.clone(),
                 session,
@@ -316,73 +338,6 @@ fn digits(number: &str) -> String {
         .filter(char::is_ascii_digit)
         .take(32)
         .collect()
-}
-
-/// The telephony routes: the webhook (checked by its carrier's signature) and the stream
-/// (checked by the token in its path, or anonymous where the gateway is).
-pub fn routes() -> Router<Arc<Gateway>> {
-    Router::new()
-        .route("/telephony/{carrier}/voice", post(webhook::voice))
-        .route("/telephony/{carrier}/stream", get(stream_anonymous))
-        .route(
-            "/telephony/{carrier}/stream/{token}",
-            get(stream_with_token),
-        )
-}
-
-async fn stream_anonymous(
-    State(gateway): State<Arc<Gateway>>,
-    Path(carrier): Path<String>,
-    upgrade: WebSocketUpgrade,
-) -> Response {
-    if gateway.auth.mode() != AuthMode::None {
-        gateway.metrics.auth_failure("stream_token");
-        return (
-            StatusCode::UNAUTHORIZED,
-            "a call's stream needs the token its webhook put in the URL",
-        )
-            .into_response();
-    }
-    accept_stream(gateway, &carrier, upgrade, None)
-}
-
-async fn stream_with_token(
-    State(gateway): State<Arc<Gateway>>,
-    Path((carrier, token)): Path<(String, String)>,
-    upgrade: WebSocketUpgrade,
-) -> Response {
-    let grant = match gateway.auth.verify_token(&token) {
-        Ok(grant) => grant,
-        Err(error) => {
-            gateway.metrics.auth_failure(error.reason());
-            tracing::info!(%error, "call stream refused");
-            return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
-        }
-    };
-    accept_stream(gateway, &carrier, upgrade, Some(grant))
-}
-
-fn accept_stream(
-    gateway: Arc<Gateway>,
-    carrier_name: &str,
-    upgrade: WebSocketUpgrade,
-    grant: Option<Grant>,
-) -> Response {
-    let Some(carrier) = carrier(carrier_name) else {
-        return (StatusCode::NOT_FOUND, "no such carrier").into_response();
-    };
-    if gateway.shutdown.is_fired() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
-    }
-    let tracker = gateway.connections.clone();
-    upgrade
-        .max_message_size(MAX_STREAM_MESSAGE)
-        .max_frame_size(MAX_STREAM_MESSAGE)
-        .read_buffer_size(crate::gateway::ws::upgrade::SOCKET_READ_BUFFER)
-        .write_buffer_size(crate::gateway::ws::writer::SOCKET_WRITE_BUFFER)
-        .on_upgrade(move |socket| {
-            tracker.track_future(call::serve_call(gateway, carrier, socket, grant))
-        })
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ pub(super) async fn voice(
         find,
     ) {
         Ok(ids) => ids,
-        Err(why) => return refuse(&gateway, WebhookError::Malformed(why)),
+        Err(why) => return refuse(&gateway, WebhookError::Malformed(why.to_string())),
     };
     let mut stream_url = format!(
         "{}/telephony/{}/stream",

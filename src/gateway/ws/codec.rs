@@ -22,16 +22,19 @@ pub enum AudioEncoding {
     Base64,
 }
 
+/// An audio frame mode other than `binary` or `base64` (as given, lower-cased).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown audio frame mode {0:?} (expected binary or base64)")]
+pub struct UnknownAudioEncoding(pub String);
+
 impl std::str::FromStr for AudioEncoding {
-    type Err = String;
+    type Err = UnknownAudioEncoding;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "binary" => Ok(AudioEncoding::Binary),
             "base64" | "json" => Ok(AudioEncoding::Base64),
-            other => Err(format!(
-                "unknown audio frame mode {other:?} (expected binary or base64)"
-            )),
+            other => Err(UnknownAudioEncoding(other.to_owned())),
         }
     }
 }

@@ -13,11 +13,13 @@ use clap::Args;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 
-use crate::gateway::ws::codec::AudioEncoding;
 use crate::gateway::ws::codec::FrameError;
-use crate::live::settings::{ClientSettings, LiveSettings, SettingError, DEFAULT_CLIENT_SETTINGS};
+use crate::gateway::ws::codec::{AudioEncoding, UnknownAudioEncoding};
+use crate::live::settings::{
+    ClientSettings, LiveSettings, SettingError, UnknownSetting, DEFAULT_CLIENT_SETTINGS,
+};
 use crate::live::RunConfig;
-use crate::model::Modality;
+use crate::model::{Modality, UnknownModality};
 
 /// How long a new connection waits for its first frame, which may be a setup message, before
 /// its run starts with the settings it has. Any other first frame starts the run at once.
@@ -91,7 +93,7 @@ pub struct LiveArgs {
     pub file: Option<LiveSettings>,
 }
 
-fn parse_client_settings(s: &str) -> Result<ClientSettings, String> {
+fn parse_client_settings(s: &str) -> Result<ClientSettings, UnknownSetting> {
     s.parse()
 }
 
@@ -249,6 +251,20 @@ pub struct ConnectOptions {
     /// The client's W3C trace context (`traceparent` header on the upgrade, or query parameter):
     /// the connection's trace continues it. A malformed one is ignored, as W3C asks.
     pub trace_parent: Option<crate::trace_context::TraceParent>,
+    /// The verified claims of the client token the connection presented (set by the upgrade,
+    /// not the query).
+    pub caller_claims: Option<std::sync::Arc<serde_json::Map<String, serde_json::Value>>>,
+}
+
+/// A connection's URL query asking for an audio frame mode or a modality there is not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadQuery {
+    /// `audio=`.
+    #[error(transparent)]
+    Audio(#[from] UnknownAudioEncoding),
+    /// `modality=`.
+    #[error(transparent)]
+    Modality(#[from] UnknownModality),
 }
 
 impl ConnectOptions {
@@ -258,7 +274,7 @@ impl ConnectOptions {
         audio: AudioEncoding,
         modality: Modality,
         allowed: &ClientSettings,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BadQuery> {
         Ok(ConnectOptions {
             audio: match query.get("audio") {
                 Some(v) => v.parse()?,
@@ -272,6 +288,7 @@ impl ConnectOptions {
             trace_parent: query
                 .get(crate::trace_context::TRACEPARENT)
                 .and_then(|v| crate::trace_context::TraceParent::parse(v)),
+            caller_claims: None,
         })
     }
 }
@@ -287,6 +304,7 @@ pub fn run_config(
         response_modalities: Some(vec![options.modality]),
         save_live_blob,
         session_resumption: Some(Default::default()),
+        caller_claims: options.caller_claims.clone(),
         ..RunConfig::default()
     };
     let mut settings = defaults.settings.clone();

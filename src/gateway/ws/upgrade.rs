@@ -17,13 +17,11 @@ use crate::gateway::server::io_watch::{IoWatch, MessageDeadline};
 use crate::gateway::state::Gateway;
 use crate::gateway::ws::connection;
 use crate::gateway::ws::live_settings::ConnectOptions;
-use crate::gateway::ws::writer::SOCKET_WRITE_BUFFER;
-
-/// Bytes read from a client socket at a time (larger messages still arrive whole).
-pub(crate) const SOCKET_READ_BUFFER: usize = 2048;
+use crate::gateway::ws::writer::{SOCKET_READ_BUFFER, SOCKET_WRITE_BUFFER};
 
 /// A JSON error response.
-fn bad_request(message: String) -> Response {
+fn bad_request(message: impl std::fmt::Display) -> Response {
+    let message = message.to_string();
     (
         StatusCode::BAD_REQUEST,
         Json(serde_json::json!({"error": message})),
@@ -58,6 +56,7 @@ pub(crate) async fn ws_upgrade(
         Ok(options) => options,
         Err(message) => return bad_request(message),
     };
+    options.caller_claims = principal.claims();
     // The header wins over the query parameter (browsers cannot set headers on a WebSocket).
     if let Some(parent) = crate::trace_context::traceparent_header(&headers) {
         options.trace_parent = Some(parent);
@@ -72,7 +71,13 @@ pub(crate) async fn ws_upgrade(
     // A live run creates its session when it has none: that is one more of the user's.
     if let Err(refused) = gateway
         .quotas
-        .admit_session(&gateway, &principal, &user_id, &session_id)
+        .admit_session(
+            &gateway.runner,
+            &gateway.limits.counters,
+            &principal,
+            &user_id,
+            &session_id,
+        )
         .await
     {
         return refused.into_response();

@@ -19,6 +19,11 @@ use crate::gateway::ws::pacing::{Pacer, WriterStep};
 /// a bigger frame is written at once.
 pub const SOCKET_WRITE_BUFFER: usize = 8192;
 
+/// Bytes read from a client socket at a time (larger messages still arrive whole). Beside the
+/// write buffer so that every socket route (the browser's and the carriers') sizes its socket
+/// from one place.
+pub(crate) const SOCKET_READ_BUFFER: usize = 2048;
+
 /// What the connection asks the writer to do.
 #[derive(Debug)]
 pub enum WriterCommand {

@@ -22,9 +22,6 @@ mod traced;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
-use tokio::sync::oneshot;
-
 pub use audio_cache::{
     set_max_unsaved_bytes, AudioCache, AudioSide, RecordingTarget, DEFAULT_MAX_UNSAVED_BYTES,
     RECORDING_DROPPED,
@@ -36,11 +33,11 @@ pub use limits::{
     MAX_MODEL_ERRORS_PER_TURN, STABLE_CONNECTION,
 };
 pub use receive::{ResponseProcessor, Step, FUNCTION_CALL_ID_PREFIX};
+pub use run::TOOL_CALL_CANCELLATION;
 
 use crate::event::{Content, Event};
 use crate::live::{LiveRequestReceiver, RunConfig};
 use crate::model::{LiveConnectConfig, LiveModel};
-use run::FlowRun;
 
 /// Consecutive failed reconnects after which the run ends with an error (ADK's default; see
 /// [`FlowLimits::max_reconnects`]).
@@ -145,41 +142,5 @@ pub struct LiveFlow {
 #[async_trait::async_trait]
 pub trait HistorySource: Send + Sync + std::fmt::Debug {
     /// The history as the session stands now.
-    async fn history(&self) -> Result<Vec<Content>, String>;
-}
-
-impl LiveFlow {
-    /// Runs the flow until the client closes, the model ends, the agent hands off, or an
-    /// unrecoverable error (yielded as an error event). Requests come from `requests`; how the
-    /// flow ended, and the requests, arrive on the returned receiver once the stream is done.
-    pub fn run(
-        self,
-        requests: LiveRequestReceiver,
-    ) -> (
-        impl Stream<Item = FlowItem> + Send + 'static,
-        oneshot::Receiver<FlowEnd>,
-    ) {
-        let (end_tx, end_rx) = oneshot::channel();
-        (self.events(requests, end_tx), end_rx)
-    }
-
-    /// The flow's steps (`FlowRun::advance`) and the events each leaves to yield. A step runs
-    /// only once the events before it were taken: the runner commits an event before it polls
-    /// for the next, so what a step does after an event (run its tool calls, send its tool
-    /// responses up, ack the send loop) follows the event's commit.
-    fn events(
-        self,
-        requests: LiveRequestReceiver,
-        end_tx: oneshot::Sender<FlowEnd>,
-    ) -> impl Stream<Item = FlowItem> + Send + 'static {
-        async_stream::stream! {
-            let mut run = FlowRun::new(self, requests);
-            while run.advance().await {
-                while let Some(item) = run.out.pop_front() {
-                    yield item;
-                }
-            }
-            let _ = end_tx.send(run.end());
-        }
-    }
+    async fn history(&self) -> Result<Vec<Content>, crate::session::SessionError>;
 }

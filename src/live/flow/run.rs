@@ -3,10 +3,12 @@
 //! committed by the runner) waits in `then` until the next call.
 
 use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -123,6 +125,46 @@ struct ModelLink {
     span: tracing::Span,
 }
 
+impl LiveFlow {
+    /// Runs the flow until the client closes, the model ends, the agent hands off, or an
+    /// unrecoverable error (yielded as an error event). Requests come from `requests`; how the
+    /// flow ended, and the requests, arrive on the returned receiver once the stream is done.
+    pub fn run(
+        self,
+        requests: LiveRequestReceiver,
+    ) -> (
+        impl Stream<Item = FlowItem> + Send + 'static,
+        oneshot::Receiver<FlowEnd>,
+    ) {
+        let (end_tx, end_rx) = oneshot::channel();
+        (self.events(requests, end_tx), end_rx)
+    }
+
+    /// The flow's steps (`FlowRun::advance`) and the events each leaves to yield. A step runs
+    /// only once the events before it were taken: the runner commits an event before it polls
+    /// for the next, so what a step does after an event (run its tool calls, send its tool
+    /// responses up, ack the send loop) follows the event's commit.
+    fn events(
+        self,
+        requests: LiveRequestReceiver,
+        end_tx: oneshot::Sender<FlowEnd>,
+    ) -> impl Stream<Item = FlowItem> + Send + 'static {
+        async_stream::stream! {
+            let mut run = FlowRun::new(self, requests);
+            while run.advance().await {
+                while let Some(item) = run.out.pop_front() {
+                    yield item;
+                }
+            }
+            let _ = end_tx.send(run.end());
+        }
+    }
+}
+
+/// The `customMetadata` key of the event telling the client which tool calls were cancelled
+/// (what the browser client library reads as a `toolCancelled` event).
+pub const TOOL_CALL_CANCELLATION: &str = "toolCallCancellation";
+
 /// One running flow.
 pub(super) struct FlowRun {
     model: Arc<dyn LiveModel>,
@@ -164,6 +206,8 @@ pub(super) struct FlowRun {
     then: Option<Then>,
     /// The model, as the trace spans name it.
     label: ModelLabel,
+    /// The wake's three deadlines: the hand-off's, the model's goAway's and the answer's.
+    timers: [Timer; 3],
     /// The turn under way, for its trace span.
     traced: Turns,
 }
@@ -223,6 +267,7 @@ impl FlowRun {
             out: VecDeque::new(),
             then: None,
             label,
+            timers: Default::default(),
             traced: Turns::default(),
         }
     }
@@ -438,6 +483,7 @@ impl FlowRun {
             .turns
             .pending()
             .map(|at| at + self.limits.answer_timeout);
+        let [handoff_timer, go_away_timer, answer_timer] = &mut self.timers;
         loop {
             return tokio::select! {
                 Some(request) = self.persist_rx.recv() => Wake::Persist(request),
@@ -449,9 +495,9 @@ impl FlowRun {
                         continue;
                     }
                 },
-                () = sleep_until(handoff_at) => Wake::HandoffDue,
-                () = sleep_until(conn.go_away_by) => Wake::GoAwayDue,
-                () = sleep_until(answer_by) => Wake::AnswerLate,
+                () = handoff_timer.until(handoff_at) => Wake::HandoffDue,
+                () = go_away_timer.until(conn.go_away_by) => Wake::GoAwayDue,
+                () = answer_timer.until(answer_by) => Wake::AnswerLate,
                 Ok(()) = self.turn_sent.changed() => Wake::TurnSent,
                 response = conn.receiver.recv() => Wake::Model(response),
             };
@@ -499,6 +545,9 @@ impl FlowRun {
     /// Takes a model message: its handle, cancellations and audio now, its events step by step.
     fn on_model_message(&mut self, mut response: LlmResponse) {
         self.take_handle(&mut response);
+        if self.conn.is_some() {
+            self.cancel_tools(&response.tool_call_cancellations);
+        }
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
@@ -530,16 +579,6 @@ impl FlowRun {
             || !response.tool_calls.is_empty();
         if traced {
             self.traced.on_message(&self.label, &response);
-        }
-        for id in &response.tool_call_cancellations {
-            if let Some(task) = self.running.remove(id) {
-                tracing::info!(
-                    invocation_id = self.target.invocation_id,
-                    call_id = id,
-                    "the model cancelled a tool call"
-                );
-                task.abort();
-            }
         }
         let answering = response.content.is_some() || response.output_transcription.is_some();
         conn.said = Some(Said {
@@ -695,6 +734,48 @@ impl FlowRun {
             }
         }
         None
+    }
+
+    /// The model cancelled these calls (`toolCallCancellation`): the tasks running them are
+    /// aborted (an MCP call tells its server, `notifications/cancelled`), and the client is told
+    /// by an event whose `customMetadata.toolCallCancellation.ids` names every call that stopped
+    /// (the calls of one model message run in one task, so a cancelled call's siblings stop
+    /// too). No response goes to the model for them.
+    fn cancel_tools(&mut self, ids: &[String]) {
+        let mut stopped: Vec<String> = Vec::new();
+        for id in ids {
+            let Some(task) = self.running.remove(id) else {
+                continue;
+            };
+            tracing::info!(
+                invocation_id = self.target.invocation_id,
+                call_id = id,
+                "the model cancelled a tool call"
+            );
+            task.abort();
+            stopped.push(id.clone());
+            let siblings: Vec<String> = self
+                .running
+                .iter()
+                .filter(|(_, other)| other.id() == task.id())
+                .map(|(sibling, _)| sibling.clone())
+                .collect();
+            for sibling in siblings {
+                self.running.remove(&sibling);
+                stopped.push(sibling);
+            }
+        }
+        if stopped.is_empty() {
+            return;
+        }
+        let mut event = Event::new(&self.target.invocation_id, &self.target.agent_name);
+        let mut metadata = serde_json::Map::new();
+        metadata.insert(
+            TOOL_CALL_CANCELLATION.into(),
+            serde_json::json!({ "ids": stopped }),
+        );
+        event.custom_metadata = Some(metadata);
+        self.emit(event);
     }
 
     /// A tool task finished with its response event: yielded, then sent up (see `after_yield`).
@@ -1027,10 +1108,24 @@ fn handoff_of(event: &Event) -> Option<FlowEndReason> {
         .then_some(FlowEndReason::TaskCompleted)
 }
 
-/// Sleeps until the deadline, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// A deadline's timer, made once and moved, not made per wake: a new `Sleep` registers with the
+/// timer wheel when first polled and leaves it when dropped, and the flow wakes for every event
+/// of the model.
+#[derive(Default)]
+struct Timer(Option<Pin<Box<tokio::time::Sleep>>>);
+
+impl Timer {
+    /// Sleeps until the deadline, or forever without one.
+    async fn until(&mut self, deadline: Option<Instant>) {
+        let Some(at) = deadline else {
+            return std::future::pending().await;
+        };
+        let sleep = self
+            .0
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if sleep.deadline() != at {
+            sleep.as_mut().reset(at);
+        }
+        sleep.as_mut().await;
     }
 }

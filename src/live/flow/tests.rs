@@ -362,7 +362,16 @@ async fn a_tool_call_cancellation_stops_the_running_tool() {
     assert_eq!(call.event.function_calls().len(), 1);
     let up = up.await.unwrap();
     // Poll the flow from here on: it starts the tool and then reads the cancellation.
-    let polled = tokio::spawn(async move { while items.next().await.is_some() {} });
+    let polled = tokio::spawn(async move {
+        let mut told = None;
+        while let Some(item) = items.next().await {
+            let metadata = item.event.custom_metadata.as_ref();
+            if let Some(cancelled) = metadata.and_then(|m| m.get(TOOL_CALL_CANCELLATION)) {
+                told = Some(cancelled.clone());
+            }
+        }
+        told
+    });
     timeout(WAIT, was_started.recv())
         .await
         .expect("the tool starts");
@@ -379,7 +388,12 @@ async fn a_tool_call_cancellation_stops_the_running_tool() {
         .unwrap();
     queue.close();
     drop(up);
-    timeout(WAIT, polled).await.unwrap().unwrap();
+    let told = timeout(WAIT, polled).await.unwrap().unwrap();
+    assert_eq!(
+        told,
+        Some(serde_json::json!({"ids": ["function-call-7"]})),
+        "the client is told which call stopped"
+    );
 }
 
 /// Hooks whose tools answer at once with `{"ok": true}`.

@@ -413,6 +413,18 @@ struct RawEvent<'a> {
     error: Option<ErrorObject>,
 }
 
+/// OpenAI's `error` event, as the response's error.
+fn error_response(event: RawEvent, response: &mut LlmResponse) {
+    let error = event.error.unwrap_or_default();
+    tracing::warn!(
+        code = error.code,
+        kind = error.kind,
+        "OpenAI reported an error"
+    );
+    response.error_code = Some(error.adk_code().to_owned());
+    response.error_message = Some(error.describe());
+}
+
 #[derive(Debug, Default, Deserialize)]
 struct ResponseObject {
     id: Option<String>,
@@ -552,158 +564,192 @@ impl Decoder {
 
     /// What one server event (its JSON) means; `now` is when it arrived.
     pub fn decode(&mut self, json: &[u8], now: Instant) -> Result<Vec<Action>, ModelError> {
-        let event: RawEvent = serde_json::from_slice(json)
+        let mut event: RawEvent = serde_json::from_slice(json)
             .map_err(|e| ModelError::Protocol(format!("unreadable OpenAI event: {e}")))?;
-        let mut actions = Vec::new();
+        // Taken out so that the steps below can have the event; a `Cow` leaves nothing to copy.
+        let kind = std::mem::take(&mut event.kind);
         let mut response = self.response();
-        match event.kind.as_ref() {
-            "session.created" | "session.updated" => actions.push(Action::Session),
+        match kind.as_ref() {
+            "session.created" | "session.updated" => return Ok(vec![Action::Session]),
             "response.created" => self.answer = Some(Answer::default()),
             "response.output_audio.delta" | "response.audio.delta" => {
-                let data = STANDARD
-                    .decode(event.delta.unwrap_or_default().as_bytes())
-                    .map_err(|e| ModelError::Protocol(format!("audio delta not base64: {e}")))?;
-                if data.is_empty() {
-                    return Ok(actions);
-                }
-                let item_id = event.item_id.unwrap_or_default();
-                if self.playing.as_ref().is_none_or(|p| p.item_id != item_id) {
-                    self.playing = Some(Playing {
-                        item_id,
-                        samples: 0,
-                        first_at: now,
-                    });
-                }
-                if let Some(playing) = &mut self.playing {
-                    playing.samples += data.len() as u64 / 2;
-                }
-                self.answer().audio = true;
-                let mut content = Content::blob("model", Blob::new(Bytes::from(data), OUTPUT_MIME));
-                // The answer's first audio carries when its prompt was read, for the writer's clock.
-                if let Some(part) = content.parts.first_mut() {
-                    part.prompted_by = self.prompted_by.take();
-                }
-                response.content = Some(content);
+                self.audio_delta(event, now, &mut response)?;
             }
             "response.output_audio_transcript.delta" | "response.audio_transcript.delta" => {
-                let delta = event.delta.unwrap_or_default().into_owned();
-                if !self.transcribe_output || delta.is_empty() {
-                    return Ok(actions);
-                }
-                response.output_transcription = Some(Transcription {
-                    text: Some(delta),
-                    finished: None,
-                });
+                self.output_transcript_delta(event, &mut response);
             }
             "response.output_audio_transcript.done" | "response.audio_transcript.done" => {
-                if !self.transcribe_output {
-                    return Ok(actions);
-                }
-                // The deltas carried the text; this only closes it.
-                response.output_transcription = Some(Transcription {
-                    text: None,
-                    finished: Some(true),
-                });
+                self.output_transcript_done(&mut response);
             }
             "response.output_text.delta" | "response.text.delta" => {
-                let delta = event.delta.unwrap_or_default().into_owned();
-                if delta.is_empty() {
-                    return Ok(actions);
-                }
-                let mut content = Content::text("model", delta);
-                if let Some(part) = content.parts.first_mut() {
-                    part.prompted_by = self.prompted_by.take();
-                }
-                response.content = Some(content);
+                self.text_delta(event, &mut response);
             }
             "conversation.item.input_audio_transcription.delta" => {
-                let delta = event.delta.unwrap_or_default().into_owned();
-                let item_id = event.item_id.unwrap_or_default();
-                let heard = match &mut self.heard {
-                    Some((id, text)) if *id == item_id => text,
-                    _ => &mut self.heard.insert((item_id, String::new())).1,
-                };
-                if delta.is_empty() || heard.len() + delta.len() > MAX_TRANSCRIPT_BYTES {
-                    return Ok(actions);
-                }
-                heard.push_str(&delta);
-                response.input_transcription = Some(Transcription {
-                    text: Some(delta),
-                    finished: None,
-                });
+                self.input_transcript_delta(event, &mut response);
             }
             "conversation.item.input_audio_transcription.completed" => {
-                let transcript = event.transcript.unwrap_or_default();
-                let item_id = event.item_id.unwrap_or_default();
-                let so_far = match self.heard.take() {
-                    Some((id, text)) if id == item_id => text,
-                    _ => String::new(),
-                };
-                // Only what the deltas did not already say; the flow joins the fragments.
-                let rest = transcript
-                    .strip_prefix(so_far.as_str())
-                    .unwrap_or_default()
-                    .to_owned();
-                response.input_transcription = Some(Transcription {
-                    text: (!rest.is_empty()).then_some(rest),
-                    finished: Some(true),
-                });
+                self.input_transcript_completed(event, &mut response);
             }
             "input_audio_buffer.speech_started" => return Ok(self.barge_in(now)),
             "input_audio_buffer.speech_stopped" | "input_audio_buffer.committed" => {
                 self.prompted_by = self.prompted_by.or_else(|| self.last_audio.get());
-                return Ok(actions);
+                return Ok(Vec::new());
             }
             "response.function_call_arguments.done" => {
-                let arguments = event.arguments.unwrap_or_default();
-                let args = match serde_json::from_str::<Value>(&arguments) {
-                    Ok(Value::Object(map)) => Value::Object(map),
-                    _ if arguments.trim().is_empty() => json!({}),
-                    _ => {
-                        tracing::warn!(
-                            name = event.name,
-                            "function call arguments are not a JSON object"
-                        );
-                        json!({})
-                    }
-                };
-                let call = FunctionCall {
-                    id: event.call_id,
-                    args: Some(args),
-                    name: event.name.unwrap_or_default(),
-                };
-                let answer = self.answer();
-                if answer.calls.len() >= MAX_CALLS {
-                    answer.dropped_calls += 1;
-                    // A line at 1, 2, 4, 8… drops: a flood of calls is no flood of logs.
-                    if answer.dropped_calls.is_power_of_two() {
-                        tracing::warn!(
-                            dropped = answer.dropped_calls,
-                            "too many function calls in one response; the rest are dropped"
-                        );
-                    }
-                } else if !answer.calls.iter().any(|c| c.id == call.id) {
-                    answer.calls.push(call);
-                }
-                return Ok(actions);
+                self.function_call(event);
+                return Ok(Vec::new());
             }
             "response.done" => return Ok(self.response_done(event.response.unwrap_or_default())),
-            "error" => {
-                let error = event.error.unwrap_or_default();
-                tracing::warn!(
-                    code = error.code,
-                    kind = error.kind,
-                    "OpenAI reported an error"
-                );
-                response.error_code = Some(error.adk_code().to_owned());
-                response.error_message = Some(error.describe());
-            }
-            _ => return Ok(actions),
+            "error" => error_response(event, &mut response),
+            _ => return Ok(Vec::new()),
         }
         if response != self.response() {
-            actions.push(Action::Respond(Box::new(response)));
+            return Ok(vec![Action::Respond(Box::new(response))]);
         }
-        Ok(actions)
+        Ok(Vec::new())
+    }
+
+    /// A piece of the answer's audio: counted for the playout clock, the first stamped with
+    /// when its prompt was read.
+    fn audio_delta(
+        &mut self,
+        event: RawEvent,
+        now: Instant,
+        response: &mut LlmResponse,
+    ) -> Result<(), ModelError> {
+        let data = STANDARD
+            .decode(event.delta.unwrap_or_default().as_bytes())
+            .map_err(|e| ModelError::Protocol(format!("audio delta not base64: {e}")))?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let item_id = event.item_id.unwrap_or_default();
+        if self.playing.as_ref().is_none_or(|p| p.item_id != item_id) {
+            self.playing = Some(Playing {
+                item_id,
+                samples: 0,
+                first_at: now,
+            });
+        }
+        if let Some(playing) = &mut self.playing {
+            playing.samples += data.len() as u64 / 2;
+        }
+        self.answer().audio = true;
+        let mut content = Content::blob("model", Blob::new(Bytes::from(data), OUTPUT_MIME));
+        // The answer's first audio carries when its prompt was read, for the writer's clock.
+        if let Some(part) = content.parts.first_mut() {
+            part.prompted_by = self.prompted_by.take();
+        }
+        response.content = Some(content);
+        Ok(())
+    }
+
+    /// A piece of the answer's transcript.
+    fn output_transcript_delta(&mut self, event: RawEvent, response: &mut LlmResponse) {
+        let delta = event.delta.unwrap_or_default().into_owned();
+        if !self.transcribe_output || delta.is_empty() {
+            return;
+        }
+        response.output_transcription = Some(Transcription {
+            text: Some(delta),
+            finished: None,
+        });
+    }
+
+    /// The answer's transcript is over.
+    fn output_transcript_done(&mut self, response: &mut LlmResponse) {
+        if !self.transcribe_output {
+            return;
+        }
+        // The deltas carried the text; this only closes it.
+        response.output_transcription = Some(Transcription {
+            text: None,
+            finished: Some(true),
+        });
+    }
+
+    /// A piece of a text answer, the first stamped with when its prompt was read.
+    fn text_delta(&mut self, event: RawEvent, response: &mut LlmResponse) {
+        let delta = event.delta.unwrap_or_default().into_owned();
+        if delta.is_empty() {
+            return;
+        }
+        let mut content = Content::text("model", delta);
+        if let Some(part) = content.parts.first_mut() {
+            part.prompted_by = self.prompted_by.take();
+        }
+        response.content = Some(content);
+    }
+
+    /// A piece of what the user said, kept (bounded) to tell the completed transcript's rest.
+    fn input_transcript_delta(&mut self, event: RawEvent, response: &mut LlmResponse) {
+        let delta = event.delta.unwrap_or_default().into_owned();
+        let item_id = event.item_id.unwrap_or_default();
+        let heard = match &mut self.heard {
+            Some((id, text)) if *id == item_id => text,
+            _ => &mut self.heard.insert((item_id, String::new())).1,
+        };
+        if delta.is_empty() || heard.len() + delta.len() > MAX_TRANSCRIPT_BYTES {
+            return;
+        }
+        heard.push_str(&delta);
+        response.input_transcription = Some(Transcription {
+            text: Some(delta),
+            finished: None,
+        });
+    }
+
+    /// What the user said, complete: only the part the deltas did not carry.
+    fn input_transcript_completed(&mut self, event: RawEvent, response: &mut LlmResponse) {
+        let transcript = event.transcript.unwrap_or_default();
+        let item_id = event.item_id.unwrap_or_default();
+        let so_far = match self.heard.take() {
+            Some((id, text)) if id == item_id => text,
+            _ => String::new(),
+        };
+        // Only what the deltas did not already say; the flow joins the fragments.
+        let rest = transcript
+            .strip_prefix(so_far.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        response.input_transcription = Some(Transcription {
+            text: (!rest.is_empty()).then_some(rest),
+            finished: Some(true),
+        });
+    }
+
+    /// A function call, held (bounded, once per id) until the response is done.
+    fn function_call(&mut self, event: RawEvent) {
+        let arguments = event.arguments.unwrap_or_default();
+        let args = match serde_json::from_str::<Value>(&arguments) {
+            Ok(Value::Object(map)) => Value::Object(map),
+            _ if arguments.trim().is_empty() => json!({}),
+            _ => {
+                tracing::warn!(
+                    name = event.name,
+                    "function call arguments are not a JSON object"
+                );
+                json!({})
+            }
+        };
+        let call = FunctionCall {
+            id: event.call_id,
+            args: Some(args),
+            name: event.name.unwrap_or_default(),
+        };
+        let answer = self.answer();
+        if answer.calls.len() >= MAX_CALLS {
+            answer.dropped_calls += 1;
+            // A line at 1, 2, 4, 8… drops: a flood of calls is no flood of logs.
+            if answer.dropped_calls.is_power_of_two() {
+                tracing::warn!(
+                    dropped = answer.dropped_calls,
+                    "too many function calls in one response; the rest are dropped"
+                );
+            }
+        } else if !answer.calls.iter().any(|c| c.id == call.id) {
+            answer.calls.push(call);
+        }
     }
 
     /// The user started speaking: if an answer is under way or still playing, it is interrupted,

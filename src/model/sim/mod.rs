@@ -13,6 +13,9 @@
 //! - **Barge-in**: speech (or a new text turn) while an answer is being sent ⇒ `interrupted`, then
 //!   `turnComplete` with the usage of what was generated (as Gemini ends it), and no more of that
 //!   answer. With `Pacing::Burst` answers are usually out before anyone can interrupt.
+//! - **Tools**: a turn naming a declared tool ⇒ a `toolCall`; the answer reads the responses.
+//!   Speech or a new text turn while responses are still awaited ⇒ `toolCallCancellation` with
+//!   the unanswered calls' ids (as Gemini voids them), and their late responses are ignored.
 //! - **Resumption**: with `session_resumption` set, a `sim-{uuid}-{n}` handle after each turn.
 //!
 //! One tokio task per connection owns all state; answers are rendered chunk by chunk as they are

@@ -511,6 +511,7 @@ impl Session {
     /// Drops every answer not yet given. One under way ends as Gemini ends it: `interrupted`,
     /// then `turnComplete` with the usage of what was generated.
     fn stop_answers(&mut self) {
+        self.cancel_tool_calls();
         let under_way = self
             .answers
             .front()
@@ -536,6 +537,35 @@ impl Session {
                 },
             ));
         }
+    }
+
+    /// Calls still unanswered when the user speaks or types again are void, as Gemini voids
+    /// them: `toolCallCancellation` with their ids (after the calls themselves, should they still
+    /// be queued), and their late responses are ignored.
+    fn cancel_tool_calls(&mut self) {
+        let Some(awaiting) = self.awaiting.take() else {
+            return;
+        };
+        let ids: Vec<String> = awaiting
+            .calls
+            .iter()
+            .filter(|c| !awaiting.responses.iter().any(|r| r.id == c.id))
+            .filter_map(|c| c.id.clone())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            calls = ids.len(),
+            "sim cancels the tool calls it waited for"
+        );
+        self.immediate.push_back((
+            Instant::now(),
+            LlmResponse {
+                tool_call_cancellations: ids,
+                ..sim_message()
+            },
+        ));
     }
 
     /// An utterance ended: transcribe it, then answer it with a voice echo.

@@ -25,7 +25,23 @@ pub struct Output {
 
 /// Runs the real binary with `args`; returns it and the first stdout line containing `marker`.
 pub async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Process, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
+    spawn_program(
+        std::path::Path::new(env!("CARGO_BIN_EXE_livegate")),
+        args,
+        envs,
+        marker,
+    )
+    .await
+}
+
+/// [`spawn`] for another program (one of the crate's examples, say).
+pub async fn spawn_program(
+    program: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    marker: &str,
+) -> (Process, String) {
+    let mut child = tokio::process::Command::new(program)
         .args(args)
         .envs(envs.iter().copied())
         .env("RUST_LOG", "debug")
@@ -33,7 +49,7 @@ pub async fn spawn(args: &[&str], envs: &[(&str, &str)], marker: &str) -> (Proce
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("livegate runs");
+        .unwrap_or_else(|e| panic!("{} runs: {e}", program.display()));
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let (found_tx, found_rx) = tokio::sync::oneshot::channel();
     let marker = marker.to_owned();

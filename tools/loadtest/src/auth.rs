@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine;
 
-use super::LoadtestError;
+use super::error::{LoadtestError, SessionFailure};
 
 /// How long minting one token may take.
 const MINT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,7 +92,11 @@ impl Credentials {
     }
 
     /// The bearer token for `user`'s session `session` (minted now with an operator key).
-    pub async fn bearer(&self, user: &str, session: &str) -> Result<Option<String>, String> {
+    pub async fn bearer(
+        &self,
+        user: &str,
+        session: &str,
+    ) -> Result<Option<String>, SessionFailure> {
         match self {
             Credentials::None => Ok(None),
             Credentials::Token { token, .. } => Ok(Some(token.clone())),
@@ -108,15 +112,18 @@ impl Credentials {
                     .timeout(MINT_TIMEOUT)
                     .send()
                     .await
-                    .map_err(|e| format!("minting a token failed: {e}"))?;
+                    .map_err(SessionFailure::MintRequest)?;
                 let status = response.status();
                 let body: serde_json::Value = response
                     .json()
                     .await
-                    .map_err(|e| format!("minting a token: {status}: {e}"))?;
+                    .map_err(|source| SessionFailure::MintAnswer { status, source })?;
                 match body["token"].as_str() {
                     Some(token) if status.is_success() => Ok(Some(token.to_owned())),
-                    _ => Err(format!("minting a token: {status}: {}", body["error"])),
+                    _ => Err(SessionFailure::MintRefused {
+                        status,
+                        error: body["error"].clone(),
+                    }),
                 }
             }
         }

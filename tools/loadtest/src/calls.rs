@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::error::SessionFailure;
 use super::phone::{Dial, Phone, PhoneEvent, Utterance};
 use super::session::{Live, Outcome, Plan};
 
@@ -51,7 +52,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, calls: Arc<CallPlan>, live: Arc<
     let mut phone = match Phone::dial(&calls.http, &dial).await {
         Ok(phone) => phone,
         Err(error) => {
-            outcome.errors.push(error);
+            outcome.errors.push(error.to_string());
             live.errors.fetch_add(1, Ordering::Relaxed);
             return outcome;
         }
@@ -66,7 +67,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, calls: Arc<CallPlan>, live: Arc<
     {
         let utterance = &calls.utterances[(index + turn as usize) % calls.utterances.len()];
         if let Err(error) = one_turn(&plan, &mut phone, utterance, &mut outcome).await {
-            outcome.errors.push(error);
+            outcome.errors.push(error.to_string());
             live.errors.fetch_add(1, Ordering::Relaxed);
             break;
         }
@@ -99,7 +100,7 @@ async fn one_turn(
     phone: &mut Phone,
     utterance: &Utterance,
     outcome: &mut Outcome,
-) -> Result<(), String> {
+) -> Result<(), SessionFailure> {
     phone.speak(utterance).await;
     let spoke = match phone
         .until(Duration::from_secs(60), |e| {
@@ -108,7 +109,7 @@ async fn one_turn(
         .await
     {
         Ok((PhoneEvent::Spoke { at }, _)) => at,
-        _ => return Err("the call ended while speaking".into()),
+        _ => return Err(SessionFailure::EndedWhileSpeaking),
     };
     let answerable = spoke + plan.frame * plan.model_delay_frames;
     let first = phone
@@ -118,10 +119,8 @@ async fn one_turn(
         .await;
     let (bytes, at) = match first {
         Ok((PhoneEvent::Audio { bytes, at }, _)) => (bytes, at),
-        Ok((PhoneEvent::Closed(code), _)) => {
-            return Err(format!("the gateway closed the call ({code:?})"))
-        }
-        _ => return Err(format!("no answer audio within {ANSWER_TIMEOUT:?}")),
+        Ok((PhoneEvent::Closed(code), _)) => return Err(SessionFailure::CallClosed(code)),
+        _ => return Err(SessionFailure::NoAnswer(ANSWER_TIMEOUT)),
     };
     outcome
         .latencies_ms
@@ -137,15 +136,10 @@ async fn one_turn(
                 outcome.frames_received += 1;
                 outcome.audio_bytes_received += bytes as u64;
             }
-            Some(PhoneEvent::Closed(code)) => {
-                return Err(format!("the gateway closed the call mid-answer ({code:?})"))
-            }
+            Some(PhoneEvent::Closed(code)) => return Err(SessionFailure::ClosedMidAnswer(code)),
             Some(PhoneEvent::Clear) => outcome.interrupted += 1,
             Some(PhoneEvent::Unexpected(text)) => {
-                return Err(format!(
-                    "not Twilio's protocol: {}",
-                    text.chars().take(120).collect::<String>()
-                ))
+                return Err(SessionFailure::NotTwilio(text.chars().take(120).collect()))
             }
             Some(_) => {}
             None => return Ok(()),

@@ -8,6 +8,7 @@ mod auth;
 mod backlog;
 mod calls;
 mod endpoints;
+mod error;
 pub mod phone;
 mod procfs;
 pub mod report;
@@ -15,7 +16,6 @@ pub mod scrape;
 mod session;
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use bytes::Bytes;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use error::{BadArgument, LoadtestError, SessionFailure};
 pub use procfs::ServerStats;
 pub use report::{Percentiles, Report, Traffic};
 use session::{Live, Outcome, Plan};
@@ -154,56 +155,31 @@ pub fn sim_model_delay_ms() -> f64 {
         * 1000.0
 }
 
-/// Why a load test could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadtestError {
-    /// An audio file is unusable.
-    #[error("audio {name}: {reason}")]
-    Audio {
-        /// The file.
-        name: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// Bad options.
-    #[error("{0}")]
-    Invalid(String),
-    /// Writing the report or plot failed.
-    #[error("writing {path}: {source}")]
-    Write {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-}
-
 /// Parses a frame length: a positive multiple of 20 ms, at most a second.
-fn parse_frame_ms(text: &str) -> Result<u32, String> {
+fn parse_frame_ms(text: &str) -> Result<u32, BadArgument> {
     match text.trim().parse::<u32>() {
         Ok(ms) if ms > 0 && ms <= 1000 && ms % 20 == 0 => Ok(ms),
-        _ => Err(format!(
-            "invalid frame length {text:?} (a multiple of 20 ms up to 1000)"
-        )),
+        _ => Err(BadArgument::FrameMs(text.to_owned())),
     }
 }
 
 /// Parses `60`, `60s`, `2m` or `500ms`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, BadArgument> {
     let text = text.trim();
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .map_or((text, "s"), |i| text.split_at(i));
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("invalid duration {text:?} (e.g. 60s, 2m, 500ms)"))?;
+        .map_err(|_| BadArgument::Duration(text.to_owned()))?;
     let seconds = match unit {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
-        _ => return Err(format!("invalid duration unit in {text:?} (ms, s or m)")),
+        _ => return Err(BadArgument::DurationUnit(text.to_owned())),
     };
-    Ok(Duration::from_secs_f64(seconds))
+    // Checked: a number too large for a duration is an error, not a panic.
+    Duration::try_from_secs_f64(seconds).map_err(|_| BadArgument::Duration(text.to_owned()))
 }
 
 /// Reads a 16 kHz mono PCM16 WAV into raw PCM.
@@ -332,27 +308,7 @@ pub async fn run(args: &LoadtestArgs) -> Result<Report, LoadtestError> {
 /// Runs a load test that `stop` can end early: no session opens or starts a turn once it has
 /// fired, the turns under way finish, and the report covers what ran.
 pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, LoadtestError> {
-    if args.sessions == 0 || args.ramp <= 0.0 {
-        return Err(LoadtestError::Invalid(
-            "--sessions and --ramp must be positive".into(),
-        ));
-    }
-    let base_urls: Vec<String> = args
-        .url
-        .iter()
-        .map(|url| url.trim_end_matches('/').to_owned())
-        .collect();
-    if base_urls.is_empty() {
-        return Err(LoadtestError::Invalid("--url is required".into()));
-    }
-    if let Some(bad) = base_urls
-        .iter()
-        .find(|url| !url.starts_with("ws://") && !url.starts_with("wss://"))
-    {
-        return Err(LoadtestError::Invalid(format!(
-            "--url must be ws:// or wss://, not {bad:?}"
-        )));
-    }
+    let base_urls = base_urls(args)?;
     raise_open_file_limit();
     let http = reqwest::Client::new();
     // Beside the only node: with several, the gateway's counts are one node's only if asked for.
@@ -381,28 +337,14 @@ pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, Loadt
         args.api_key.as_deref(),
         &base_urls[0],
     )?;
-    let (clips, calls) = match &args.replay {
-        Some(dir) => replay_clips(dir)?,
-        None => (clips(args)?, Vec::new()),
-    };
-    let plan = Arc::new(Plan {
+    let plan = Arc::new(plan(
+        args,
         base_urls,
-        query: args.query.trim_start_matches('?').to_owned(),
-        clips,
-        calls,
-        deadline: start + args.duration,
-        stop: stop.clone(),
-        turns: args.turns,
-        idle: args.idle,
-        epoch: start,
-        in_phase: args.in_phase,
-        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
-        model_delay_frames: (model_delay_ms.max(0.0) / f64::from(args.frame_ms)).round() as u32,
-        frame: Duration::from_millis(u64::from(args.frame_ms)),
-        frame_bytes: session::FRAME_BYTES * (args.frame_ms / 20) as usize,
         credentials,
-        session_records: args.session_report,
-    });
+        start,
+        stop.clone(),
+        model_delay_ms,
+    )?);
     let machine_before = procfs::machine_cpu();
     let live = Arc::new(Live::default());
     let sampler = procfs::Sampler::start(
@@ -424,9 +366,106 @@ pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, Loadt
         _ => None,
     };
 
+    let mut outcomes = run_sessions(args, &plan, &live, &stop, start).await;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut sampled = sampler.finish().await;
+    let machine_after = procfs::machine_cpu();
+    let metrics_after = match (&metrics_url, &metrics_before) {
+        (Some(url), Some(_)) => scrape::scrape(&http, url).await,
+        _ => None,
+    };
+    if let Some(follower) = follower {
+        let peak = sampled.peak();
+        sampled.server = follower.finish(metrics_after.as_ref(), peak, elapsed).await;
+    }
+    let mut report = summarize(args, &outcomes, elapsed, sampled);
+    if args.session_report {
+        report.session_records = session_records(&mut outcomes);
+    }
+    report.model_delay_ms = model_delay_ms;
+    report.run_id = plan.run_id.clone();
+    report.started_at = started_at;
+    report.stopped_early = stop.is_fired();
+    report.machine_cpu_busy = machine_before
+        .zip(machine_after)
+        .map(|(before, after)| before.until(&after).busy);
+    report.gateway = metrics_before
+        .zip(metrics_after)
+        .map(|(before, after)| scrape::between(&before, &after));
+    write_outputs(args, &report, &outcomes)?;
+    Ok(report)
+}
+
+/// The gateways' WebSocket URLs, checked along with the ramp.
+fn base_urls(args: &LoadtestArgs) -> Result<Vec<String>, LoadtestError> {
+    if args.sessions == 0 || args.ramp <= 0.0 {
+        return Err(LoadtestError::Invalid(
+            "--sessions and --ramp must be positive".into(),
+        ));
+    }
+    let base_urls: Vec<String> = args
+        .url
+        .iter()
+        .map(|url| url.trim_end_matches('/').to_owned())
+        .collect();
+    if base_urls.is_empty() {
+        return Err(LoadtestError::Invalid("--url is required".into()));
+    }
+    if let Some(bad) = base_urls
+        .iter()
+        .find(|url| !url.starts_with("ws://") && !url.starts_with("wss://"))
+    {
+        return Err(LoadtestError::Invalid(format!(
+            "--url must be ws:// or wss://, not {bad:?}"
+        )));
+    }
+    Ok(base_urls)
+}
+
+/// What every session shares: where to connect, what to say, and when to stop.
+fn plan(
+    args: &LoadtestArgs,
+    base_urls: Vec<String>,
+    credentials: auth::Credentials,
+    start: Instant,
+    stop: Latch,
+    model_delay_ms: f64,
+) -> Result<Plan, LoadtestError> {
+    let (clips, calls) = match &args.replay {
+        Some(dir) => replay_clips(dir)?,
+        None => (clips(args)?, Vec::new()),
+    };
+    Ok(Plan {
+        base_urls,
+        query: args.query.trim_start_matches('?').to_owned(),
+        clips,
+        calls,
+        deadline: start + args.duration,
+        stop,
+        turns: args.turns,
+        idle: args.idle,
+        epoch: start,
+        in_phase: args.in_phase,
+        run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_owned(),
+        model_delay_frames: (model_delay_ms.max(0.0) / f64::from(args.frame_ms)).round() as u32,
+        frame: Duration::from_millis(u64::from(args.frame_ms)),
+        frame_bytes: session::FRAME_BYTES * (args.frame_ms / 20) as usize,
+        credentials,
+        session_records: args.session_report,
+    })
+}
+
+/// Opens the sessions along the ramp (until `stop`) and waits for each to end.
+async fn run_sessions(
+    args: &LoadtestArgs,
+    plan: &Arc<Plan>,
+    live: &Arc<Live>,
+    stop: &Latch,
+    start: Instant,
+) -> Vec<Outcome> {
     let mut sessions = JoinSet::new();
     let gap = Duration::from_secs_f64(1.0 / args.ramp);
-    let calls = (args.protocol == Protocol::Twilio).then(|| Arc::new(call_plan(args, &plan)));
+    let calls = (args.protocol == Protocol::Twilio).then(|| Arc::new(call_plan(args, plan)));
     for index in 0..args.sessions {
         tokio::select! {
             biased;
@@ -450,53 +489,41 @@ pub async fn run_until(args: &LoadtestArgs, stop: Latch) -> Result<Report, Loadt
             }),
         }
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let mut sampled = sampler.finish().await;
-    let machine_after = procfs::machine_cpu();
-    let metrics_after = match (&metrics_url, &metrics_before) {
-        (Some(url), Some(_)) => scrape::scrape(&http, url).await,
-        _ => None,
-    };
-    if let Some(follower) = follower {
-        let peak = sampled.peak();
-        sampled.server = follower.finish(metrics_after.as_ref(), peak, elapsed).await;
-    }
-    let mut report = summarize(args, &outcomes, elapsed, sampled);
-    if args.session_report {
-        report.session_records = outcomes
-            .iter_mut()
-            .map(|o| report::SessionRecord {
-                session: std::mem::take(&mut o.session_id),
-                turns_per_connection: std::mem::take(&mut o.turns_per_connection),
-                committed_event_ids: std::mem::take(&mut o.committed_event_ids),
-            })
-            .collect();
-        report
-            .session_records
-            .sort_by(|a, b| a.session.cmp(&b.session));
-    }
-    report.model_delay_ms = model_delay_ms;
-    report.run_id = plan.run_id.clone();
-    report.started_at = started_at;
-    report.stopped_early = stop.is_fired();
-    report.machine_cpu_busy = machine_before
-        .zip(machine_after)
-        .map(|(before, after)| before.until(&after).busy);
-    report.gateway = metrics_before
-        .zip(metrics_after)
-        .map(|(before, after)| scrape::between(&before, &after));
+    outcomes
+}
+
+/// Each session's own record, by session id.
+fn session_records(outcomes: &mut [Outcome]) -> Vec<report::SessionRecord> {
+    let mut records: Vec<report::SessionRecord> = outcomes
+        .iter_mut()
+        .map(|o| report::SessionRecord {
+            session: std::mem::take(&mut o.session_id),
+            turns_per_connection: std::mem::take(&mut o.turns_per_connection),
+            committed_event_ids: std::mem::take(&mut o.committed_event_ids),
+        })
+        .collect();
+    records.sort_by(|a, b| a.session.cmp(&b.session));
+    records
+}
+
+/// The report as JSON (`--report`) and its plot (`--plot`).
+fn write_outputs(
+    args: &LoadtestArgs,
+    report: &Report,
+    outcomes: &[Outcome],
+) -> Result<(), LoadtestError> {
     if let Some(path) = &args.report {
-        let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+        let json = serde_json::to_string_pretty(report).unwrap_or_default();
         write(path, json.as_bytes())?;
     }
     if let Some(path) = &args.plot {
         let svg = report.svg(
-            &all(&outcomes, |o| &o.latencies_ms),
-            &all(&outcomes, |o| &o.text_latencies_ms),
+            &all(outcomes, |o| &o.latencies_ms),
+            &all(outcomes, |o| &o.text_latencies_ms),
         );
         write(path, svg.as_bytes())?;
     }
-    Ok(report)
+    Ok(())
 }
 
 /// What the calls of `--protocol twilio` share: the webhook's base beside the first `--url`,
@@ -641,17 +668,6 @@ fn summarize(
         generator_cpu_wait_at_peak: sampled.generator_cpu_wait,
         gateway: None,
     }
-}
-
-/// Prints the live counters (for the progress line).
-fn progress(live: &Live, t: f64) -> String {
-    format!(
-        "{t:6.1} s  connected {:5}  turns {:7}  frames sent {:9}  errors {}",
-        live.connected.load(Ordering::Relaxed),
-        live.turns.load(Ordering::Relaxed),
-        live.frames_sent.load(Ordering::Relaxed),
-        live.errors.load(Ordering::Relaxed)
-    )
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use livegate::audio::{g711, resample::Resampler};
 
+use crate::error::SessionFailure;
+
 /// μ-law bytes in one 20 ms frame at 8 kHz.
 pub const FRAME_ULAW: usize = 160;
 /// μ-law silence.
@@ -186,7 +188,7 @@ pub fn parse_twiml(xml: &str) -> Option<(String, Vec<(String, String)>)> {
 
 impl Phone {
     /// Places a call: the webhook, then the stream, `connected` and `start`.
-    pub async fn dial(http: &reqwest::Client, dial: &Dial) -> Result<Phone, String> {
+    pub async fn dial(http: &reqwest::Client, dial: &Dial) -> Result<Phone, SessionFailure> {
         let path = format!("/telephony/{}/voice", dial.carrier);
         let query = if dial.query.is_empty() {
             String::new()
@@ -214,17 +216,20 @@ impl Phone {
         if let Some(token) = &dial.auth_token {
             request = request.header("x-twilio-signature", twilio_signature(token, &url, &fields));
         }
-        let response = request.send().await.map_err(|e| format!("webhook: {e}"))?;
+        let response = request.send().await.map_err(SessionFailure::Webhook)?;
         let status = response.status();
-        let twiml = response.text().await.map_err(|e| format!("webhook: {e}"))?;
+        let twiml = response.text().await.map_err(SessionFailure::Webhook)?;
         if !status.is_success() {
-            return Err(format!("webhook answered {status}: {twiml}"));
+            return Err(SessionFailure::WebhookRefused {
+                status,
+                body: twiml,
+            });
         }
         let (stream_url, parameters) =
-            parse_twiml(&twiml).ok_or_else(|| format!("no <Stream> in the TwiML: {twiml}"))?;
+            parse_twiml(&twiml).ok_or_else(|| SessionFailure::NoStream(twiml.clone()))?;
         let (socket, _) = tokio_tungstenite::connect_async(stream_url.as_str())
             .await
-            .map_err(|e| format!("stream connect: {e}"))?;
+            .map_err(SessionFailure::StreamConnect)?;
         let stream_sid = format!("MZ{}", &uuid::Uuid::new_v4().simple().to_string()[..32]);
         let (mut sink, stream) = socket.split();
         let custom: serde_json::Map<String, Value> = parameters
@@ -248,7 +253,7 @@ impl Phone {
         for message in [connected, start] {
             sink.send(Message::Text(message.to_string().into()))
                 .await
-                .map_err(|e| format!("stream send: {e}"))?;
+                .map_err(SessionFailure::StreamSend)?;
         }
         let (commands, commands_rx) = mpsc::channel(64);
         let (events_tx, events) = mpsc::channel(4096);

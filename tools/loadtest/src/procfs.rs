@@ -324,92 +324,18 @@ impl Sampler {
         let (stop, stopped) = mpsc::channel::<()>();
         let start = start.into_std();
         let sample = move || {
-            let mut sampled = Sampled::default();
-            let me = std::process::id();
-            let my_first = read_process(me);
-            let first = pid.and_then(read_process);
-            if pid.is_some() && first.is_none() {
-                eprintln!("loadtest: cannot read /proc for the server pid; no server stats");
-            }
-            let mut samples = Vec::new();
-            let mut machine = Vec::new();
-            let (mut my_threads, mut server_threads) =
-                (ThreadTimes::default(), ThreadTimes::default());
-            let (mut my_sched, mut server_sched) = (Vec::new(), Vec::new());
-            let (mut unread, mut frames_sent, mut my_cpu) = (Vec::new(), Vec::new(), Vec::new());
-            let mut n = 0u64;
+            let mut sampling = Sampling::new(pid, port, live, start, print);
             loop {
                 // On a fixed schedule: the first sample at once, then one each period.
-                let due = start + PERIOD * u32::try_from(n).unwrap_or(u32::MAX);
+                let due = start + PERIOD * u32::try_from(sampling.n).unwrap_or(u32::MAX);
                 match stopped.recv_timeout(due.saturating_duration_since(std::time::Instant::now()))
                 {
                     Err(RecvTimeoutError::Timeout) => {}
                     Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                 }
-                let t = start.elapsed().as_secs_f64();
-                let sessions = live.connected.load(std::sync::atomic::Ordering::Relaxed);
-                sampled.sessions.push((t, sessions));
-                if let Some(cpu) = machine_cpu() {
-                    machine.push((sessions, cpu));
-                }
-                if let Some(times) = my_threads.sample(me) {
-                    my_sched.push((sessions, (t, times)));
-                }
-                if let Some(times) = pid.and_then(|pid| server_threads.sample(pid)) {
-                    server_sched.push((sessions, (t, times)));
-                }
-                if let (Some(pid), Some(port), true) = (pid, port, n.is_multiple_of(BACKLOG_EVERY))
-                {
-                    if let Some(sockets) = backlog::sample(pid, port) {
-                        unread.push((sessions, sockets));
-                    }
-                }
-                let sent = live.frames_sent.load(std::sync::atomic::Ordering::Relaxed);
-                frames_sent.push((sessions, (t, sent as f64)));
-                if let Some(now) = read_process(me) {
-                    my_cpu.push((sessions, (t, now.cpu_seconds)));
-                }
-                if let (Some(pid), Some(first)) = (pid, first) {
-                    if let Some(now) = read_process(pid) {
-                        samples.push(ServerSample {
-                            t,
-                            sessions,
-                            rss_kib: now.rss_kib,
-                            cpu_seconds: now.cpu_seconds - first.cpu_seconds,
-                        });
-                    }
-                }
-                n += 1;
-                if print && n.is_multiple_of(2) {
-                    eprintln!("{}", super::progress(&live, t));
-                }
+                sampling.take();
             }
-            let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-            let peak = sampled.peak();
-            sampled.machine_at_peak = load_at_peak(&machine, peak);
-            sampled.generator_cpu_wait = cpu_wait_at_peak(&my_sched, peak);
-            sampled.generator_cpu_cores_at_peak = rate_at_peak(&my_cpu, peak);
-            if let (Some(first), Some(last)) = (my_first, read_process(me)) {
-                sampled.generator_cpu_cores =
-                    Some((last.cpu_seconds - first.cpu_seconds) / elapsed);
-                sampled.generator_cpu_system_cores =
-                    Some((last.system_seconds - first.system_seconds) / elapsed);
-            }
-            if let (Some(pid), Some(first)) = (pid, first) {
-                let end = read_process(pid).unwrap_or(first);
-                let cpu = end.cpu_seconds - first.cpu_seconds;
-                sampled.server = Some(ServerStats {
-                    cpu_system_seconds: Some(end.system_seconds - first.system_seconds),
-                    cpu_wait_at_peak: cpu_wait_at_peak(&server_sched, peak),
-                    socket_backlog_at_peak: backlog::at_peak(
-                        &unread,
-                        peak,
-                        rate_at_peak(&frames_sent, peak).unwrap_or(0.0),
-                    ),
-                    ..ServerStats::of(Some(pid), cpu, first.rss_kib, samples, peak, elapsed)
-                });
-            }
-            sampled
+            sampling.finish()
         };
         let thread = std::thread::Builder::new()
             .name("loadtest-sampler".into())
@@ -428,6 +354,148 @@ impl Sampler {
         tokio::task::spawn_blocking(move || thread.join().unwrap_or_default())
             .await
             .unwrap_or_default()
+    }
+}
+
+/// The sampler thread's state: what each period's sample adds to, until `finish` sums it up.
+struct Sampling {
+    pid: Option<u32>,
+    port: Option<u16>,
+    live: Arc<Live>,
+    start: std::time::Instant,
+    print: bool,
+    /// This process (the generator).
+    me: u32,
+    my_first: Option<Usage>,
+    /// The server's usage at the start, when its `/proc` could be read.
+    first: Option<Usage>,
+    sampled: Sampled,
+    samples: Vec<ServerSample>,
+    machine: Vec<(usize, CpuTimes)>,
+    my_threads: ThreadTimes,
+    server_threads: ThreadTimes,
+    my_sched: Vec<(usize, (f64, SchedTimes))>,
+    server_sched: Vec<(usize, (f64, SchedTimes))>,
+    unread: Vec<(usize, backlog::Unread)>,
+    frames_sent: Vec<(usize, (f64, f64))>,
+    my_cpu: Vec<(usize, (f64, f64))>,
+    /// Samples taken so far.
+    n: u64,
+}
+
+impl Sampling {
+    fn new(
+        pid: Option<u32>,
+        port: Option<u16>,
+        live: Arc<Live>,
+        start: std::time::Instant,
+        print: bool,
+    ) -> Self {
+        let me = std::process::id();
+        let my_first = read_process(me);
+        let first = pid.and_then(read_process);
+        if pid.is_some() && first.is_none() {
+            eprintln!("loadtest: cannot read /proc for the server pid; no server stats");
+        }
+        Sampling {
+            pid,
+            port,
+            live,
+            start,
+            print,
+            me,
+            my_first,
+            first,
+            sampled: Sampled::default(),
+            samples: Vec::new(),
+            machine: Vec::new(),
+            my_threads: ThreadTimes::default(),
+            server_threads: ThreadTimes::default(),
+            my_sched: Vec::new(),
+            server_sched: Vec::new(),
+            unread: Vec::new(),
+            frames_sent: Vec::new(),
+            my_cpu: Vec::new(),
+            n: 0,
+        }
+    }
+
+    /// One period's sample: sessions, the machine's, the generator's and the server's CPU, the
+    /// server's sockets (every `BACKLOG_EVERY`th), and the progress line when asked for.
+    fn take(&mut self) {
+        let (me, pid, n) = (self.me, self.pid, self.n);
+        let t = self.start.elapsed().as_secs_f64();
+        let sessions = self
+            .live
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.sampled.sessions.push((t, sessions));
+        if let Some(cpu) = machine_cpu() {
+            self.machine.push((sessions, cpu));
+        }
+        if let Some(times) = self.my_threads.sample(me) {
+            self.my_sched.push((sessions, (t, times)));
+        }
+        if let Some(times) = pid.and_then(|pid| self.server_threads.sample(pid)) {
+            self.server_sched.push((sessions, (t, times)));
+        }
+        if let (Some(pid), Some(port), true) = (pid, self.port, n.is_multiple_of(BACKLOG_EVERY)) {
+            if let Some(sockets) = backlog::sample(pid, port) {
+                self.unread.push((sessions, sockets));
+            }
+        }
+        let sent = self
+            .live
+            .frames_sent
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.frames_sent.push((sessions, (t, sent as f64)));
+        if let Some(now) = read_process(me) {
+            self.my_cpu.push((sessions, (t, now.cpu_seconds)));
+        }
+        if let (Some(pid), Some(first)) = (pid, self.first) {
+            if let Some(now) = read_process(pid) {
+                self.samples.push(ServerSample {
+                    t,
+                    sessions,
+                    rss_kib: now.rss_kib,
+                    cpu_seconds: now.cpu_seconds - first.cpu_seconds,
+                });
+            }
+        }
+        self.n += 1;
+        if self.print && self.n.is_multiple_of(2) {
+            eprintln!("{}", super::session::progress(&self.live, t));
+        }
+    }
+
+    /// What was seen, summed up at the peak and over the run.
+    fn finish(self) -> Sampled {
+        let mut sampled = self.sampled;
+        let elapsed = self.start.elapsed().as_secs_f64().max(1e-9);
+        let peak = sampled.peak();
+        sampled.machine_at_peak = load_at_peak(&self.machine, peak);
+        sampled.generator_cpu_wait = cpu_wait_at_peak(&self.my_sched, peak);
+        sampled.generator_cpu_cores_at_peak = rate_at_peak(&self.my_cpu, peak);
+        if let (Some(first), Some(last)) = (self.my_first, read_process(self.me)) {
+            sampled.generator_cpu_cores = Some((last.cpu_seconds - first.cpu_seconds) / elapsed);
+            sampled.generator_cpu_system_cores =
+                Some((last.system_seconds - first.system_seconds) / elapsed);
+        }
+        if let (Some(pid), Some(first)) = (self.pid, self.first) {
+            let end = read_process(pid).unwrap_or(first);
+            let cpu = end.cpu_seconds - first.cpu_seconds;
+            sampled.server = Some(ServerStats {
+                cpu_system_seconds: Some(end.system_seconds - first.system_seconds),
+                cpu_wait_at_peak: cpu_wait_at_peak(&self.server_sched, peak),
+                socket_backlog_at_peak: backlog::at_peak(
+                    &self.unread,
+                    peak,
+                    rate_at_peak(&self.frames_sent, peak).unwrap_or(0.0),
+                ),
+                ..ServerStats::of(Some(pid), cpu, first.rss_kib, self.samples, peak, elapsed)
+            });
+        }
+        sampled
     }
 }
 

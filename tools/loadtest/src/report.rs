@@ -206,9 +206,24 @@ fn row(name: &str, p: &Percentiles) -> String {
 }
 
 impl Report {
-    /// The summary table printed at the end of a run.
+    /// The summary table printed at the end of a run: the run, the client's latencies, its
+    /// counts, the CPU it took, and the gateway's own view.
     pub fn table(&self) -> String {
-        let mut out = format!(
+        let mut out = String::new();
+        self.write_heading(&mut out);
+        self.write_latencies(&mut out);
+        self.write_counts(&mut out);
+        let connected = self.connected_at_peak();
+        self.write_cpu(&mut out, connected);
+        self.write_waits(&mut out, connected);
+        self.write_gateway_view(&mut out);
+        self.write_errors(&mut out);
+        out
+    }
+
+    /// What ran, against what, for how long, on what.
+    fn write_heading(&self, out: &mut String) {
+        out.push_str(&format!(
             "livegate loadtest: {} sessions{} against {} for {:.1} s{}\n{}, {}, on {}\n\n",
             self.sessions,
             if self.idle { " (idle)" } else { "" },
@@ -222,7 +237,11 @@ impl Report {
             self.started_at,
             self.generator,
             self.machine.describe(),
-        );
+        ));
+    }
+
+    /// The client's latency quantiles, one row each.
+    fn write_latencies(&self, out: &mut String) {
         out.push_str(&format!(
             "{:<24} {:>8} {:>9} {:>9} {:>9} {:>9}\n",
             "ms", "n", "p50", "p95", "p99", "max"
@@ -247,6 +266,10 @@ impl Report {
                 self.model_delay_ms
             ));
         }
+    }
+
+    /// Turns, errors, reconnects and the frames each way.
+    fn write_counts(&self, out: &mut String) {
         out.push_str(&format!(
             "\nturns {}  interrupted {}  errors {}  unexpected closes {}\n",
             self.turns_completed, self.interrupted, self.errors, self.unexpected_closes
@@ -279,12 +302,19 @@ impl Report {
             self.received.frames_per_second,
             self.received.bytes_per_second / 1e6
         ));
-        let connected = self
-            .sessions_over_time
+    }
+
+    /// The most sessions connected at once (the load the targets are set at).
+    fn connected_at_peak(&self) -> usize {
+        self.sessions_over_time
             .iter()
             .map(|s| s.1)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// The CPU the server, the generator and the machine took.
+    fn write_cpu(&self, out: &mut String, connected: usize) {
         // `; 0.88 with 1000 sessions connected`: the load the targets are set at.
         let at_peak = |cores: Option<f64>| {
             cores
@@ -341,6 +371,10 @@ impl Report {
             }
             out.push('\n');
         }
+    }
+
+    /// Waiting for a CPU, and bytes left unread in the server's sockets, at the peak.
+    fn write_waits(&self, out: &mut String, connected: usize) {
         let server_wait = self.server.as_ref().and_then(|s| s.cpu_wait_at_peak);
         if server_wait.is_some() || self.generator_cpu_wait_at_peak.is_some() {
             let wait = |w: Option<CpuWait>| {
@@ -372,6 +406,10 @@ impl Report {
             }
             out.push('\n');
         }
+    }
+
+    /// The gateway's own view, from its `/metrics`.
+    fn write_gateway_view(&self, out: &mut String) {
         if let Some(gateway) = &self.gateway {
             // An empty histogram has no quantiles; zeros would read as instant answers.
             let line = |what: &str, q: &BucketQuantiles| match q.count {
@@ -411,6 +449,10 @@ impl Report {
                 &gateway.turn_end_ms,
             ));
         }
+    }
+
+    /// Sampled errors and where the run's sessions are kept.
+    fn write_errors(&self, out: &mut String) {
         for error in &self.error_samples {
             out.push_str(&format!("error: {error}\n"));
         }
@@ -420,7 +462,6 @@ impl Report {
                 self.run_id
             ));
         }
-        out
     }
 
     /// An SVG with the latency distribution (left) and connected sessions over time (right):

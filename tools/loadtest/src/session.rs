@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::arrival::{Arrivals, StampedTcp};
+use super::error::SessionFailure;
 use livegate::latch::Latch;
 use livegate::lock::Recover;
 
@@ -287,7 +288,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
     let bearer = match plan.credentials.bearer(&user, &session_id).await {
         Ok(bearer) => bearer,
         Err(error) => {
-            outcome.errors.push(error);
+            outcome.errors.push(error.to_string());
             live.errors.fetch_add(1, Ordering::Relaxed);
             return outcome;
         }
@@ -320,8 +321,8 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
             .await
             {
                 Ok(Ok(connected)) => Ok(connected),
-                Ok(Err(error)) => Err(format!("connect failed: {error}")),
-                Err(_) => Err("connect timed out".into()),
+                Ok(Err(error)) => Err(SessionFailure::Connect(Box::new(error))),
+                Err(_) => Err(SessionFailure::ConnectTimeout),
             },
             Some(_) => {
                 reconnect(index, &plan, &path, bearer.as_deref(), &mut node, &arrivals).await
@@ -330,7 +331,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, live: Arc<Live>) -> Outcome {
         let (socket, probe) = match connected {
             Ok(connected) => connected,
             Err(error) => {
-                outcome.errors.push(error);
+                outcome.errors.push(error.to_string());
                 live.errors.fetch_add(1, Ordering::Relaxed);
                 break;
             }
@@ -384,7 +385,7 @@ async fn reconnect(
     bearer: Option<&str>,
     node: &mut usize,
     arrivals: &Arc<Arrivals>,
-) -> Result<(Socket, OwnedFd), String> {
+) -> Result<(Socket, OwnedFd), SessionFailure> {
     let give_up = Instant::now() + RECONNECT_WINDOW;
     let mut backoff = RECONNECT_BACKOFF;
     let mut tries = 0u32;
@@ -394,7 +395,7 @@ async fn reconnect(
         let spread = 0.5 + (index as f64 * GOLDEN_FRACTION + f64::from(tries) * 0.37).fract();
         tokio::select! {
             () = tokio::time::sleep(backoff.mul_f64(spread)) => {}
-            () = plan.stop.fired() => return Err("stopped while reconnecting".into()),
+            () = plan.stop.fired() => return Err(SessionFailure::Stopped),
         }
         let error = match timeout(
             CONNECT_TIMEOUT,
@@ -404,12 +405,13 @@ async fn reconnect(
         {
             Ok(Ok(connected)) => return Ok(connected),
             Ok(Err(error)) => error,
-            Err(_) => "connect timed out".into(),
+            Err(_) => SessionFailure::ConnectTimeout,
         };
         if Instant::now() >= give_up {
-            return Err(format!(
-                "reconnect failed after a restart close ({tries} tries): {error}"
-            ));
+            return Err(SessionFailure::Reconnect {
+                tries,
+                last: Box::new(error),
+            });
         }
         backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
     }
@@ -486,7 +488,7 @@ async fn run_connection(
         _ => outcome.errors.push("the reader did not finish".into()),
     }
     if let Some(error) = send_failed.filter(|_| restarted.is_none()) {
-        outcome.errors.push(error);
+        outcome.errors.push(error.to_string());
         live.errors.fetch_add(1, Ordering::Relaxed);
     }
     let measured = std::mem::take(&mut *shared.turn());
@@ -505,33 +507,28 @@ async fn connect(
     url: &str,
     bearer: Option<&str>,
     arrivals: Arc<Arrivals>,
-) -> Result<(Socket, OwnedFd), String> {
+) -> Result<(Socket, OwnedFd), SessionFailure> {
     let config = WebSocketConfig::default()
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
     let request = livegate_replay::client::request(url, bearer)?;
     let uri = request.uri();
-    let host = uri.host().ok_or("the URL has no host")?;
+    let host = uri.host().ok_or(SessionFailure::NoHost)?;
     // An IPv6 literal comes bracketed in a URI, not in a socket address.
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
     let port = port_of(uri);
-    let tcp = TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect((host.as_str(), port)).await?;
     // No Nagle: each 20 ms frame must leave when it is due.
-    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let probe = tcp
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| e.to_string())?;
+    tcp.set_nodelay(true)?;
+    let probe = tcp.as_fd().try_clone_to_owned()?;
     let stream = StampedTcp::new(tcp, arrivals);
     let (socket, _) =
         tokio_tungstenite::client_async_tls_with_config(request, stream, Some(config), None)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(SessionFailure::Handshake)?;
     Ok((socket, probe))
 }
 
@@ -556,7 +553,7 @@ enum Stop {
     /// No `turnComplete` within `ANSWER_TIMEOUT`; how far the answer got.
     Timeout(&'static str),
     /// Sending failed.
-    Failed(String),
+    Failed(SessionFailure),
     /// The node closed the connection for a restart.
     Restart,
 }
@@ -684,7 +681,7 @@ async fn send_frame(
     sink: &mut futures::stream::SplitSink<Socket, Message>,
     outcome: &mut Outcome,
     live: &Live,
-) -> Result<Instant, String> {
+) -> Result<Instant, SessionFailure> {
     let slot = start + period * *n;
     sleep_until(slot).await;
     let sent = Instant::now();
@@ -694,7 +691,7 @@ async fn send_frame(
     let len = frame.len() as u64;
     sink.send(Message::Binary(frame))
         .await
-        .map_err(|e| format!("send failed: {e}"))?;
+        .map_err(SessionFailure::Send)?;
     *n += 1;
     outcome.frames_sent += 1;
     outcome.bytes_sent += len;
@@ -864,6 +861,17 @@ fn audio(shared: &Shared, read: &mut Read, bytes: usize, rate: f64, arrivals: &A
     let plays = Duration::from_secs_f64(bytes as f64 / 2.0 / rate);
     let from = turn.playback_end.map_or(now, |end| end.max(now));
     turn.playback_end = Some(from + plays);
+}
+
+/// Prints the live counters (for the progress line).
+pub(crate) fn progress(live: &Live, t: f64) -> String {
+    format!(
+        "{t:6.1} s  connected {:5}  turns {:7}  frames sent {:9}  errors {}",
+        live.connected.load(Ordering::Relaxed),
+        live.turns.load(Ordering::Relaxed),
+        live.frames_sent.load(Ordering::Relaxed),
+        live.errors.load(Ordering::Relaxed)
+    )
 }
 
 #[cfg(test)]

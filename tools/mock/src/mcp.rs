@@ -196,6 +196,8 @@ impl ServerHandler for MockMcp {
                     "header_user": header("x-livegate-user-id"),
                     "header_session": header("x-livegate-session-id"),
                     "header_auth": header("authorization"),
+                    "meta_claims": meta.get("livegate/claims"),
+                    "header_claims": header("x-livegate-claims"),
                 }))
             }
             "die" if self.state.can_die => std::process::exit(3),

@@ -203,7 +203,8 @@ impl Bundle {
                 ));
             }
             if entry.path == "events.jsonl" {
-                events = Some(parse_events(&data).map_err(|r| corrupt(&entry.path, r))?);
+                events =
+                    Some(parse_events(&data).map_err(|r| corrupt(&entry.path, r.to_string()))?);
             } else if let Some(side) = &entry.side {
                 let mime = entry.mime_type.as_deref().unwrap_or("audio/pcm");
                 let default_rate = if side == "input" { 16_000 } else { 24_000 };
@@ -269,16 +270,33 @@ fn read(dir: &Path, file: &str, limit: u64) -> Result<Vec<u8>, BundleError> {
     Ok(data)
 }
 
+/// Why `events.jsonl` cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum BadEvents {
+    #[error("not UTF-8: {0}")]
+    NotUtf8(#[from] std::str::Utf8Error),
+    #[error("line {0}: not a JSON object")]
+    NotObject(usize),
+    #[error("line {line}: {source}")]
+    Json {
+        line: usize,
+        source: serde_json::Error,
+    },
+}
+
 /// One JSON object a line; the first bad line named.
-fn parse_events(data: &[u8]) -> Result<Vec<Value>, String> {
-    let text = std::str::from_utf8(data).map_err(|e| format!("not UTF-8: {e}"))?;
+fn parse_events(data: &[u8]) -> Result<Vec<Value>, BadEvents> {
+    let text = std::str::from_utf8(data)?;
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(n, line)| match serde_json::from_str::<Value>(line) {
             Ok(v @ Value::Object(_)) => Ok(v),
-            Ok(_) => Err(format!("line {}: not a JSON object", n + 1)),
-            Err(e) => Err(format!("line {}: {e}", n + 1)),
+            Ok(_) => Err(BadEvents::NotObject(n + 1)),
+            Err(source) => Err(BadEvents::Json {
+                line: n + 1,
+                source,
+            }),
         })
         .collect()
 }
@@ -461,8 +479,8 @@ mod tests {
 
     #[test]
     fn bad_event_lines_are_named() {
-        assert_eq!(parse_events(b"{}\n\n{\"a\":1}\n").map(|v| v.len()), Ok(2));
-        let error = parse_events(b"{}\n[1]\n").unwrap_err();
+        assert_eq!(parse_events(b"{}\n\n{\"a\":1}\n").unwrap().len(), 2);
+        let error = parse_events(b"{}\n[1]\n").unwrap_err().to_string();
         assert!(error.starts_with("line 2"), "{error}");
     }
 }

@@ -176,7 +176,7 @@ async fn connect(url: &str, token: Option<&str>) -> Result<Socket, PlayError> {
         url: url.to_owned(),
         reason,
     };
-    let request = crate::client::request(url, token).map_err(failed)?;
+    let request = crate::client::request(url, token).map_err(|e| failed(e.to_string()))?;
     let (socket, _) = timeout(SOCKET_TIMEOUT, tokio_tungstenite::connect_async(request))
         .await
         .map_err(|_| failed("timed out".into()))?

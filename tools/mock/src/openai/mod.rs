@@ -11,6 +11,7 @@
 //! middle of the first answer. Every `conversation.item.truncate` is recorded for tests.
 
 mod server;
+mod start;
 #[cfg(test)]
 mod tests;
 mod wire;
@@ -21,7 +22,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,8 @@ use tokio_util::task::TaskTracker;
 
 use livegate::lock::Recover;
 use livegate::model::sim::SimConfig;
+
+pub use start::start;
 
 /// How long `shutdown` waits for open connections to close.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -154,30 +156,4 @@ impl MockOpenAi {
         }
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, self.task).await;
     }
-}
-
-/// Binds `bind` and serves the Realtime endpoint until `shutdown`.
-pub async fn start(bind: SocketAddr, config: MockOpenAiConfig) -> std::io::Result<MockOpenAi> {
-    let listener = TcpListener::bind(bind).await?;
-    let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared {
-        config,
-        shutdown: CancellationToken::new(),
-        connections: TaskTracker::new(),
-        next_connection: AtomicU64::new(1),
-        truncations: Mutex::new(Vec::new()),
-        appends: Mutex::default(),
-        truncated: watch::channel(0).0,
-    });
-    let app = server::router(shared.clone());
-    let token = shared.shutdown.clone();
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { token.cancelled().await })
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "mock-openai server failed");
-        }
-    });
-    Ok(MockOpenAi { addr, shared, task })
 }

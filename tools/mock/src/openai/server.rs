@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -40,6 +41,10 @@ const MAX_AUDIO_ITEMS: usize = 64;
 const MAX_ITEMS: usize = 1024;
 /// Samples per millisecond at 24 kHz.
 const SAMPLES_PER_MS: u64 = 24;
+
+/// What handling a client event came to: the outer error ends the connection, the inner one is
+/// answered to the client as an `error` event and the session goes on.
+type Handled = Result<Result<(), ApiError>, End>;
 
 /// Every path goes to one handler, which checks it itself.
 pub(super) fn router(shared: Arc<Shared>) -> Router {
@@ -349,190 +354,220 @@ impl<'a> Connection<'a> {
     }
 
     /// Handles a client event; the inner error is reported to the client and the session goes on.
-    async fn handle(
-        &mut self,
-        client: ClientEvent,
-        socket: &mut WebSocket,
-    ) -> Result<Result<(), ApiError>, End> {
+    async fn handle(&mut self, client: ClientEvent, socket: &mut WebSocket) -> Handled {
         match client {
-            ClientEvent::SessionUpdate(update) => {
-                if let Err(error) = self.session.apply(&update) {
-                    return Ok(Err(error));
-                }
-                if self.model.is_some() {
-                    tracing::debug!(
-                        "session.update after the first input: the sim keeps its settings"
-                    );
-                }
-                let updated = event(
-                    "session.updated",
-                    json!({ "session": self.session.to_json() }),
-                );
-                self.write(socket, &updated).await?;
-            }
-            ClientEvent::Append(pcm) => {
-                self.shared.record_append(pcm.len());
-                if pcm.is_empty() {
-                    return Ok(Ok(()));
-                }
-                self.connect(Vec::new()).await?;
-                if self.session.manual() && !self.activity_open {
-                    self.activity_open = true;
-                    self.forward(LiveInput::ActivityStart).await?;
-                }
-                self.buffered += pcm.len();
-                self.forward(LiveInput::Realtime(Blob::new(pcm, "audio/pcm;rate=24000")))
-                    .await?;
-            }
-            ClientEvent::Commit => {
-                if self.buffered == 0 {
-                    return Ok(Err(ApiError::invalid(
+            ClientEvent::SessionUpdate(update) => self.on_session_update(update, socket).await,
+            ClientEvent::Append(pcm) => self.on_append(pcm).await,
+            ClientEvent::Commit => self.on_commit(socket).await,
+            ClientEvent::Clear => self.on_clear(socket).await,
+            ClientEvent::ItemCreate(item) => self.on_item_create(item, socket).await,
+            ClientEvent::ResponseCreate => self.on_response_create().await,
+            ClientEvent::ResponseCancel => self.on_response_cancel(socket).await,
+            ClientEvent::Truncate {
+                item_id,
+                audio_end_ms,
+            } => self.on_truncate(item_id, audio_end_ms, socket).await,
+        }
+    }
+
+    /// `session.update`: the session's settings, answered with `session.updated`.
+    async fn on_session_update(&mut self, update: Value, socket: &mut WebSocket) -> Handled {
+        if let Err(error) = self.session.apply(&update) {
+            return Ok(Err(error));
+        }
+        if self.model.is_some() {
+            tracing::debug!("session.update after the first input: the sim keeps its settings");
+        }
+        let updated = event(
+            "session.updated",
+            json!({ "session": self.session.to_json() }),
+        );
+        self.write(socket, &updated).await?;
+        Ok(Ok(()))
+    }
+
+    /// `input_audio_buffer.append`: audio on to the sim (connecting it at the first).
+    async fn on_append(&mut self, pcm: Bytes) -> Handled {
+        self.shared.record_append(pcm.len());
+        if pcm.is_empty() {
+            return Ok(Ok(()));
+        }
+        self.connect(Vec::new()).await?;
+        if self.session.manual() && !self.activity_open {
+            self.activity_open = true;
+            self.forward(LiveInput::ActivityStart).await?;
+        }
+        self.buffered += pcm.len();
+        self.forward(LiveInput::Realtime(Blob::new(pcm, "audio/pcm;rate=24000")))
+            .await?;
+        Ok(Ok(()))
+    }
+
+    /// `input_audio_buffer.commit`: the end of the user's audio, as a user item.
+    async fn on_commit(&mut self, socket: &mut WebSocket) -> Handled {
+        if self.buffered == 0 {
+            return Ok(Err(ApiError::invalid(
                         "input_audio_buffer_commit_empty",
                         "Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer only has 0.00ms of audio.",
                     )));
-                }
-                self.buffered = 0;
-                let end = if self.session.manual() {
-                    self.activity_open = false;
-                    LiveInput::ActivityEnd
-                } else {
-                    LiveInput::AudioStreamEnd
-                };
-                self.forward(end).await?;
-                let item_id = new_id("item");
-                self.committed = Some(item_id.clone());
-                self.commit_answered = true;
-                self.user_audio_item(&item_id, socket).await?;
+        }
+        self.buffered = 0;
+        let end = if self.session.manual() {
+            self.activity_open = false;
+            LiveInput::ActivityEnd
+        } else {
+            LiveInput::AudioStreamEnd
+        };
+        self.forward(end).await?;
+        let item_id = new_id("item");
+        self.committed = Some(item_id.clone());
+        self.commit_answered = true;
+        self.user_audio_item(&item_id, socket).await?;
+        Ok(Ok(()))
+    }
+
+    /// `input_audio_buffer.clear`.
+    async fn on_clear(&mut self, socket: &mut WebSocket) -> Handled {
+        self.buffered = 0;
+        self.activity_open = false;
+        self.send(socket, event("input_audio_buffer.cleared", json!({})))
+            .await?;
+        Ok(Ok(()))
+    }
+
+    /// `conversation.item.create`: a message, a seeded call or a tool's output.
+    async fn on_item_create(&mut self, item: Item, socket: &mut WebSocket) -> Handled {
+        if self.pending.len() >= MAX_ITEMS {
+            return Ok(Err(ApiError::invalid(
+                "too_many_items",
+                "Too many items before a response.",
+            )));
+        }
+        let item_json = match &item {
+            Item::FunctionCallOutput { call_id, output } if self.seeded_calls.contains(call_id) => {
+                self.pending.push(item.clone());
+                json!({ "type": "function_call_output", "call_id": call_id, "output": output })
             }
-            ClientEvent::Clear => {
-                self.buffered = 0;
-                self.activity_open = false;
-                self.send(socket, event("input_audio_buffer.cleared", json!({})))
-                    .await?;
-            }
-            ClientEvent::ItemCreate(item) => {
-                if self.pending.len() >= MAX_ITEMS {
-                    return Ok(Err(ApiError::invalid(
-                        "too_many_items",
-                        "Too many items before a response.",
+            Item::FunctionCallOutput { call_id, output } => {
+                let Some((name, sim_id)) = self.calls.get(call_id).cloned() else {
+                    return Ok(Err(ApiError::param(
+                        "invalid_value",
+                        "item.call_id",
+                        format!(
+                            "Tool call ID '{}' not found in conversation.",
+                            call_id.chars().take(64).collect::<String>()
+                        ),
                     )));
-                }
-                let item_json = match &item {
-                    Item::FunctionCallOutput { call_id, output }
-                        if self.seeded_calls.contains(call_id) =>
-                    {
-                        self.pending.push(item.clone());
-                        json!({ "type": "function_call_output", "call_id": call_id, "output": output })
-                    }
-                    Item::FunctionCallOutput { call_id, output } => {
-                        let Some((name, sim_id)) = self.calls.get(call_id).cloned() else {
-                            return Ok(Err(ApiError::param(
-                                "invalid_value",
-                                "item.call_id",
-                                format!(
-                                    "Tool call ID '{}' not found in conversation.",
-                                    call_id.chars().take(64).collect::<String>()
-                                ),
-                            )));
-                        };
-                        let response = match serde_json::from_str::<Value>(output) {
-                            Ok(Value::Object(map)) => Value::Object(map),
-                            _ => json!({ "output": output }),
-                        };
-                        self.outputs.push(FunctionResponse {
-                            id: sim_id,
-                            name,
-                            response,
-                        });
-                        json!({ "type": "function_call_output", "call_id": call_id, "output": output })
-                    }
-                    Item::Message { role, text } => {
-                        let kind = if role == "assistant" {
-                            "output_text"
-                        } else {
-                            "input_text"
-                        };
-                        json!({ "type": "message", "role": role, "content": [{ "type": kind, "text": text }] })
-                    }
-                    Item::FunctionCall {
-                        call_id,
-                        name,
-                        arguments,
-                    } => {
-                        if self.seeded_calls.len() < MAX_ITEMS {
-                            self.seeded_calls.insert(call_id.clone());
-                        }
-                        json!({ "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments })
-                    }
                 };
-                if !matches!(item, Item::FunctionCallOutput { .. }) {
-                    self.pending.push(item);
-                }
-                self.item_added(item_json, socket).await?;
+                let response = match serde_json::from_str::<Value>(output) {
+                    Ok(Value::Object(map)) => Value::Object(map),
+                    _ => json!({ "output": output }),
+                };
+                self.outputs.push(FunctionResponse {
+                    id: sim_id,
+                    name,
+                    response,
+                });
+                json!({ "type": "function_call_output", "call_id": call_id, "output": output })
             }
-            ClientEvent::ResponseCreate => {
-                if let Some(answer) = &self.answer {
-                    return Ok(Err(ApiError::invalid(
+            Item::Message { role, text } => {
+                let kind = if role == "assistant" {
+                    "output_text"
+                } else {
+                    "input_text"
+                };
+                json!({ "type": "message", "role": role, "content": [{ "type": kind, "text": text }] })
+            }
+            Item::FunctionCall {
+                call_id,
+                name,
+                arguments,
+            } => {
+                if self.seeded_calls.len() < MAX_ITEMS {
+                    self.seeded_calls.insert(call_id.clone());
+                }
+                json!({ "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments })
+            }
+        };
+        if !matches!(item, Item::FunctionCallOutput { .. }) {
+            self.pending.push(item);
+        }
+        self.item_added(item_json, socket).await?;
+        Ok(Ok(()))
+    }
+
+    /// `response.create`, refused while an answer is under way.
+    async fn on_response_create(&mut self) -> Handled {
+        if let Some(answer) = &self.answer {
+            return Ok(Err(ApiError::invalid(
                         "conversation_already_has_active_response",
                         format!(
                             "Conversation already has an active response in progress: {}. Wait until the response is finished before creating a new one.",
                             answer.response_id
                         ),
                     )));
-                }
-                self.response_create().await?;
-            }
-            ClientEvent::ResponseCancel => {
-                if self.answer.is_none() {
-                    return Ok(Err(ApiError::invalid(
-                        "response_cancel_not_active",
-                        "Cancellation failed: no active response found",
-                    )));
-                }
-                self.cancelled = true;
-                self.finish(socket, "cancelled", Some("client_cancelled"))
-                    .await?;
-            }
-            ClientEvent::Truncate {
-                item_id,
-                audio_end_ms,
-            } => {
-                let Some(item_ms) = self
-                    .audio_items
-                    .iter()
-                    .find(|(id, _)| *id == item_id)
-                    .map(|(_, samples)| samples / SAMPLES_PER_MS)
-                else {
-                    return Ok(Err(ApiError::param(
-                        "invalid_value",
-                        "item_id",
-                        "No assistant audio item with this id.",
-                    )));
-                };
-                if audio_end_ms > item_ms {
-                    return Ok(Err(ApiError::param(
-                        "invalid_value",
-                        "audio_end_ms",
-                        format!("audio_end_ms {audio_end_ms} is longer than the item's audio ({item_ms} ms)."),
-                    )));
-                }
-                tracing::info!(
-                    item_id,
-                    audio_end_ms,
-                    item_ms,
-                    "mock-openai truncates an item"
-                );
-                self.shared.record(Truncation {
-                    item_id: item_id.clone(),
-                    audio_end_ms,
-                    item_audio_ms: item_ms,
-                });
-                let truncated =
-                    json!({ "item_id": item_id, "content_index": 0, "audio_end_ms": audio_end_ms });
-                self.send(socket, event("conversation.item.truncated", truncated))
-                    .await?;
-            }
         }
+        self.response_create().await?;
+        Ok(Ok(()))
+    }
+
+    /// `response.cancel` of the answer under way.
+    async fn on_response_cancel(&mut self, socket: &mut WebSocket) -> Handled {
+        if self.answer.is_none() {
+            return Ok(Err(ApiError::invalid(
+                "response_cancel_not_active",
+                "Cancellation failed: no active response found",
+            )));
+        }
+        self.cancelled = true;
+        self.finish(socket, "cancelled", Some("client_cancelled"))
+            .await?;
+        Ok(Ok(()))
+    }
+
+    /// `conversation.item.truncate`: what the client played of an assistant audio item, recorded.
+    async fn on_truncate(
+        &mut self,
+        item_id: String,
+        audio_end_ms: u64,
+        socket: &mut WebSocket,
+    ) -> Handled {
+        let Some(item_ms) = self
+            .audio_items
+            .iter()
+            .find(|(id, _)| *id == item_id)
+            .map(|(_, samples)| samples / SAMPLES_PER_MS)
+        else {
+            return Ok(Err(ApiError::param(
+                "invalid_value",
+                "item_id",
+                "No assistant audio item with this id.",
+            )));
+        };
+        if audio_end_ms > item_ms {
+            return Ok(Err(ApiError::param(
+                "invalid_value",
+                "audio_end_ms",
+                format!(
+                    "audio_end_ms {audio_end_ms} is longer than the item's audio ({item_ms} ms)."
+                ),
+            )));
+        }
+        tracing::info!(
+            item_id,
+            audio_end_ms,
+            item_ms,
+            "mock-openai truncates an item"
+        );
+        self.shared.record(Truncation {
+            item_id: item_id.clone(),
+            audio_end_ms,
+            item_audio_ms: item_ms,
+        });
+        let truncated =
+            json!({ "item_id": item_id, "content_index": 0, "audio_end_ms": audio_end_ms });
+        self.send(socket, event("conversation.item.truncated", truncated))
+            .await?;
         Ok(Ok(()))
     }
 
