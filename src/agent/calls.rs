@@ -15,6 +15,7 @@ use super::tool::{FunctionTool, ToolBody, ToolError};
 use super::Callbacks;
 use crate::event::{Content, Event, EventActions, FunctionCall, FunctionResponse, Part};
 use crate::live::{live_request_queue, LiveRequest, LiveRequestQueue};
+use crate::lock::Recover;
 use crate::model::LiveInput;
 
 /// The function ADK intercepts to stop a streaming tool.
@@ -271,7 +272,7 @@ impl BackgroundTools {
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Running>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
+        self.running.lock_or_recover()
     }
 }
 

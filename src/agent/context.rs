@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::artifact::{Artifact, ArtifactError, ArtifactScope, ArtifactService};
 use crate::event::{Content, EventActions};
+use crate::lock::Recover;
 
 /// One run of the runner, shared by every agent, tool and callback in it (ADK's
 /// `InvocationContext`, minus what only the flow needs).
@@ -88,7 +89,7 @@ impl Invocation {
 
     fn lock_state(&self) -> MutexGuard<'_, Map<String, Value>> {
         // A panic elsewhere while holding the lock leaves the map intact; keep using it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_or_recover()
     }
 }
 
@@ -216,7 +217,7 @@ impl Context {
     }
 
     fn lock_actions(&self) -> MutexGuard<'_, EventActions> {
-        self.actions.lock().unwrap_or_else(|e| e.into_inner())
+        self.actions.lock_or_recover()
     }
 }
 

@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+use crate::lock::Recover;
+
 /// Folders remembered past their last sync before idle ones are forgotten (a forgotten folder
 /// only costs its next save a sync of its own).
 const REMEMBERED: usize = 1024;
@@ -104,9 +106,7 @@ impl FolderSyncs {
 
     /// No sync runs while the lock is held, so a poisoned one holds consistent state.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.lock_or_recover()
     }
 
     #[cfg(test)]

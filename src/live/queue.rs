@@ -7,6 +7,7 @@ use crate::latch::Latch;
 use serde_json::{Map, Value};
 
 use crate::event::{Blob, Content};
+use crate::lock::Recover;
 
 /// Default capacity of a live request queue.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
@@ -95,7 +96,7 @@ struct Order {
 
 fn lock(order: &Mutex<Order>) -> MutexGuard<'_, Order> {
     // The counters stay consistent whatever panicked: each change is a single store.
-    order.lock().unwrap_or_else(|e| e.into_inner())
+    order.lock_or_recover()
 }
 
 impl LiveRequest {

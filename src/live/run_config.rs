@@ -1,9 +1,11 @@
 //! `RunConfig`: how a live run behaves, with ADK's defaults.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
 
+use crate::lock::Recover;
 use crate::model::{
     ContextWindowCompression, Modality, ProactivityConfig, RealtimeInputConfig,
     SessionResumptionConfig, SpeechConfig,
@@ -56,34 +58,56 @@ pub struct RunConfig {
 ///
 /// It only observes, so two configs that differ in it alone compare equal.
 #[derive(Debug, Clone, Default)]
-pub struct AudioTally(Arc<[std::sync::atomic::AtomicU64; 2]>);
+pub struct AudioTally(Arc<Tally>);
+
+#[derive(Debug, Default)]
+struct Tally {
+    /// Microseconds in, then out.
+    micros: [AtomicU64; 2],
+    /// The client's last mime type and the rate it gives its audio (`None`: not PCM): a client
+    /// sends the same type with every microphone frame, so it is parsed when it changes, not
+    /// per frame.
+    input_type: Mutex<(String, Option<u32>)>,
+}
 
 impl AudioTally {
     /// Audio from the client to the model.
     pub fn input(&self, blob: &crate::event::Blob) {
-        Self::add(&self.0[0], blob, 16_000);
+        let rate = {
+            let mut last = self.0.input_type.lock_or_recover();
+            if last.0 != blob.mime_type {
+                *last = (blob.mime_type.clone(), pcm_rate(blob, 16_000));
+            }
+            last.1
+        };
+        self.add(0, blob, rate);
     }
 
     /// Audio from the model.
     pub fn output(&self, blob: &crate::event::Blob) {
-        Self::add(&self.0[1], blob, 24_000);
+        self.add(1, blob, pcm_rate(blob, 24_000));
     }
 
-    fn add(counter: &std::sync::atomic::AtomicU64, blob: &crate::event::Blob, default_rate: u32) {
-        if !blob.is_pcm() {
+    fn add(&self, side: usize, blob: &crate::event::Blob, rate: Option<u32>) {
+        let Some(rate) = rate else {
             return;
-        }
-        let rate = u64::from(blob.sample_rate().unwrap_or(default_rate).max(1));
+        };
         // PCM16 mono: two bytes a sample.
-        let micros = blob.data.len() as u64 * 1_000_000 / (2 * rate);
-        counter.fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+        let micros = blob.data.len() as u64 * 1_000_000 / (2 * u64::from(rate));
+        self.0.micros[side].fetch_add(micros, Ordering::Relaxed);
     }
 
     /// Seconds in and out so far.
     pub fn seconds(&self) -> (f64, f64) {
-        let read = |i: usize| self.0[i].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6;
+        let read = |i: usize| self.0.micros[i].load(Ordering::Relaxed) as f64 / 1e6;
         (read(0), read(1))
     }
+}
+
+/// The sample rate of PCM audio (`default` where the type names none), `None` for anything else.
+fn pcm_rate(blob: &crate::event::Blob, default: u32) -> Option<u32> {
+    blob.is_pcm()
+        .then(|| blob.sample_rate().unwrap_or(default).max(1))
 }
 
 impl PartialEq for AudioTally {
@@ -159,5 +183,24 @@ impl RunConfig {
             .clone()
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| vec![Modality::Audio])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Blob;
+
+    #[test]
+    fn each_frame_counts_at_the_rate_its_own_type_names() {
+        let tally = AudioTally::default();
+        let second = |rate: usize, mime: &str| Blob::new(vec![0u8; 2 * rate].into(), mime);
+        tally.input(&second(16_000, "audio/pcm;rate=16000"));
+        tally.input(&second(8_000, "audio/pcm;rate=8000"));
+        tally.input(&second(8_000, "audio/pcm;rate=8000"));
+        tally.input(&Blob::new(vec![0u8; 32_000].into(), "image/jpeg"));
+        tally.input(&second(16_000, "audio/pcm"));
+        tally.output(&second(24_000, "audio/pcm"));
+        assert_eq!(tally.seconds(), (4.0, 1.0));
     }
 }

@@ -1,12 +1,15 @@
 //! What the WebSocket model backends share on their upstream socket: its type, how a failed
-//! upgrade reads, sending a setup-time JSON message, and the writer that owns the sink.
+//! upgrade reads, sending a setup-time JSON message, the writer that owns the sink, and the
+//! reader's loop.
 
+use std::future::Future;
 use std::pin::Pin;
 
-use futures::stream::SplitSink;
-use futures::SinkExt;
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio::time::{timeout, Duration, Instant, Sleep};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -14,7 +17,8 @@ use tungstenite::protocol::CloseFrame;
 use tungstenite::Message;
 
 use super::chunker::AudioChunker;
-use super::{LiveInput, ModelError};
+use super::{LiveInput, ModelError, ModelMessage};
+use crate::latch::{receiver_gone, Latch};
 
 /// Most queued inputs written with one flush (a second of microphone frames at 20 ms).
 const MAX_INPUTS_PER_WRITE: usize = 50;
@@ -213,4 +217,81 @@ impl UpstreamWriter {
         };
         let _ = timeout(limit, closing).await;
     }
+}
+
+/// What a backend's reader does with each message its model server sends.
+pub(crate) trait ReadHandler {
+    /// Passes one text or binary message's payload on to the flow; false once the session is
+    /// over.
+    fn handle(&mut self, payload: &[u8]) -> impl Future<Output = bool> + Send;
+}
+
+/// The reading half of a backend's session: hands what `provider` sends to `handler` until the
+/// socket closes, the server sends nothing (not even a pong) for `silence_timeout`, the flow
+/// drops `output`'s receiver or `done` fires; then fires `done`. Everything but a normal close
+/// reaches the flow on `output` as an error.
+pub(crate) async fn read_until_end(
+    provider: &'static str,
+    mut stream: SplitStream<Socket>,
+    output: mpsc::Sender<ModelMessage>,
+    silence_timeout: Duration,
+    done: Latch,
+    mut handler: impl ReadHandler,
+) {
+    // Made once, not per message: a fresh wait registers and unregisters a waiter each time.
+    let ended = done.fired();
+    let flow_gone = receiver_gone(&output);
+    tokio::pin!(ended, flow_gone);
+    loop {
+        let message = tokio::select! {
+            () = &mut ended => break,
+            () = &mut flow_gone => break,
+            message = timeout(silence_timeout, stream.next()) => message,
+        };
+        let Ok(message) = message else {
+            tracing::warn!(timeout = ?silence_timeout, "{provider} went silent");
+            let silent = ModelError::Closed {
+                code: 1006,
+                reason: format!("{provider} sent nothing for {silence_timeout:?}"),
+            };
+            let _ = output.send(Err(silent)).await;
+            break;
+        };
+        let payload = match &message {
+            Some(Ok(Message::Text(text))) => text.as_bytes(),
+            Some(Ok(Message::Binary(data))) => data,
+            Some(Ok(Message::Close(frame))) => {
+                let error = ModelError::closed(frame.as_ref());
+                tracing::info!(%error, "{provider} closed the session");
+                // A normal close just ends the stream (the flow reconnects if it has a handle).
+                if !matches!(error, ModelError::Closed { code: 1000, .. }) {
+                    let _ = output.send(Err(error)).await;
+                }
+                break;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => {
+                tracing::warn!(%error, "{provider} connection failed");
+                let failed = ModelError::Closed {
+                    code: 1006,
+                    reason: error.to_string(),
+                };
+                let _ = output.send(Err(failed)).await;
+                break;
+            }
+            // Only after a close frame, which ends the loop first; a drop, should it come.
+            None => {
+                let dropped = ModelError::Closed {
+                    code: 1006,
+                    reason: format!("{provider} dropped the connection"),
+                };
+                let _ = output.send(Err(dropped)).await;
+                break;
+            }
+        };
+        if !handler.handle(payload).await {
+            break;
+        }
+    }
+    done.fire();
 }

@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::task::TaskTracker;
 
+use crate::lock::Recover;
 use crate::session::{Fence, Session, SessionError, SessionService};
 
 /// Keeps a live run's latest resumption handle with its session without holding up the run: a
@@ -65,7 +66,7 @@ impl HandleKeeper {
 impl Keeper {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Each change is a single assignment: the state stays whole whatever panicked.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_or_recover()
     }
 
     /// Writes the newest handle until none is waiting.

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::state::{apply_committed, merge_state, prepare_append, split_delta, ScopedDelta};
 use super::{EventPage, Fence, GetSessionConfig, Session, SessionError, SessionService};
 use crate::event::{now_timestamp, Event};
+use crate::lock::Recover;
 
 /// One stored session: its own (unprefixed) state and its committed events.
 #[derive(Debug, Default)]
@@ -44,8 +45,8 @@ fn key(app: &str, user: &str, id: &str) -> SessionKey {
 impl InMemorySessionService {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Every mutation below completes before anything can panic, so the maps stay consistent
-        // even if a holder panicked; recovering beats failing every later call.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        // even if a holder panicked.
+        self.inner.lock_or_recover()
     }
 }
 

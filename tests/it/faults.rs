@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::common::faults::{faults_enabled, Node, Proxy, TestPostgres};
+use crate::common::faults::{faults_enabled, spawn_node, Node, Proxy, TestPostgres};
 use crate::common::*;
 use livegate::gateway::close::{TAKEN_OVER, TRY_AGAIN_LATER};
 use serde_json::Value;
@@ -38,12 +38,12 @@ impl Setup {
 
     /// A node on the store at `store` (the server's URL, or a proxy's).
     async fn node(&self, store: &str) -> Node {
-        Node::spawn(store, self.dir.path(), &["--lease-ttl-ms", TTL_MS]).await
+        spawn_node(store, self.dir.path(), &["--lease-ttl-ms", TTL_MS]).await
     }
 
     /// A node whose sim answers in real time (an answer lasts seconds).
     async fn realtime_node(&self, store: &str) -> Node {
-        Node::spawn(
+        spawn_node(
             store,
             self.dir.path(),
             &["--lease-ttl-ms", TTL_MS, "--sim-pacing", "realtime"],

@@ -5,9 +5,9 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::common::process::Node;
 use crate::common::*;
 use futures::FutureExt;
 use livegate::event::Event;
@@ -17,7 +17,6 @@ use livegate::gateway::ServeArgs;
 use livegate::session::{GetSessionConfig, PostgresSessionService, Session, SessionService};
 use serde_json::Value;
 use sqlx::Connection;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::timeout;
 
 /// Lease time to live of the nodes killed in these tests.
@@ -146,70 +145,26 @@ async fn artifact_names(addr: SocketAddr, session: &str) -> Vec<String> {
         .collect()
 }
 
-/// A gateway in a child process (so it can be killed or sent SIGTERM).
-struct ChildNode {
-    child: tokio::process::Child,
-    addr: SocketAddr,
-}
-
-impl ChildNode {
-    async fn spawn(url: &str, artifacts: &Path, data: &Path) -> ChildNode {
-        let args = [
-            "--bind".to_owned(),
-            "127.0.0.1:0".to_owned(),
-            "--session-store".to_owned(),
-            url.to_owned(),
-            "--artifact-store".to_owned(),
-            format!("file://{}", artifacts.display()),
-            "--data-dir".to_owned(),
-            data.display().to_string(),
-            "--sim-pacing".to_owned(),
-            "realtime".to_owned(),
-            "--sim-reply-delay-ms".to_owned(),
-            "0".to_owned(),
-            "--lease-ttl-ms".to_owned(),
-            TEST_LEASE_TTL.as_millis().to_string(),
-        ];
-        Self::spawn_with(&args, &[]).await
-    }
-
-    /// A node started with `args` after `serve`, and `env` set.
-    async fn spawn_with(args: &[String], env: &[(&str, &str)]) -> ChildNode {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
-            .arg("serve")
-            .args(args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the gateway binary starts");
-        let stdout = child.stdout.take().expect("stdout piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = timeout(WAIT, async {
-            while let Some(line) = lines.next_line().await.expect("stdout readable") {
-                if let Some(addr) = line.strip_prefix("livegate listening on http://") {
-                    return addr.parse::<SocketAddr>().expect("an address");
-                }
-            }
-            panic!("the gateway exited before listening");
-        })
-        .await
-        .expect("the gateway listens in time");
-        // Keep reading, so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        ChildNode { child, addr }
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.id().expect("still running");
-        let status = std::process::Command::new("kill")
-            .args([format!("-{name}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    }
+/// A gateway in a child process (so it can be killed or sent SIGTERM), its sim answering in real
+/// time.
+async fn child_node(url: &str, artifacts: &Path, data: &Path) -> Node {
+    let args = [
+        "--bind".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--session-store".to_owned(),
+        url.to_owned(),
+        "--artifact-store".to_owned(),
+        format!("file://{}", artifacts.display()),
+        "--data-dir".to_owned(),
+        data.display().to_string(),
+        "--sim-pacing".to_owned(),
+        "realtime".to_owned(),
+        "--sim-reply-delay-ms".to_owned(),
+        "0".to_owned(),
+        "--lease-ttl-ms".to_owned(),
+        TEST_LEASE_TTL.as_millis().to_string(),
+    ];
+    Node::spawn(&args, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,7 +348,7 @@ async fn a_node_killed_mid_turn_loses_its_sessions_within_the_lease_ttl() {
     let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
-    let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
+    let mut a = child_node(&url, &artifacts, &dir.path().join("a")).await;
     let b = start(node_args(&url, &artifacts)).await;
 
     let mut client = Client::connect(a.addr, "u1", "orphan", "").await;
@@ -453,7 +408,7 @@ async fn sigterm_drains_with_1012_after_saving_and_the_client_continues_elsewher
     let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
-    let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
+    let mut a = child_node(&url, &artifacts, &dir.path().join("a")).await;
     let b = start(node_args(&url, &artifacts)).await;
 
     let mut client = Client::connect(a.addr, "u1", "restart", "").await;
@@ -574,7 +529,7 @@ async fn a_drained_node_hands_every_session_to_the_next() {
     let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
-    let mut a = ChildNode::spawn(&url, &artifacts, &dir.path().join("a")).await;
+    let mut a = child_node(&url, &artifacts, &dir.path().join("a")).await;
     let b = start(node_args(&url, &artifacts)).await;
 
     let mut clients = futures::future::join_all((0..SESSIONS).map(|i| async move {
@@ -726,7 +681,7 @@ async fn recordings_of(addr: SocketAddr, user: &str, session: &str) -> (u64, u64
 /// Drains each node in turn with SIGTERM and starts it again on its port and folder
 /// (`args(node, port)`), waiting for it to report ready before the next.
 async fn restart_each(
-    nodes: &mut [ChildNode],
+    nodes: &mut [Node],
     args: impl Fn(usize, u16) -> Vec<String>,
     env: &[(&str, &str)],
 ) {
@@ -738,7 +693,7 @@ async fn restart_each(
             .expect("a drained node exits")
             .unwrap();
         assert!(status.success(), "node {index} drained cleanly: {status}");
-        *node = ChildNode::spawn_with(&args(index, addr.port()), env).await;
+        *node = Node::spawn(&args(index, addr.port()), env).await;
         assert_eq!(node.addr, addr);
         eventually_every(
             Duration::from_secs(30),
@@ -833,7 +788,7 @@ async fn a_rolling_restart_under_load_loses_nothing() {
     let env = [];
     let mut nodes = Vec::new();
     for node in 0..NODES {
-        nodes.push(ChildNode::spawn_with(&args(node, 0), &env).await);
+        nodes.push(Node::spawn(&args(node, 0), &env).await);
     }
     let urls: Vec<String> = nodes
         .iter()

@@ -3,7 +3,7 @@
 //! connection is up when they are called.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use rmcp::service::{Peer, RoleClient};
@@ -14,6 +14,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::config::{is_valid_name, McpConfig, Spec};
 use super::connect::{connect, Handler};
 use crate::agent::{FunctionTool, Toolset, ToolsetStats};
+use crate::lock::RecoverRw;
 use crate::model::FunctionDeclaration;
 
 /// The first wait before connecting again; it doubles up to [`MAX_BACKOFF`].
@@ -86,11 +87,11 @@ pub(crate) enum NoPeer {
 
 impl Shared {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner)
+        self.state.read_or_recover()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(PoisonError::into_inner)
+        self.state.write_or_recover()
     }
 
     fn changed(&self) {

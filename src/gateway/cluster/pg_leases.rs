@@ -21,6 +21,7 @@ use sqlx::Row;
 
 use crate::gateway::cluster::registry::{Lease, LeaseError, SharedLeases};
 use crate::latch::Latch;
+use crate::lock::Recover;
 
 /// The NOTIFY channel of every lease notice.
 const CHANNEL: &str = "livegate_leases";
@@ -152,15 +153,11 @@ impl PgLeases {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Held>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.held.lock_or_recover()
     }
 
     fn early(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (i64, Instant)>> {
-        self.early
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.early.lock_or_recover()
     }
 
     /// Registers a lease just taken; a takeover notice that came for it first fires it now.

@@ -341,6 +341,42 @@ mod tests {
         assert!(blocked.await.is_err(), "no write timeout once upgraded");
     }
 
+    // Real loopback sockets: what is asserted is the size the kernel gives the socket.
+    #[tokio::test]
+    async fn a_websocket_s_send_buffer_is_wide_for_a_bulk_write_only() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        // The client reads all it gets, so no write waits for room.
+        tokio::spawn(async move {
+            let mut read = vec![0; 64 * 1024];
+            while client.read(&mut read).await.is_ok_and(|n| n > 0) {}
+        });
+        let watch = Arc::new(IoWatch::default());
+        let mut watched = Watched::new(server, watch.clone(), None);
+        let kernel = |watched: &Watched<tokio::net::TcpStream>| {
+            socket2::SockRef::from(&watched.io)
+                .send_buffer_size()
+                .unwrap()
+        };
+        watch.upgraded();
+        watched.write_all(&[0; 1024]).await.unwrap();
+        let paced = kernel(&watched);
+        // A large event in one write: the buffer is wide while it goes out.
+        let event = vec![0; 4 * BULK_WRITE];
+        assert!(watched.write(&event).await.unwrap() > 0);
+        let wide = kernel(&watched);
+        assert!(wide > paced, "a bulk write widens it: {paced} then {wide}");
+        watched.write_all(&[0; 1024]).await.unwrap();
+        assert_eq!(
+            kernel(&watched),
+            paced,
+            "an audio-sized write narrows it again"
+        );
+    }
+
     #[test]
     fn the_message_clock_starts_at_the_first_byte_and_stops_at_the_message() {
         let watch = IoWatch::default();

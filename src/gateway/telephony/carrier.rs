@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -152,6 +153,84 @@ pub trait Carrier: Send + Sync + std::fmt::Debug {
 
     /// The environment variable holding the webhook secret (`TWILIO_AUTH_TOKEN`, …).
     fn secret_env(&self) -> &'static str;
+}
+
+/// A media-stream message in the shape Twilio set and Telnyx copied: an `event`, and the body of
+/// that name. `S` is the carrier's own `start` body; `I` what it sends beside it at the top
+/// (Telnyx's `stream_id`), ignored where it sends nothing there that is needed.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "S: Deserialize<'de>, I: Deserialize<'de> + Default"))]
+struct StreamMessage<'a, S, I> {
+    #[serde(borrow)]
+    event: Cow<'a, str>,
+    #[serde(default)]
+    stream_id: I,
+    #[serde(default, borrow)]
+    media: Option<MediaBody<'a>>,
+    #[serde(default)]
+    start: Option<S>,
+    #[serde(default, borrow)]
+    mark: Option<MarkBody<'a>>,
+    #[serde(default, borrow)]
+    dtmf: Option<DtmfBody<'a>>,
+}
+
+/// Names what a message of this event lacks, as a [`ProtocolError`].
+pub type Missing<'m> = &'m dyn Fn(&str) -> ProtocolError;
+
+/// Reads one text message of `carrier`'s media stream; `start` reads a `start` message's body
+/// (and the top-level id beside it) into the call's metadata.
+pub fn read_message<'a, S, I>(
+    carrier: &'static str,
+    text: &'a str,
+    start: impl FnOnce(Option<S>, I, Missing<'_>) -> Result<CallStart, ProtocolError>,
+) -> Result<Inbound<'a>, ProtocolError>
+where
+    S: DeserializeOwned,
+    I: DeserializeOwned + Default,
+{
+    let malformed = |reason: String| ProtocolError::Malformed { carrier, reason };
+    let message: StreamMessage<'a, S, I> =
+        serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+    let missing = |field: &str| malformed(format!("{} without {field}", message.event));
+    Ok(match message.event.as_ref() {
+        "connected" => Inbound::Connected,
+        "media" => media(message.media.ok_or_else(|| missing("media"))?),
+        "start" => Inbound::Start(start(message.start, message.stream_id, &missing)?),
+        "mark" => Inbound::Mark(bounded(
+            carrier,
+            "mark.name",
+            message.mark.ok_or_else(|| missing("mark"))?.name,
+        )?),
+        "dtmf" => Inbound::Dtmf(dtmf_digit(
+            carrier,
+            &message.dtmf.ok_or_else(|| missing("dtmf"))?.digit,
+        )?),
+        "stop" => Inbound::Stop,
+        _ => Inbound::Ignored(message.event),
+    })
+}
+
+impl CallStart {
+    /// The metadata of a `start`, each id bounded (`fields` name them for the error: call id's,
+    /// then stream id's).
+    pub fn read(
+        carrier: &'static str,
+        fields: [&'static str; 2],
+        call_id: String,
+        stream_id: String,
+        custom_parameters: Option<Map<String, Value>>,
+        media_format: Option<MediaFormat>,
+    ) -> Result<CallStart, ProtocolError> {
+        let format = media_format.unwrap_or_default();
+        Ok(CallStart {
+            call_id: bounded(carrier, fields[0], call_id.into())?.into_owned(),
+            stream_id: bounded(carrier, fields[1], stream_id.into())?.into_owned(),
+            parameters: parameters(carrier, custom_parameters)?,
+            encoding: format.encoding,
+            sample_rate: format.sample_rate,
+        })
+    }
 }
 
 /// The body of a `media` message, as the carriers that copied Twilio's shape send it.

@@ -11,8 +11,6 @@
 //! TeXML as <https://developers.telnyx.com/docs/voice/programmable-voice/texml-verbs/stream>,
 //! signatures as <https://developers.telnyx.com/docs/development/api-fundamentals/webhooks>.
 
-use std::borrow::Cow;
-
 use axum::http::HeaderMap;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -20,8 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::carrier::{
-    bounded, connect_stream, dtmf_digit, field, form_fields, media, parameters, CallStart, Carrier,
-    DtmfBody, Inbound, MarkBody, MediaBody, MediaFormat, ProtocolError, WebhookCall, WebhookError,
+    connect_stream, field, form_fields, read_message, CallStart, Carrier, Inbound, MediaFormat,
+    ProtocolError, WebhookCall, WebhookError,
 };
 
 /// The signature header (base64 Ed25519).
@@ -40,22 +38,6 @@ const NAME: &str = "telnyx";
 pub struct Telnyx;
 
 #[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    event: Cow<'a, str>,
-    #[serde(default)]
-    stream_id: Option<String>,
-    #[serde(default, borrow)]
-    media: Option<MediaBody<'a>>,
-    #[serde(default)]
-    start: Option<Start>,
-    #[serde(default, borrow)]
-    mark: Option<MarkBody<'a>>,
-    #[serde(default, borrow)]
-    dtmf: Option<DtmfBody<'a>>,
-}
-
-#[derive(Deserialize)]
 struct Start {
     call_control_id: String,
     #[serde(default)]
@@ -64,50 +46,28 @@ struct Start {
     media_format: Option<MediaFormat>,
 }
 
-fn malformed(reason: impl Into<String>) -> ProtocolError {
-    ProtocolError::Malformed {
-        carrier: NAME,
-        reason: reason.into(),
-    }
-}
-
 impl Carrier for Telnyx {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn parse<'a>(&self, text: &'a str) -> Result<Inbound<'a>, ProtocolError> {
-        let message: Message<'a> =
-            serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
-        let missing = |field: &str| malformed(format!("{} without {field}", message.event));
-        Ok(match message.event.as_ref() {
-            "connected" => Inbound::Connected,
-            "media" => media(message.media.ok_or_else(|| missing("media"))?),
-            "start" => {
-                let stream_id = message.stream_id.ok_or_else(|| missing("stream_id"))?;
-                let start = message.start.ok_or_else(|| missing("start"))?;
-                let format = start.media_format.unwrap_or_default();
-                Inbound::Start(CallStart {
-                    call_id: bounded(NAME, "call_control_id", start.call_control_id.into())?
-                        .into_owned(),
-                    stream_id: bounded(NAME, "stream_id", stream_id.into())?.into_owned(),
-                    parameters: parameters(NAME, start.custom_parameters)?,
-                    encoding: format.encoding,
-                    sample_rate: format.sample_rate,
-                })
-            }
-            "mark" => Inbound::Mark(bounded(
-                NAME,
-                "mark.name",
-                message.mark.ok_or_else(|| missing("mark"))?.name,
-            )?),
-            "dtmf" => Inbound::Dtmf(dtmf_digit(
-                NAME,
-                &message.dtmf.ok_or_else(|| missing("dtmf"))?.digit,
-            )?),
-            "stop" => Inbound::Stop,
-            _ => Inbound::Ignored(message.event),
-        })
+        read_message(
+            NAME,
+            text,
+            |start: Option<Start>, stream_id: Option<String>, missing| {
+                let stream_id = stream_id.ok_or_else(|| missing("stream_id"))?;
+                let start = start.ok_or_else(|| missing("start"))?;
+                CallStart::read(
+                    NAME,
+                    ["call_control_id", "stream_id"],
+                    start.call_control_id,
+                    stream_id,
+                    start.custom_parameters,
+                    start.media_format,
+                )
+            },
+        )
     }
 
     fn media(&self, _stream_id: &str, payload: &[u8], out: &mut String) {

@@ -8,17 +8,16 @@
 //! <https://www.twilio.com/docs/usage/webhooks/webhooks-security> (HMAC-SHA1 with the account's
 //! auth token over the URL and the sorted form fields).
 
-use std::borrow::Cow;
-
 use axum::http::HeaderMap;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::carrier::{
-    bounded, connect_stream, dtmf_digit, field, form_fields, media, parameters, CallStart, Carrier,
-    DtmfBody, Inbound, MarkBody, MediaBody, MediaFormat, ProtocolError, WebhookCall, WebhookError,
+    connect_stream, field, form_fields, read_message, CallStart, Carrier, Inbound, MediaFormat,
+    ProtocolError, WebhookCall, WebhookError,
 };
 
 /// The signature header.
@@ -34,20 +33,6 @@ const NAME: &str = "twilio";
 pub struct Twilio;
 
 #[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    event: Cow<'a, str>,
-    #[serde(default, borrow)]
-    media: Option<MediaBody<'a>>,
-    #[serde(default)]
-    start: Option<Start>,
-    #[serde(default, borrow)]
-    mark: Option<MarkBody<'a>>,
-    #[serde(default, borrow)]
-    dtmf: Option<DtmfBody<'a>>,
-}
-
-#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Start {
     stream_sid: String,
@@ -56,13 +41,6 @@ struct Start {
     custom_parameters: Option<Map<String, Value>>,
     #[serde(default)]
     media_format: Option<MediaFormat>,
-}
-
-fn malformed(reason: impl Into<String>) -> ProtocolError {
-    ProtocolError::Malformed {
-        carrier: NAME,
-        reason: reason.into(),
-    }
 }
 
 /// Appends `{"event":"<event>","streamSid":"<id>"` (ids are checked to need no escaping).
@@ -80,35 +58,21 @@ impl Carrier for Twilio {
     }
 
     fn parse<'a>(&self, text: &'a str) -> Result<Inbound<'a>, ProtocolError> {
-        let message: Message<'a> =
-            serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
-        let missing = |field: &str| malformed(format!("{} without {field}", message.event));
-        Ok(match message.event.as_ref() {
-            "connected" => Inbound::Connected,
-            "media" => media(message.media.ok_or_else(|| missing("media"))?),
-            "start" => {
-                let start = message.start.ok_or_else(|| missing("start"))?;
-                let format = start.media_format.unwrap_or_default();
-                Inbound::Start(CallStart {
-                    call_id: bounded(NAME, "callSid", start.call_sid.into())?.into_owned(),
-                    stream_id: bounded(NAME, "streamSid", start.stream_sid.into())?.into_owned(),
-                    parameters: parameters(NAME, start.custom_parameters)?,
-                    encoding: format.encoding,
-                    sample_rate: format.sample_rate,
-                })
-            }
-            "mark" => Inbound::Mark(bounded(
-                NAME,
-                "mark.name",
-                message.mark.ok_or_else(|| missing("mark"))?.name,
-            )?),
-            "dtmf" => Inbound::Dtmf(dtmf_digit(
-                NAME,
-                &message.dtmf.ok_or_else(|| missing("dtmf"))?.digit,
-            )?),
-            "stop" => Inbound::Stop,
-            _ => Inbound::Ignored(message.event),
-        })
+        read_message(
+            NAME,
+            text,
+            |start: Option<Start>, _: IgnoredAny, missing| {
+                let start = start.ok_or_else(|| missing("start"))?;
+                CallStart::read(
+                    NAME,
+                    ["callSid", "streamSid"],
+                    start.call_sid,
+                    start.stream_sid,
+                    start.custom_parameters,
+                    start.media_format,
+                )
+            },
+        )
     }
 
     fn media(&self, stream_id: &str, payload: &[u8], out: &mut String) {

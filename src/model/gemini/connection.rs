@@ -3,18 +3,19 @@
 
 use std::time::Duration;
 
-use crate::latch::{receiver_gone, Latch};
-use futures::stream::SplitStream;
+use crate::latch::Latch;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::tungstenite::Message;
 
 use super::wire::{
     history_message, input_text, parse_server_message, text_as_realtime, ServerEvent,
 };
-use crate::model::upstream::{dial, ping_interval, send_json, Socket, UpstreamWriter};
+use crate::model::upstream::{
+    dial, ping_interval, read_until_end, send_json, ReadHandler, Socket, UpstreamWriter,
+};
 use crate::model::{
     LiveConnectConfig, LiveConnection, LiveInput, ModelError, ModelMessage,
     CONNECTION_CHANNEL_CAPACITY,
@@ -79,11 +80,17 @@ pub(super) async fn open(
         done.clone(),
     ));
     let reader = Reader {
-        output: output_tx,
+        output: output_tx.clone(),
         model: endpoint.model,
-        silence_timeout: endpoint.silence_timeout,
     };
-    tokio::spawn(reader.run(stream, done));
+    tokio::spawn(read_until_end(
+        "Gemini",
+        stream,
+        output_tx,
+        endpoint.silence_timeout,
+        done,
+        reader,
+    ));
     Ok(LiveConnection {
         sender: input_tx,
         receiver: output_rx,
@@ -150,72 +157,15 @@ async fn write_loop(
     done.fire();
 }
 
-/// The reading half of a session.
+/// What the reader does with Gemini's messages.
 struct Reader {
     output: mpsc::Sender<ModelMessage>,
     model: String,
-    silence_timeout: Duration,
 }
 
-impl Reader {
-    /// Turns server messages into responses until the socket closes, the server goes silent or
-    /// the flow goes away.
-    async fn run(self, mut stream: SplitStream<Socket>, done: Latch) {
-        // Made once, not per message: a fresh wait registers and unregisters a waiter each time.
-        let ended = done.fired();
-        let flow_gone = receiver_gone(&self.output);
-        tokio::pin!(ended, flow_gone);
-        loop {
-            let message = tokio::select! {
-                () = &mut ended => break,
-                () = &mut flow_gone => break,
-                message = timeout(self.silence_timeout, stream.next()) => message,
-            };
-            let Ok(message) = message else {
-                tracing::warn!(timeout = ?self.silence_timeout, "Gemini went silent");
-                let silent = ModelError::Closed {
-                    code: 1006,
-                    reason: format!("Gemini sent nothing for {:?}", self.silence_timeout),
-                };
-                let _ = self.output.send(Err(silent)).await;
-                break;
-            };
-            if !self.handle(message).await {
-                break;
-            }
-        }
-        done.fire();
-    }
-
-    /// Passes one socket read on to the flow; false once the session is over.
-    async fn handle(&self, message: Option<Result<Message, tungstenite::Error>>) -> bool {
-        let result = match message {
-            Some(Ok(Message::Text(text))) => parse_server_message(text.as_bytes(), &self.model),
-            Some(Ok(Message::Binary(data))) => parse_server_message(&data, &self.model),
-            Some(Ok(Message::Close(frame))) => {
-                let error = ModelError::closed(frame.as_ref());
-                tracing::info!(%error, "Gemini closed the session");
-                // A normal close just ends the stream (the flow reconnects if it has a handle).
-                if !matches!(error, ModelError::Closed { code: 1000, .. }) {
-                    let _ = self.output.send(Err(error)).await;
-                }
-                return false;
-            }
-            Some(Ok(_)) => return true,
-            Some(Err(error)) => {
-                tracing::warn!(%error, "Gemini connection failed");
-                let _ = self
-                    .output
-                    .send(Err(ModelError::Closed {
-                        code: 1006,
-                        reason: error.to_string(),
-                    }))
-                    .await;
-                return false;
-            }
-            None => return false,
-        };
-        let response = match result {
+impl ReadHandler for Reader {
+    async fn handle(&mut self, payload: &[u8]) -> bool {
+        let response = match parse_server_message(payload, &self.model) {
             Ok(ServerEvent::Response(response)) => response,
             Ok(ServerEvent::SetupComplete | ServerEvent::Nothing) => return true,
             Err(error) => {

@@ -4,16 +4,17 @@
 
 use std::time::Duration;
 
-use futures::stream::SplitStream;
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
-use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::tungstenite::Message;
 
 use super::wire::{Action, Decoder, Encoder, LastAudio};
-use crate::latch::{receiver_gone, Latch};
-use crate::model::upstream::{dial, ping_interval, send_json, Socket, UpstreamWriter};
+use crate::latch::Latch;
+use crate::model::upstream::{
+    dial, ping_interval, read_until_end, send_json, ReadHandler, Socket, UpstreamWriter,
+};
 use crate::model::{LiveConnection, ModelError, ModelMessage, CONNECTION_CHANNEL_CAPACITY};
 
 /// How long the TCP/TLS/WebSocket handshake may take.
@@ -86,13 +87,19 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         done.clone(),
     ));
     let reader = Reader {
-        output: output_tx,
+        output: output_tx.clone(),
         upstream: upstream_tx,
         decoder,
-        silence_timeout: endpoint.silence_timeout,
         dropped_truncates: 0,
     };
-    tokio::spawn(reader.run(stream, done));
+    tokio::spawn(read_until_end(
+        "OpenAI",
+        stream,
+        output_tx,
+        endpoint.silence_timeout,
+        done,
+        reader,
+    ));
     Ok(LiveConnection {
         sender: input_tx,
         receiver: output_rx,
@@ -170,81 +177,19 @@ async fn write_loop(
     done.fire();
 }
 
-/// The reading half of a session.
+/// What the reader does with OpenAI's server events.
 struct Reader {
     output: mpsc::Sender<ModelMessage>,
     /// Client events for the writer (truncates after barge-ins).
     upstream: mpsc::Sender<Value>,
     decoder: Decoder,
-    silence_timeout: Duration,
     /// Truncates dropped with the writer busy, for one log line now and then.
     dropped_truncates: u64,
 }
 
-impl Reader {
-    /// Turns server events into responses until the socket closes, the server goes silent or
-    /// the flow goes away.
-    async fn run(mut self, mut stream: SplitStream<Socket>, done: Latch) {
-        let ended = done.fired();
-        // A clone to watch, as `handle` needs the reader whole.
-        let output = self.output.clone();
-        let flow_gone = receiver_gone(&output);
-        tokio::pin!(ended, flow_gone);
-        loop {
-            let message = tokio::select! {
-                () = &mut ended => break,
-                () = &mut flow_gone => break,
-                message = timeout(self.silence_timeout, stream.next()) => message,
-            };
-            let Ok(message) = message else {
-                tracing::warn!(timeout = ?self.silence_timeout, "OpenAI went silent");
-                let silent = ModelError::Closed {
-                    code: 1006,
-                    reason: format!("OpenAI sent nothing for {:?}", self.silence_timeout),
-                };
-                let _ = self.output.send(Err(silent)).await;
-                break;
-            };
-            if !self.handle(message).await {
-                break;
-            }
-        }
-        done.fire();
-    }
-
-    /// Passes one socket read on to the flow; false once the session is over.
-    async fn handle(&mut self, message: Option<Result<Message, tungstenite::Error>>) -> bool {
-        let actions = match message {
-            Some(Ok(Message::Text(text))) => self.decoder.decode(text.as_bytes(), Instant::now()),
-            Some(Ok(Message::Binary(data))) => self.decoder.decode(&data, Instant::now()),
-            Some(Ok(Message::Close(frame))) => {
-                let error = ModelError::closed(frame.as_ref());
-                tracing::info!(%error, "OpenAI closed the session");
-                if !matches!(error, ModelError::Closed { code: 1000, .. }) {
-                    let _ = self.output.send(Err(error)).await;
-                }
-                return false;
-            }
-            Some(Ok(_)) => return true,
-            Some(Err(error)) => {
-                tracing::warn!(%error, "OpenAI connection failed");
-                let failed = ModelError::Closed {
-                    code: 1006,
-                    reason: error.to_string(),
-                };
-                let _ = self.output.send(Err(failed)).await;
-                return false;
-            }
-            None => {
-                let dropped = ModelError::Closed {
-                    code: 1006,
-                    reason: "OpenAI dropped the connection".into(),
-                };
-                let _ = self.output.send(Err(dropped)).await;
-                return false;
-            }
-        };
-        let actions = match actions {
+impl ReadHandler for Reader {
+    async fn handle(&mut self, payload: &[u8]) -> bool {
+        let actions = match self.decoder.decode(payload, Instant::now()) {
             Ok(actions) => actions,
             Err(error) => {
                 tracing::warn!(%error, "bad event from OpenAI");

@@ -3,7 +3,7 @@
 //! by a small per-connection state machine (responses, playing audio, transcripts).
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
@@ -17,6 +17,7 @@ use crate::audio::resample::Resampler;
 use crate::event::{
     Blob, Content, FunctionCall, FunctionResponse, ModalityTokenCount, Transcription, UsageMetadata,
 };
+use crate::lock::Recover;
 use crate::model::{
     ActivityHandling, EndSensitivity, LiveConnectConfig, LiveInput, LlmResponse, Modality,
     ModelError, SpeechConfig, StartSensitivity,
@@ -255,12 +256,12 @@ pub struct LastAudio(Arc<Mutex<Option<std::time::Instant>>>);
 impl LastAudio {
     fn set(&self, at: Option<std::time::Instant>) {
         if at.is_some() {
-            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = at;
+            *self.0.lock_or_recover() = at;
         }
     }
 
     fn get(&self) -> Option<std::time::Instant> {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        *self.0.lock_or_recover()
     }
 }
 

@@ -20,6 +20,7 @@ use super::voice::{voice_pitch, Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
 use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
 use crate::latch::receiver_gone;
+use crate::lock::Recover;
 use crate::model::{
     EndSensitivity, LiveConnectConfig, LiveInput, LlmResponse, Modality, ModelMessage,
     StartSensitivity,
@@ -170,9 +171,7 @@ struct Remembered {
 }
 
 fn remembered() -> std::sync::MutexGuard<'static, HashMap<String, Remembered>> {
-    REMEMBERED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    REMEMBERED.lock_or_recover()
 }
 
 /// `sim-{id}-{n}` → (id, n).

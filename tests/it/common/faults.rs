@@ -1,7 +1,7 @@
 //! What the fault suite breaks: a PostgreSQL server of the test's own (started from the installed
 //! server binaries, on a free port, stopped and started by the test), a TCP proxy that can
-//! refuse, cut or black-hole connections, and gateway nodes in child processes that the test can
-//! pause (SIGSTOP), resume and kill (SIGKILL).
+//! refuse, cut or black-hole connections, and gateway nodes in child processes
+//! ([`Node`]) that the test can pause (SIGSTOP), resume and kill (SIGKILL).
 //!
 //! Run when `LIVEGATE_TEST_FAULTS` is set (`.ci/run` sets it); set, a missing PostgreSQL
 //! installation fails the test rather than skip it.
@@ -11,13 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::time::timeout;
 
-use super::WAIT;
+pub use super::process::Node;
 
 /// Whether the fault suite runs (`LIVEGATE_TEST_FAULTS` set and not empty).
 pub fn faults_enabled() -> bool {
@@ -294,80 +293,22 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::
     }
 }
 
-/// A gateway node in a child process, on a session store URL, that the test can pause and kill.
-pub struct Node {
-    child: tokio::process::Child,
-    pub addr: SocketAddr,
-}
-
-impl Node {
-    /// Starts `livegate serve` on `store` with file artifacts in `dir`, `extra` args after.
-    pub async fn spawn(store: &str, dir: &Path, extra: &[&str]) -> Node {
-        let data = dir.join(format!("node-{}", uuid::Uuid::new_v4().simple()));
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "--bind".into(),
-            "127.0.0.1:0".into(),
-            "--session-store".into(),
-            store.into(),
-            "--artifact-store".into(),
-            format!("file://{}", dir.join("artifacts").display()),
-            "--data-dir".into(),
-            data.display().to_string(),
-            "--sim-reply-delay-ms".into(),
-            "0".into(),
-        ];
-        args.extend(extra.iter().map(|a| (*a).to_owned()));
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
-            .args(&args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the gateway binary starts");
-        let stdout = child.stdout.take().expect("stdout piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = timeout(WAIT, async {
-            while let Some(line) = lines.next_line().await.expect("stdout readable") {
-                if let Some(addr) = line.strip_prefix("livegate listening on http://") {
-                    return addr.parse::<SocketAddr>().expect("an address");
-                }
-            }
-            panic!("the gateway exited before listening");
-        })
-        .await
-        .expect("the gateway listens in time");
-        // Keep reading, so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Node { child, addr }
-    }
-
-    fn signal(&self, name: &str) {
-        let pid = self.child.id().expect("still running");
-        let status = Command::new("kill")
-            .args([format!("-{name}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{name} {pid}");
-    }
-
-    /// SIGSTOP: the process stops where it is, its sockets and leases left as they are.
-    pub fn pause(&self) {
-        self.signal("STOP");
-    }
-
-    /// SIGCONT.
-    pub fn resume(&self) {
-        self.signal("CONT");
-    }
-
-    /// SIGKILL, and waits for the process to be gone.
-    pub async fn kill(mut self) {
-        self.child.start_kill().expect("kill -9");
-        timeout(WAIT, self.child.wait())
-            .await
-            .expect("gone in time")
-            .expect("waited");
-    }
+/// A gateway node in a child process on the session store at `store`, with file artifacts in
+/// `dir`, `extra` args after.
+pub async fn spawn_node(store: &str, dir: &Path, extra: &[&str]) -> Node {
+    let data = dir.join(format!("node-{}", uuid::Uuid::new_v4().simple()));
+    let mut args: Vec<String> = vec![
+        "--bind".into(),
+        "127.0.0.1:0".into(),
+        "--session-store".into(),
+        store.into(),
+        "--artifact-store".into(),
+        format!("file://{}", dir.join("artifacts").display()),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--sim-reply-delay-ms".into(),
+        "0".into(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Node::spawn(&args, &[]).await
 }

@@ -1,9 +1,11 @@
-//! The real `livegate` binary as a child process, and everything it prints.
+//! The real `livegate` binary as a child process: one whose output a test reads, or a gateway
+//! node that a test can pause, drain and kill.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Child;
 use tokio::time::timeout;
 
 use super::WAIT;
@@ -107,4 +109,71 @@ pub fn listening_addr(line: &str) -> SocketAddr {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// A gateway node in a child process (`livegate serve`), that the test can signal: pause
+/// (SIGSTOP), resume, drain (SIGTERM) and kill.
+pub struct Node {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Node {
+    /// Starts `livegate serve` with `args` after it and `env` set, once it says where it listens.
+    pub async fn spawn(args: &[String], env: &[(&str, &str)]) -> Node {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_livegate"))
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the gateway binary starts");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = timeout(WAIT, async {
+            while let Some(line) = lines.next_line().await.expect("stdout readable") {
+                if let Some(addr) = line.strip_prefix("livegate listening on http://") {
+                    return addr.parse::<SocketAddr>().expect("an address");
+                }
+            }
+            panic!("the gateway exited before listening");
+        })
+        .await
+        .expect("the gateway listens in time");
+        // Keep reading, so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Node { child, addr }
+    }
+
+    /// Sends the signal `name` (`STOP`, `CONT`, `TERM`).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("still running");
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name} {pid}");
+    }
+
+    /// SIGSTOP: the process stops where it is, its sockets and leases left as they are.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// SIGKILL, and waits for the process to be gone.
+    pub async fn kill(mut self) {
+        self.child.start_kill().expect("kill -9");
+        timeout(WAIT, self.child.wait())
+            .await
+            .expect("gone in time")
+            .expect("waited");
+    }
 }

@@ -60,12 +60,9 @@ pub enum SessionFailure {
         /// Its `error`.
         error: serde_json::Value,
     },
-    /// The WebSocket URL is not one.
-    #[error("{0}")]
-    Url(tungstenite::Error),
-    /// The token cannot go in a header.
-    #[error("the token is not a valid header value")]
-    BadToken,
+    /// The upgrade request cannot be made (a bad URL or token).
+    #[error(transparent)]
+    Request(#[from] livegate_replay::client::RequestError),
     /// The WebSocket URL has no host.
     #[error("the URL has no host")]
     NoHost,

@@ -15,7 +15,6 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, timeout, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -23,6 +22,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use super::arrival::{Arrivals, StampedTcp};
 use super::error::SessionFailure;
 use livegate::latch::Latch;
+use livegate::lock::Recover;
 
 /// 20 ms of 16 kHz PCM16.
 pub const FRAME_BYTES: usize = 640;
@@ -264,7 +264,7 @@ struct Shared {
 
 impl Shared {
     fn turn(&self) -> MutexGuard<'_, Turn> {
-        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+        self.turn.lock_or_recover()
     }
 }
 
@@ -511,13 +511,7 @@ async fn connect(
     let config = WebSocketConfig::default()
         .read_buffer_size(16 * 1024)
         .write_buffer_size(0);
-    let mut request = url.into_client_request().map_err(SessionFailure::Url)?;
-    if let Some(token) = bearer {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| SessionFailure::BadToken)?;
-        request.headers_mut().insert("authorization", value);
-    }
+    let request = livegate_replay::client::request(url, bearer)?;
     let uri = request.uri();
     let host = uri.host().ok_or(SessionFailure::NoHost)?;
     // An IPv6 literal comes bracketed in a URI, not in a socket address.

@@ -5,6 +5,7 @@
 //! The bundle format and the method: docs/REPLAY.md.
 
 pub mod bundle;
+pub mod client;
 pub mod compare;
 pub mod play;
 pub mod report;

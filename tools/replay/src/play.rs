@@ -14,11 +14,11 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::script::{Anchor, Input, Script};
 use crate::turns::Turn;
+use livegate::lock::Recover;
 
 /// Longest wait for a turn the script waits on to end.
 pub const TURN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -101,8 +101,7 @@ impl Seen {
 }
 
 fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
-    seen.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    seen.lock_or_recover()
 }
 
 /// Replays `script` as `user` in a new session `session`.
@@ -177,15 +176,7 @@ async fn connect(url: &str, token: Option<&str>) -> Result<Socket, PlayError> {
         url: url.to_owned(),
         reason,
     };
-    let mut request = url
-        .into_client_request()
-        .map_err(|e| failed(e.to_string()))?;
-    if let Some(token) = token {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| failed("the token is not a valid header value".into()))?;
-        request.headers_mut().insert("authorization", value);
-    }
+    let request = crate::client::request(url, token).map_err(|e| failed(e.to_string()))?;
     let (socket, _) = timeout(SOCKET_TIMEOUT, tokio_tungstenite::connect_async(request))
         .await
         .map_err(|_| failed("timed out".into()))?

@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use livegate::lock::Recover;
 use livegate::model::sim::SimConfig;
 
 pub use start::start;
@@ -139,7 +140,7 @@ impl Shared {
             ClientMessage::RealtimeInput(inputs) => inputs.iter().map(Received::of).collect(),
             ClientMessage::ToolResponse(_) => vec![Received::Other],
         };
-        let mut inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inputs = self.inputs.lock_or_recover();
         for one in received {
             if inputs.len() == KEPT_INPUTS {
                 inputs.pop_front();
@@ -166,7 +167,7 @@ impl Shared {
             return;
         };
         // A poisoned log only means a test thread panicked; the mock keeps serving.
-        let mut setups = self.setups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut setups = self.setups.lock_or_recover();
         if setups.len() == KEPT_SETUPS {
             setups.pop_front();
         }
@@ -191,14 +192,14 @@ impl MockGemini {
 
     /// The `setup` messages clients sent (the latest 64, oldest first), exactly as received.
     pub fn setups(&self) -> Vec<Value> {
-        let setups = self.shared.setups.lock().unwrap_or_else(|e| e.into_inner());
+        let setups = self.shared.setups.lock_or_recover();
         setups.iter().cloned().collect()
     }
 
     /// The inputs clients sent (the latest 3,000, oldest first): what reached the model, message
     /// by message.
     pub fn inputs(&self) -> Vec<Received> {
-        let inputs = self.shared.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        let inputs = self.shared.inputs.lock_or_recover();
         inputs.iter().copied().collect()
     }
 

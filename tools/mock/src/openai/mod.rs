@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use livegate::lock::Recover;
 use livegate::model::sim::SimConfig;
 
 pub use start::start;
@@ -91,10 +92,7 @@ struct Shared {
 
 impl Shared {
     fn record_append(&self, bytes: usize) {
-        let mut appends = self
-            .appends
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut appends = self.appends.lock_or_recover();
         if appends.len() >= MAX_APPENDS {
             appends.pop_front();
         }
@@ -102,10 +100,7 @@ impl Shared {
     }
 
     fn record(&self, truncation: Truncation) {
-        let mut list = self
-            .truncations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut list = self.truncations.lock_or_recover();
         if list.len() >= MAX_TRUNCATIONS {
             list.remove(0);
         }
@@ -133,21 +128,13 @@ impl MockOpenAi {
     /// The audio of each `input_audio_buffer.append` clients sent, in bytes (the latest 3,000,
     /// oldest first).
     pub fn appends(&self) -> Vec<usize> {
-        let appends = self
-            .shared
-            .appends
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let appends = self.shared.appends.lock_or_recover();
         appends.iter().copied().collect()
     }
 
     /// The truncations clients asked for, oldest first.
     pub fn truncations(&self) -> Vec<Truncation> {
-        self.shared
-            .truncations
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.shared.truncations.lock_or_recover().clone()
     }
 
     /// Waits until `n` truncations have been recorded in all, at most `limit`; then the list.
