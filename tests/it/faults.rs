@@ -81,26 +81,6 @@ fn one_run_at_a_time(events: &[(String, String)]) -> bool {
     true
 }
 
-/// Reads frames until the socket closes; its close frame's code (`None`: no close frame).
-async fn close_code(client: &mut Client) -> Option<u16> {
-    loop {
-        if let Frame::Closed(close) = client.next_frame().await {
-            return close.map(|(code, _)| code);
-        }
-    }
-}
-
-/// Waits for the first audio frame of an answer in progress.
-async fn first_audio(client: &mut Client) {
-    loop {
-        match client.next_frame().await {
-            Frame::Audio(_) => return,
-            Frame::Closed(close) => panic!("closed before any audio: {close:?}"),
-            Frame::Event(_) => {}
-        }
-    }
-}
-
 /// The invocation id of the events a client received.
 fn invocation_of(client: &Client) -> String {
     client

@@ -104,26 +104,6 @@ fn said(events: &[Event], text: &str) -> bool {
     })
 }
 
-/// Reads frames until the socket closes; its close code.
-async fn close_code(client: &mut Client) -> Option<u16> {
-    loop {
-        if let Frame::Closed(close) = client.next_frame().await {
-            return close.map(|(code, _)| code);
-        }
-    }
-}
-
-/// Waits for the first audio frame of an answer in progress.
-async fn first_audio(client: &mut Client) {
-    loop {
-        match client.next_frame().await {
-            Frame::Audio(_) => return,
-            Frame::Closed(close) => panic!("closed before any audio: {close:?}"),
-            Frame::Event(_) => {}
-        }
-    }
-}
-
 /// Names of the session's artifacts as a node serves them over REST.
 async fn artifact_names(addr: SocketAddr, session: &str) -> Vec<String> {
     let response = http_get(addr, &format!("/api/sessions/u1/{session}/artifacts")).await;

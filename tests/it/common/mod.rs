@@ -463,3 +463,23 @@ pub async fn black_hole() -> SocketAddr {
     });
     addr
 }
+
+/// Reads frames until the socket closes; its close code.
+pub async fn close_code(client: &mut Client) -> Option<u16> {
+    loop {
+        if let Frame::Closed(close) = client.next_frame().await {
+            return close.map(|(code, _)| code);
+        }
+    }
+}
+
+/// Waits for the first audio frame of an answer in progress.
+pub async fn first_audio(client: &mut Client) {
+    loop {
+        match client.next_frame().await {
+            Frame::Audio(_) => return,
+            Frame::Closed(close) => panic!("closed before any audio: {close:?}"),
+            Frame::Event(_) => {}
+        }
+    }
+}
