@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::common::faults::{faults_enabled, spawn_node, Node, Proxy, TestPostgres};
+use crate::common::faults::{faults_enabled, spawn_node, spawn_node_on, Node, Proxy, TestPostgres};
 use crate::common::*;
 use livegate::gateway::close::{TAKEN_OVER, TRY_AGAIN_LATER};
 use serde_json::Value;
@@ -396,4 +396,96 @@ async fn kill_9_loses_no_committed_event() {
         missing.is_empty(),
         "events the client received but the store lost: {missing:?}"
     );
+}
+
+/// Item 5, with a real node process: its bucket (the S3 test server, behind a proxy) goes
+/// silent mid-call, accepting connections and answering nothing. The turn that ends meanwhile
+/// waits no longer than the save bound and tells the client; once the bucket answers again the
+/// next turn's end saves the held recording too, and every recording the session's history
+/// names is in the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_bucket_holds_no_turn_past_its_bound_and_loses_no_recording() {
+    let Some(setup) = Setup::new() else { return };
+    let Some((endpoint, bucket)) = s3_bucket().await else {
+        return;
+    };
+    let s3: std::net::SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("LIVEGATE_TEST_S3_ENDPOINT is http://IP:PORT");
+    let proxy = Proxy::start(s3).await;
+    let via = format!("http://{}", proxy.addr());
+    let env = [
+        ("AWS_ENDPOINT_URL", via.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ];
+    let bound = Duration::from_secs(2);
+    let node = spawn_node_on(
+        &setup.pg.url(),
+        &format!("s3://{bucket}/silent"),
+        setup.dir.path(),
+        &["--lease-ttl-ms", TTL_MS, "--recording-save-timeout", "2s"],
+        &env,
+    )
+    .await;
+    let mut client = Client::connect(node.addr, "u1", "silent", "").await;
+    client.send_text("one").await;
+    client.events_until_turn_complete().await;
+
+    proxy.black_hole();
+    client.send_text("two").await;
+    let sent = Instant::now();
+    let events = client.events_until_turn_complete().await;
+    let waited = sent.elapsed();
+    assert!(
+        events.iter().any(|e| e["errorCode"] == "UNAVAILABLE"),
+        "the client is told: {events:?}"
+    );
+    assert!(
+        waited < bound * 2 + Duration::from_secs(6),
+        "turnComplete after {waited:?}"
+    );
+
+    proxy.pass();
+    client.send_text("three").await;
+    client.events_until_turn_complete().await;
+    client.close().await;
+    no_live_runs(node.addr).await;
+
+    let pool = setup.pool().await;
+    let stored: Vec<String> =
+        sqlx::query_scalar("SELECT event_json FROM events WHERE session_id = 'silent'")
+            .fetch_all(&pool)
+            .await
+            .expect("events read");
+    let named = stored.iter().filter(|e| e.contains("\"fileData\"")).count();
+    assert_eq!(
+        named, 3,
+        "each turn's answer is recorded, the silent one's late"
+    );
+    assert!(
+        unreferenced_recordings(node.addr, &pool, "silent")
+            .await
+            .is_empty(),
+        "every saved recording is named by the history"
+    );
+    for event in stored.iter().filter(|e| e.contains("\"fileData\"")) {
+        let uri = event
+            .split("artifact://")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("a recording's URI");
+        let (path, version) = uri.split_once('#').expect("a version");
+        let name = path.rsplit('/').next().expect("a name");
+        let download = reqwest::get(format!(
+            "http://{}/api/sessions/u1/silent/artifacts/{name}?version={version}",
+            node.addr
+        ))
+        .await
+        .expect("a download");
+        assert_eq!(download.status(), 200, "{name}#{version} is in the bucket");
+    }
 }

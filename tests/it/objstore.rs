@@ -17,28 +17,6 @@ use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-/// The S3 test server's endpoint with a fresh bucket in it, or `None` (the test is skipped).
-async fn bucket() -> Option<(String, String)> {
-    let Ok(endpoint) = std::env::var("LIVEGATE_TEST_S3_ENDPOINT") else {
-        eprintln!("LIVEGATE_TEST_S3_ENDPOINT unset: skipped");
-        return None;
-    };
-    let endpoint = endpoint.trim_end_matches('/').to_owned();
-    let bucket = format!("it-{}", uuid::Uuid::new_v4().simple());
-    // The test server creates a bucket on an unsigned PUT.
-    let created = reqwest::Client::new()
-        .put(format!("{endpoint}/{bucket}"))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("LIVEGATE_TEST_S3_ENDPOINT={endpoint} unreachable: {e}"));
-    assert!(
-        created.status().is_success(),
-        "bucket: {}",
-        created.status()
-    );
-    Some((endpoint, bucket))
-}
-
 /// The environment is the process's: gateways read their S3 settings from it when they start,
 /// one test at a time.
 static ENVIRONMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -133,7 +111,7 @@ async fn download(addr: SocketAddr, name: &str, version: u64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_runs_recordings_land_in_the_bucket_and_another_node_serves_them() {
-    let Some((endpoint, bucket)) = bucket().await else {
+    let Some((endpoint, bucket)) = s3_bucket().await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -248,7 +226,7 @@ impl Drop for Relay {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upload_keeps_the_recording_on_disk_and_saves_it_later() {
-    let Some((endpoint, bucket)) = bucket().await else {
+    let Some((endpoint, bucket)) = s3_bucket().await else {
         return;
     };
     let target: SocketAddr = endpoint
@@ -316,7 +294,7 @@ async fn a_failed_upload_keeps_the_recording_on_disk_and_saves_it_later() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recordings_a_run_could_not_save_are_saved_once_the_bucket_is_back() {
-    let Some((endpoint, bucket)) = bucket().await else {
+    let Some((endpoint, bucket)) = s3_bucket().await else {
         return;
     };
     let target: SocketAddr = endpoint
@@ -399,7 +377,7 @@ async fn versions_in_bucket(endpoint: &str, bucket: &str, prefix: &str) -> Vec<S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recordings_a_stopped_process_left_in_its_outbox_are_saved_by_the_next() {
-    let Some((endpoint, bucket)) = bucket().await else {
+    let Some((endpoint, bucket)) = s3_bucket().await else {
         return;
     };
     let target: SocketAddr = endpoint
@@ -551,7 +529,7 @@ async fn a_long_recordings_parts_go_up_while_its_turn_runs() {
     use livegate::artifact::{ArtifactScope, ArtifactService, ObjectArtifactService, PART_BYTES};
     use livegate::live::flow::{AudioCache, RecordingTarget};
 
-    let Some((endpoint, bucket)) = bucket().await else {
+    let Some((endpoint, bucket)) = s3_bucket().await else {
         return;
     };
     let data = tempfile::tempdir().unwrap();

@@ -296,6 +296,19 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::
 /// A gateway node in a child process on the session store at `store`, with file artifacts in
 /// `dir`, `extra` args after.
 pub async fn spawn_node(store: &str, dir: &Path, extra: &[&str]) -> Node {
+    let artifacts = format!("file://{}", dir.join("artifacts").display());
+    spawn_node_on(store, &artifacts, dir, extra, &[]).await
+}
+
+/// A gateway node as [`spawn_node`] makes, its artifacts at `artifacts` (a bucket's URL with its
+/// settings in `env`, say).
+pub async fn spawn_node_on(
+    store: &str,
+    artifacts: &str,
+    dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Node {
     let data = dir.join(format!("node-{}", uuid::Uuid::new_v4().simple()));
     let mut args: Vec<String> = vec![
         "--bind".into(),
@@ -303,12 +316,12 @@ pub async fn spawn_node(store: &str, dir: &Path, extra: &[&str]) -> Node {
         "--session-store".into(),
         store.into(),
         "--artifact-store".into(),
-        format!("file://{}", dir.join("artifacts").display()),
+        artifacts.into(),
         "--data-dir".into(),
         data.display().to_string(),
         "--sim-reply-delay-ms".into(),
         "0".into(),
     ];
     args.extend(extra.iter().map(|a| (*a).to_owned()));
-    Node::spawn(&args, &[]).await
+    Node::spawn(&args, env).await
 }

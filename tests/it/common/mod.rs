@@ -483,3 +483,25 @@ pub async fn first_audio(client: &mut Client) {
         }
     }
 }
+
+/// The S3 test server's endpoint with a fresh bucket in it, or `None` (the test is skipped).
+pub async fn s3_bucket() -> Option<(String, String)> {
+    let Ok(endpoint) = std::env::var("LIVEGATE_TEST_S3_ENDPOINT") else {
+        eprintln!("LIVEGATE_TEST_S3_ENDPOINT unset: skipped");
+        return None;
+    };
+    let endpoint = endpoint.trim_end_matches('/').to_owned();
+    let bucket = format!("it-{}", uuid::Uuid::new_v4().simple());
+    // The test server creates a bucket on an unsigned PUT.
+    let created = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("LIVEGATE_TEST_S3_ENDPOINT={endpoint} unreachable: {e}"));
+    assert!(
+        created.status().is_success(),
+        "bucket: {}",
+        created.status()
+    );
+    Some((endpoint, bucket))
+}
