@@ -4,7 +4,7 @@
 //! timestamp: `file_data` events for flushed audio carry the older timestamp of the audio they
 //! reference, and ordering by timestamp would move them before events they followed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -217,10 +217,7 @@ async fn write_appends(pool: SqlitePool, mut batches: Batches<String>) {
 }
 
 async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
-    if batch
-        .iter()
-        .all(|a| split_delta(&a.event.actions.state_delta).is_empty())
-    {
+    if batch.iter().all(|a| a.event.actions.state_delta.is_empty()) {
         // Plain appends only (the usual case): one multi-row INSERT, atomic by itself, so no
         // transaction to open and commit around it. One round trip to SQLite's thread in all.
         let inserted = match pool.acquire().await {
@@ -232,6 +229,18 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
             Err(error) => fail_all(batch, &error),
         }
         return;
+    }
+    // Some change state (every turn's end does: its usage totals). Still one INSERT for the
+    // batch, and one state write per session, in one transaction; only if that fails (a
+    // session gone, say) are the appends committed one by one, each failing alone.
+    match commit_merged(pool, batch).await {
+        Ok(outcomes) => {
+            settle_all(batch, outcomes);
+            return;
+        }
+        Err(error) => {
+            tracing::debug!(%error, appends = batch.len(), "a batch failed whole; committing its appends one by one");
+        }
     }
     let mut tx = match pool.begin_with(BEGIN_WRITE).await {
         Ok(tx) => tx,
@@ -254,6 +263,117 @@ async fn commit_batch(pool: &SqlitePool, batch: &mut Vec<Append>) {
     }
 }
 
+/// Commits a batch whose appends change state in one transaction: one multi-row INSERT, then
+/// the deltas of the events it stored merged per session (in order: a later key wins, as it
+/// would applied one by one) and written once each. Any error rolls all of it back.
+async fn commit_merged(
+    pool: &SqlitePool,
+    batch: &[Append],
+) -> Result<Vec<Result<bool, SessionError>>, SessionError> {
+    let mut tx = pool.begin_with(BEGIN_WRITE).await?;
+    let outcomes = insert_events(&mut tx, batch).await?;
+    let mut merged: Vec<(SessionKey<'_>, ScopedDelta)> = Vec::new();
+    let mut index: HashMap<SessionKey<'_>, usize> = HashMap::new();
+    for (append, outcome) in batch.iter().zip(&outcomes) {
+        if !matches!(outcome, Ok(true)) || append.event.actions.state_delta.is_empty() {
+            continue;
+        }
+        let scoped = split_delta(&append.event.actions.state_delta);
+        let key = (
+            append.app_name.as_str(),
+            append.user_id.as_str(),
+            append.session_id.as_str(),
+        );
+        match index.get(&key) {
+            Some(&at) => {
+                let into = &mut merged[at].1;
+                into.app.extend(scoped.app);
+                into.user.extend(scoped.user);
+                into.session.extend(scoped.session);
+            }
+            None => {
+                index.insert(key, merged.len());
+                merged.push((key, scoped));
+            }
+        }
+    }
+    // The app and user parts (rare) one session at a time; the session parts, every turn's
+    // end among them, in one read and one write for the whole batch: under load each round
+    // trip to SQLite's thread waits for a CPU, and a batch touches hundreds of sessions.
+    let mut sessions = Vec::with_capacity(merged.len());
+    for ((app_name, user_id, session_id), scoped) in merged {
+        let delta = apply_scoped(&mut tx, app_name, user_id, scoped).await?;
+        if !delta.is_empty() {
+            sessions.push(((app_name, user_id, session_id), delta));
+        }
+    }
+    merge_session_states(&mut tx, sessions).await?;
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// Merges each session's delta into its stored state: one SELECT and one UPDATE for all of
+/// them. A session missing fails the lot (the caller then commits one append at a time).
+async fn merge_session_states(
+    conn: &mut SqliteConnection,
+    sessions: Vec<(SessionKey<'_>, Map<String, Value>)>,
+) -> Result<(), SessionError> {
+    if sessions.is_empty() {
+        return Ok(());
+    }
+    let keys = vec!["(?, ?, ?)"; sessions.len()].join(", ");
+    let sql = format!(
+        "SELECT app_name, user_id, id, state FROM sessions
+         WHERE (app_name, user_id, id) IN (VALUES {keys})"
+    );
+    let mut query = sqlx::query(&sql);
+    for ((app_name, user_id, session_id), _) in &sessions {
+        query = query.bind(*app_name).bind(*user_id).bind(*session_id);
+    }
+    let mut stored: HashMap<(String, String, String), String> = HashMap::new();
+    for row in query.fetch_all(&mut *conn).await? {
+        let key = (
+            row.try_get("app_name")?,
+            row.try_get("user_id")?,
+            row.try_get("id")?,
+        );
+        stored.insert(key, row.try_get("state")?);
+    }
+    let mut states = Vec::with_capacity(sessions.len());
+    for ((app_name, user_id, session_id), delta) in sessions {
+        let key = (
+            app_name.to_owned(),
+            user_id.to_owned(),
+            session_id.to_owned(),
+        );
+        let Some(text) = stored.get(&key) else {
+            return Err(SessionError::NotFound(session_id.to_owned()));
+        };
+        let mut state = parse_map(text)?;
+        state.extend(delta);
+        states.push((key, serde_json::to_string(&state)?));
+    }
+    let rows = vec!["(?, ?, ?, ?)"; states.len()].join(", ");
+    let sql = format!(
+        "UPDATE sessions SET state = v.column4 FROM (VALUES {rows}) AS v
+         WHERE sessions.app_name = v.column1 AND sessions.user_id = v.column2
+           AND sessions.id = v.column3"
+    );
+    let mut query = sqlx::query(&sql);
+    for ((app_name, user_id, session_id), state) in states {
+        query = query
+            .bind(app_name)
+            .bind(user_id)
+            .bind(session_id)
+            .bind(state);
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// A session's app, user and id.
+type SessionKey<'a> = (&'a str, &'a str, &'a str);
+
 /// One append inside the writer's transaction, failing alone: `Ok(false)` if the event was
 /// already stored. Most events change no state and are a single statement, atomic by itself;
 /// the rest run inside a savepoint so a failure halfway is rolled back.
@@ -270,9 +390,15 @@ fn append_in<'a>(
         }
         sqlx::query("SAVEPOINT append").execute(&mut *conn).await?;
         let result = match insert_one(conn, append).await {
-            Ok(true) => apply_session_delta(conn, append, scoped)
-                .await
-                .map(|()| true),
+            Ok(true) => apply_session_delta(
+                conn,
+                &append.app_name,
+                &append.user_id,
+                &append.session_id,
+                scoped,
+            )
+            .await
+            .map(|()| true),
             other => other,
         };
         if result.is_err() {
@@ -374,15 +500,11 @@ async fn not_inserted(conn: &mut SqliteConnection, append: &Append) -> Result<bo
 /// session part merged into the session's state.
 async fn apply_session_delta(
     conn: &mut SqliteConnection,
-    append: &Append,
+    app_name: &str,
+    user_id: &str,
+    session_id: &str,
     scoped: ScopedDelta,
 ) -> Result<(), SessionError> {
-    let Append {
-        app_name,
-        user_id,
-        session_id,
-        ..
-    } = append;
     let session_delta = apply_scoped(conn, app_name, user_id, scoped).await?;
     if session_delta.is_empty() {
         return Ok(());

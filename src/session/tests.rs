@@ -348,9 +348,27 @@ async fn new_sessions(svc: &dyn SessionService, app: &str, prefix: &str, n: usiz
     sessions
 }
 
-/// Concurrent appends to one session and to sibling sessions lose no event and no state key.
+/// Concurrent appends to one session and to sibling sessions lose no event and no state key
+/// (the SQLite writer merges a batch's deltas per session), and appends with state to a deleted
+/// session in the same bursts fail alone.
 async fn concurrent_appends(svc: &dyn SessionService) {
     let sessions = new_sessions(svc, "capp", "c", 4).await;
+    let mut gone = svc
+        .create_session("capp", "u", Some("gone"), Map::new())
+        .await
+        .unwrap();
+    svc.delete_session("capp", "u", "gone").await.unwrap();
+    let missing = async {
+        for j in 0..5 {
+            let refused = svc
+                .append_event(&mut gone, event_with_delta(json!({"app:gone": j}), 1.0))
+                .await;
+            assert!(
+                matches!(refused, Err(SessionError::NotFound(_))),
+                "{refused:?}"
+            );
+        }
+    };
     let writers = sessions
         .into_iter()
         .enumerate()
@@ -362,7 +380,7 @@ async fn concurrent_appends(svc: &dyn SessionService) {
                     .unwrap();
             }
         });
-    futures::future::join_all(writers).await;
+    futures::future::join(futures::future::join_all(writers), missing).await;
     let read = svc
         .get_session("capp", "u", "c3", &GetSessionConfig::default())
         .await
@@ -371,6 +389,19 @@ async fn concurrent_appends(svc: &dyn SessionService) {
     assert_eq!(read.events.len(), 10);
     let app_keys = read.state.keys().filter(|k| k.starts_with("app:")).count();
     assert_eq!(app_keys, 40, "no lost update of the shared app state");
+    assert!(
+        !read.state.contains_key("app:gone"),
+        "a refused event changed state"
+    );
+    for i in 0..4 {
+        let read = get_in(svc, "capp", "u", &format!("c{i}")).await;
+        let keys: Vec<_> = (0..10).map(|j| format!("k{j}")).collect();
+        assert!(
+            keys.iter().all(|k| read.state.get(k) == Some(&json!(i))),
+            "session c{i} has each of its own keys: {:?}",
+            read.state
+        );
+    }
 }
 
 /// Plain appends (no state) from many writers at once, which the SQLite writer batches into one
