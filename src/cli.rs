@@ -18,6 +18,20 @@ pub enum LogFormat {
     Json,
 }
 
+/// A clap options struct with every option at its declared default, as with no flags and no
+/// environment: the defaults are written once, in the options' declarations.
+pub fn defaults_of<T: clap::Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults").no_binary_name(true))
+        .mut_args(|arg| arg.env(None));
+    // No arguments to refuse, and each default goes through its option's parser: a default that
+    // did not parse is a bug in a declaration, which the config tests catch.
+    #[allow(clippy::expect_used)]
+    command
+        .try_get_matches_from(std::iter::empty::<&str>())
+        .and_then(|matches| T::from_arg_matches(&matches))
+        .expect("every declared default parses")
+}
+
 /// Logs go to stderr (stdout carries the listening address and reports), coloured only when
 /// stderr is a terminal, so a log file or a pipe gets no escape codes.
 pub fn init_logging(format: LogFormat) {

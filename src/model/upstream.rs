@@ -56,7 +56,7 @@ pub(crate) async fn dial(
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES))
         .read_buffer_size(READ_BUFFER_BYTES);
-    let tls = super::tls::client_config().map_err(ModelError::Connect)?;
+    let tls = super::tls::client_config().map_err(|e| ModelError::Connect(e.to_string()))?;
     let connecting = tokio_tungstenite::connect_async_tls_with_config(
         request,
         Some(ws_config),

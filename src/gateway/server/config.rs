@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{ArgAction, ArgMatches, Args, ValueEnum};
-use serde::Deserialize;
+use clap::{ArgAction, ArgMatches, Args, FromArgMatches, ValueEnum};
 
 pub use crate::cli::LogFormat;
 use crate::gateway::auth::{AuthMode, AuthOptions, AuthSecrets, IdentityProvider};
@@ -302,89 +301,10 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// Defaults for everything, as with no flags and no environment (for tests and embedding).
+    /// Defaults for everything, as with no flags and no environment (for tests and embedding):
+    /// the flags' own defaults, so each is written once, in its declaration.
     pub fn defaults() -> Self {
-        ServeArgs {
-            config: None,
-            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            data_dir: PathBuf::from("./data"),
-            session_store: None,
-            artifact_store: None,
-            spool_dir: None,
-            model: "sim".into(),
-            gemini_base_url: crate::model::gemini::DEFAULT_BASE_URL.into(),
-            gemini_api_version: crate::model::gemini::DEFAULT_API_VERSION.into(),
-            vertex_project: None,
-            vertex_location: "us-central1".into(),
-            agent: None,
-            modality: Modality::Audio,
-            audio_frames: AudioEncoding::Binary,
-            save_live_blob: true,
-            log_format: LogFormat::Text,
-            otel: false,
-            audio_lead_ms: 500,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-            queue_capacity: crate::live::DEFAULT_QUEUE_CAPACITY,
-            sim_pacing: Pacing::RealTime,
-            sim_reply_delay_ms: None,
-            sim_chunk_ms: None,
-            web_root: None,
-            app_name: "livegate".into(),
-            header_read_timeout_secs: 10,
-            max_unfinished_connections: 1024,
-            max_connections: 10_000,
-            max_sessions_per_user: None,
-            max_stored_sessions_per_user: None,
-            max_state_bytes: None,
-            max_requests_in_flight: 64,
-            body_read_timeout: Duration::from_secs(10),
-            message_read_timeout: Duration::from_secs(20),
-            recording_save_timeout: Duration::from_secs(10),
-            connections_per_second: 20,
-            trusted_proxies: Vec::new(),
-            history_max_events: crate::runner::DEFAULT_HISTORY_EVENTS,
-            history_max_bytes: crate::runner::DEFAULT_HISTORY_BYTES,
-            ready_checks_model: false,
-            tls_cert: None,
-            tls_key: None,
-            max_unsaved_recording_bytes: crate::live::flow::DEFAULT_MAX_UNSAVED_BYTES,
-            lease_ttl_ms: 10_000,
-            drain_timeout: 10,
-            max_text_bytes: crate::gateway::ws::codec::DEFAULT_MAX_TEXT_BYTES,
-            max_audio_frame_bytes: crate::gateway::ws::codec::DEFAULT_MAX_AUDIO_FRAME_BYTES,
-            max_media_bytes: crate::gateway::ws::codec::DEFAULT_MAX_MEDIA_BYTES,
-            queue_max_bytes: crate::live::DEFAULT_QUEUE_MAX_BYTES,
-            idle_timeout: Duration::from_secs(300),
-            max_session_duration: Duration::from_secs(4 * 3600),
-            slow_client_timeout: Duration::from_secs(10),
-            gemini_connect_timeout: Duration::from_secs(15),
-            gemini_silence_timeout: Duration::from_secs(15),
-            openai_silence_timeout: crate::model::openai::DEFAULT_SILENCE_TIMEOUT,
-            model_max_reconnects: crate::live::flow::DEFAULT_MAX_RECONNECTS,
-            model_reconnect_backoff: crate::live::flow::DEFAULT_RECONNECT_BACKOFF,
-            model_answer_timeout: crate::live::flow::DEFAULT_ANSWER_TIMEOUT,
-            model_max_turn_bytes: crate::live::flow::DEFAULT_MAX_TURN_BYTES,
-            model_max_handle_bytes: crate::live::flow::DEFAULT_MAX_HANDLE_BYTES,
-            model_max_tool_rounds: crate::live::flow::DEFAULT_MAX_TOOL_ROUNDS,
-            upstream_audio_chunk_ms: 20,
-            auth: None,
-            allow_anonymous: false,
-            api_keys_file: None,
-            auth_public_key: None,
-            auth_issuer: None,
-            auth_audience: None,
-            allowed_origins: None,
-            metrics_bind: None,
-            secrets: AuthSecrets::default(),
-            openai_base_url: crate::model::openai::DEFAULT_BASE_URL.into(),
-            openai_azure: false,
-            openai_vad: OpenAiVadArg::Server,
-            live: crate::gateway::ws::live_settings::LiveArgs {
-                client_settings: Default::default(),
-                ..Default::default()
-            },
-            telephony: Default::default(),
-        }
+        crate::cli::defaults_of()
     }
 
     /// The auth settings these options ask for.
@@ -580,93 +500,6 @@ pub enum ConfigError {
     },
 }
 
-/// The options a config file may set; every one is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-struct FileConfig {
-    bind: Option<String>,
-    data_dir: Option<PathBuf>,
-    session_store: Option<String>,
-    artifact_store: Option<String>,
-    spool_dir: Option<PathBuf>,
-    model: Option<String>,
-    gemini_base_url: Option<String>,
-    gemini_api_version: Option<String>,
-    vertex_project: Option<String>,
-    vertex_location: Option<String>,
-    agent: Option<PathBuf>,
-    modality: Option<String>,
-    audio_frames: Option<String>,
-    #[serde(rename = "save-audio", alias = "save-live-blob")]
-    save_live_blob: Option<bool>,
-    log_format: Option<String>,
-    otel: Option<bool>,
-    audio_lead_ms: Option<u64>,
-    upstream_audio_chunk_ms: Option<u64>,
-    max_message_bytes: Option<usize>,
-    queue_capacity: Option<usize>,
-    sim_pacing: Option<String>,
-    sim_reply_delay_ms: Option<u64>,
-    sim_chunk_ms: Option<u32>,
-    web_root: Option<PathBuf>,
-    app_name: Option<String>,
-    header_read_timeout_secs: Option<u64>,
-    max_unfinished_connections: Option<usize>,
-    max_connections: Option<usize>,
-    max_sessions_per_user: Option<usize>,
-    max_stored_sessions_per_user: Option<usize>,
-    max_state_bytes: Option<usize>,
-    max_requests_in_flight: Option<usize>,
-    body_read_timeout: Option<String>,
-    message_read_timeout: Option<String>,
-    recording_save_timeout: Option<String>,
-    connections_per_second: Option<u32>,
-    trusted_proxies: Option<Vec<String>>,
-    history_max_events: Option<usize>,
-    history_max_bytes: Option<usize>,
-    ready_checks_model: Option<bool>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    max_unsaved_recording_bytes: Option<usize>,
-    lease_ttl_ms: Option<u64>,
-    drain_timeout: Option<u64>,
-    max_text_bytes: Option<usize>,
-    max_audio_frame_bytes: Option<usize>,
-    max_media_bytes: Option<usize>,
-    queue_max_bytes: Option<usize>,
-    idle_timeout: Option<String>,
-    max_session_duration: Option<String>,
-    slow_client_timeout: Option<String>,
-    gemini_connect_timeout: Option<String>,
-    gemini_silence_timeout: Option<String>,
-    openai_silence_timeout: Option<String>,
-    model_max_reconnects: Option<u32>,
-    model_reconnect_backoff: Option<String>,
-    model_answer_timeout: Option<String>,
-    model_max_turn_bytes: Option<usize>,
-    model_max_handle_bytes: Option<usize>,
-    model_max_tool_rounds: Option<u32>,
-    auth: Option<String>,
-    allow_anonymous: Option<bool>,
-    api_keys_file: Option<PathBuf>,
-    auth_public_key: Option<PathBuf>,
-    auth_issuer: Option<String>,
-    auth_audience: Option<String>,
-    allowed_origins: Option<String>,
-    metrics_bind: Option<SocketAddr>,
-    live: Option<crate::live::settings::LiveSettings>,
-    client_settings: Option<String>,
-    openai_base_url: Option<String>,
-    openai_azure: Option<bool>,
-    openai_vad: Option<String>,
-    telephony_public_url: Option<String>,
-    telephony_dtmf: Option<String>,
-    telephony_dtmf_gap_ms: Option<u64>,
-    telephony_state_prefix: Option<String>,
-    telephony_session_id: Option<String>,
-    telephony_goodbye: Option<PathBuf>,
-}
-
 /// The gateway's options alone as a command line, for [`ServeArgs::from_command_line`].
 #[derive(Debug, clap::Parser)]
 #[command(version = crate::BUILD)]
@@ -706,201 +539,244 @@ impl ServeArgs {
         let Some(path) = self.config.clone() else {
             return Ok(());
         };
-        let file = FileConfig::read(&path)?;
-        let fill = Fill {
-            matches,
-            path: &path,
-        };
-        file.apply(self, &fill)
-    }
-}
-
-/// Sets an option from the file where no flag or environment variable did, for each field named
-/// (the same name in [`FileConfig`] and [`ServeArgs`], which is also the option's clap id).
-macro_rules! fill {
-    ($fill:expr, $args:expr, $file:expr => $($field:ident),+ $(,)?) => {
-        $( $fill.value(stringify!($field), $file.$field, &mut $args.$field); )+
-    };
-}
-
-/// Like [`fill!`], through `$parse`, a function of `&str`.
-macro_rules! fill_parsed {
-    ($fill:expr, $args:expr, $file:expr, $parse:expr => $($field:ident),+ $(,)?) => {
-        $( $fill.parsed(stringify!($field), $file.$field, &mut $args.$field, |v: String| $parse(&v))?; )+
-    };
-}
-
-/// What filling options from a config file needs: which options were explicit, and the file's
-/// name for errors.
-struct Fill<'a> {
-    matches: &'a ArgMatches,
-    path: &'a std::path::Path,
-}
-
-impl Fill<'_> {
-    /// True if the option with clap id `id` came from neither a flag nor the environment.
-    fn unset(&self, id: &str) -> bool {
-        matches!(
-            self.matches.value_source(id),
-            None | Some(ValueSource::DefaultValue)
-        )
-    }
-
-    /// Sets `target` to the file's `value`, if it has one and the option is unset.
-    fn value<V: Into<T>, T>(&self, id: &str, value: Option<V>, target: &mut T) {
-        if let Some(value) = value {
-            if self.unset(id) {
-                *target = value.into();
-            }
-        }
-    }
-
-    /// Like [`Fill::value`], through `parse`; a value it refuses is an error naming the option.
-    fn parsed<V, T, E: std::fmt::Display>(
-        &self,
-        id: &str,
-        value: Option<V>,
-        target: &mut T,
-        parse: impl FnOnce(V) -> Result<T, E>,
-    ) -> Result<(), ConfigError> {
-        if let Some(value) = value {
-            if self.unset(id) {
-                *target = parse(value).map_err(|e| self.invalid(format!("{id}: {e}")))?;
-            }
-        }
+        let file = ConfigFile::read(&path)?;
+        let options = file.matches(matches)?;
+        self.update_from_arg_matches(&options)
+            .map_err(|e| file.invalid(reason(&e)))?;
+        // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
+        self.live.file = file.live;
         Ok(())
     }
-
-    fn invalid(&self, message: String) -> ConfigError {
-        ConfigError::Invalid {
-            path: self.path.to_owned(),
-            message,
-        }
-    }
 }
 
-impl FileConfig {
+/// A config file, read and checked: each key is a flag's long name (or an alias), and its value
+/// goes through that flag's own parser, so an option is declared once, in [`ServeArgs`], for
+/// flags, environment and file alike.
+struct ConfigFile {
+    path: PathBuf,
+    /// Each option the file sets, as flag arguments.
+    options: Vec<FileOption>,
+    /// The `[live]` table: live settings, below their flags.
+    live: Option<crate::live::settings::LiveSettings>,
+}
+
+/// One option of a config file.
+struct FileOption {
+    /// The option's clap id (its field's name), which says whether it was explicit.
+    id: String,
+    /// Where it is, for errors: ` at line N`, or nothing.
+    line: String,
+    /// `--long=value`, once per value.
+    args: Vec<String>,
+}
+
+impl ConfigFile {
     /// Reads and checks a config file; snake_case keys mean the same as kebab-case ones.
-    fn read(path: &std::path::Path) -> Result<FileConfig, ConfigError> {
+    fn read(path: &std::path::Path) -> Result<ConfigFile, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        let invalid = |message: String| ConfigError::Invalid {
+        let mut file = ConfigFile {
             path: path.to_owned(),
-            message,
+            options: Vec::new(),
+            live: None,
         };
         let table: toml::Table =
-            toml::from_str(&text).map_err(|e| invalid(e.message().trim().to_owned()))?;
-        let table: toml::Table = table
-            .into_iter()
-            .map(|(k, v)| (k.replace('_', "-"), v))
-            .collect();
-        if let Some(unknown) = unknown_key(&table, &text) {
-            return Err(invalid(unknown));
+            toml::from_str(&text).map_err(|e| file.invalid(e.message().trim().to_owned()))?;
+        let command = file_command();
+        for (key, value) in table {
+            let key = key.replace('_', "-");
+            if key == "live" {
+                let live = value
+                    .try_into()
+                    .map_err(|e| file.invalid(format!("live: {e}")))?;
+                file.live = Some(live);
+                continue;
+            }
+            let arg = settable(&command, &key).map_err(|why| file.invalid(why.say(&key, &text)))?;
+            let line = line_of(&key, &text);
+            let long = arg.get_long().unwrap_or(&key);
+            let many = matches!(arg.get_action(), ArgAction::Append);
+            let values = flag_values(value, many).map_err(|expected| {
+                file.invalid(format!("{}{line}: expected {expected}", arg.get_id()))
+            })?;
+            file.options.push(FileOption {
+                id: arg.get_id().to_string(),
+                line,
+                args: values.iter().map(|v| format!("--{long}={v}")).collect(),
+            });
         }
-        toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| invalid(e.to_string()))
+        Ok(file)
     }
 
-    /// Sets every option this file has that `fill` says is unset in `args`.
-    fn apply(self, args: &mut ServeArgs, fill: &Fill<'_>) -> Result<(), ConfigError> {
-        let file = self;
-        fill_parsed!(fill, args, file, parse_bind => bind);
-        fill!(fill, args, file => data_dir, session_store, artifact_store, spool_dir);
-        fill!(fill, args, file => app_name, web_root);
-        fill!(fill, args, file => model, gemini_base_url, gemini_api_version);
-        fill!(fill, args, file => vertex_project, vertex_location, agent);
-        fill_parsed!(fill, args, file, parse_modality => modality);
-        fill_parsed!(fill, args, file, parse_audio_frames => audio_frames);
-        fill!(fill, args, file => save_live_blob, audio_lead_ms, max_message_bytes, queue_capacity);
-        fill!(fill, args, file => otel);
-        let chunk = &mut args.upstream_audio_chunk_ms;
-        fill.parsed(
-            "upstream_audio_chunk_ms",
-            file.upstream_audio_chunk_ms,
-            chunk,
-            |ms| parse_audio_chunk_ms(&ms.to_string()),
-        )?;
-        fill_parsed!(fill, args, file, |v| LogFormat::from_str(v, true) => log_format);
-        fill_parsed!(fill, args, file, |v| Pacing::from_str(v, true) => sim_pacing);
-        fill!(fill, args, file => sim_reply_delay_ms, sim_chunk_ms);
-        fill!(fill, args, file => header_read_timeout_secs, max_unfinished_connections);
-        fill!(fill, args, file => max_connections, max_sessions_per_user, connections_per_second);
-        fill!(fill, args, file => max_stored_sessions_per_user, max_state_bytes, max_requests_in_flight);
-        let proxies = |list: Vec<String>| list.iter().map(|p| parse_proxy(p)).collect();
-        let trusted_proxies = &mut args.trusted_proxies;
-        fill.parsed(
-            "trusted_proxies",
-            file.trusted_proxies,
-            trusted_proxies,
-            proxies,
-        )?;
-        fill!(fill, args, file => history_max_events, history_max_bytes, ready_checks_model);
-        fill!(fill, args, file => tls_cert, tls_key, max_unsaved_recording_bytes);
-        fill!(fill, args, file => lease_ttl_ms, drain_timeout, queue_max_bytes);
-        fill!(fill, args, file => max_text_bytes, max_audio_frame_bytes, max_media_bytes);
-        fill!(fill, args, file => model_max_reconnects, model_max_turn_bytes);
-        fill!(fill, args, file => model_max_handle_bytes, model_max_tool_rounds);
-        fill_parsed!(fill, args, file, parse_duration =>
-            idle_timeout, max_session_duration, slow_client_timeout,
-            gemini_connect_timeout, gemini_silence_timeout, openai_silence_timeout,
-            model_reconnect_backoff, model_answer_timeout,
-            body_read_timeout, message_read_timeout, recording_save_timeout);
-        fill_parsed!(fill, args, file, |v| AuthMode::from_str(v, true).map(Some) => auth);
-        fill!(fill, args, file => allow_anonymous, api_keys_file, auth_public_key);
-        fill!(fill, args, file => auth_issuer, auth_audience, allowed_origins, metrics_bind);
-        // Below each `--voice`-style flag, which `LiveArgs::settings` lays over it.
-        args.live.file = file.live;
-        let client_settings = &mut args.live.client_settings;
-        fill.parsed(
-            "client_settings",
-            file.client_settings,
-            client_settings,
-            |list: String| list.parse(),
-        )?;
-        fill!(fill, args, file => openai_base_url, openai_azure);
-        fill_parsed!(fill, args, file, |v| OpenAiVadArg::from_str(v, true) => openai_vad);
-        let telephony = &mut args.telephony;
-        fill!(fill, telephony, file => telephony_public_url, telephony_dtmf_gap_ms);
-        fill!(fill, telephony, file => telephony_state_prefix, telephony_goodbye);
-        fill_parsed!(fill, telephony, file, |v| crate::gateway::telephony::DtmfMode::from_str(v, true) => telephony_dtmf);
-        fill_parsed!(fill, telephony, file, str::parse => telephony_session_id);
-        Ok(())
+    /// The file's options that no flag or environment variable set (in `explicit`), parsed.
+    fn matches(&self, explicit: &ArgMatches) -> Result<ArgMatches, ConfigError> {
+        let unset: Vec<&FileOption> = self
+            .options
+            .iter()
+            .filter(|option| {
+                matches!(
+                    explicit.value_source(&option.id),
+                    None | Some(ValueSource::DefaultValue)
+                )
+            })
+            .collect();
+        let args = unset.iter().flat_map(|option| &option.args);
+        file_command().try_get_matches_from(args).map_err(|error| {
+            // The one option to blame, said with its line; else what clap said of them all.
+            let blamed = unset.iter().find_map(|option| {
+                let alone = file_command().try_get_matches_from(&option.args).err()?;
+                Some(format!("{}{}: {}", option.id, option.line, reason(&alone)))
+            });
+            self.invalid(blamed.unwrap_or_else(|| reason(&error)))
+        })
+    }
+
+    fn invalid(&self, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.clone(),
+            message,
+        }
     }
 }
 
-/// The first key of a config file that names no option, said with its line and the option
-/// nearest to it: a file's keys are the flags' long names (or with `_` for `-`).
-fn unknown_key(table: &toml::Table, text: &str) -> Option<String> {
-    let command = ServeArgs::augment_args(clap::Command::new("livegate"));
-    // `[live]` is the table of the `--voice`-style live settings.
-    let known: Vec<&str> = command
+/// [`ServeArgs`] as a config file sets them: no defaults and no environment (an option the file
+/// leaves out is left as the command line had it), no `requires` (its partner may be a flag),
+/// switches take `true` or `false`, and value names any case, as a file's always could.
+fn file_command() -> clap::Command {
+    let command = clap::Command::new("livegate")
+        .no_binary_name(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .color(clap::ColorChoice::Never);
+    ServeArgs::augment_args(command).mut_args(|arg| {
+        let arg = arg
+            .env(None)
+            .default_value(None)
+            .requires(clap::builder::Resettable::Reset)
+            .ignore_case(true);
+        match arg.get_action() {
+            ArgAction::SetTrue => arg.action(ArgAction::Set),
+            _ => arg,
+        }
+    })
+}
+
+/// Why a config file's key cannot be set at its top level.
+enum Refused {
+    /// It names no option.
+    Unknown {
+        /// The option nearest to it, if one is near.
+        nearest: Option<String>,
+    },
+    /// A live setting, whose place is the `[live]` table.
+    Live,
+    /// `config`: a file names no other.
+    Config,
+}
+
+impl Refused {
+    /// The error's message, naming `key` and its line in `text`.
+    fn say(&self, key: &str, text: &str) -> String {
+        let line = line_of(key, text);
+        match self {
+            Refused::Unknown { nearest } => {
+                let nearest = nearest
+                    .as_ref()
+                    .map_or_else(String::new, |name| format!(": did you mean {name:?}?"));
+                format!("unknown option {key:?}{line}{nearest}")
+            }
+            Refused::Live => format!("{key:?}{line} is a live setting: set it in the [live] table"),
+            Refused::Config => format!("{key:?}{line}: a config file cannot name another"),
+        }
+    }
+}
+
+/// The option a config file's top-level `key` sets (`key` is kebab-case).
+fn settable<'a>(command: &'a clap::Command, key: &str) -> Result<&'a clap::Arg, Refused> {
+    let names = |arg: &'a clap::Arg| {
+        arg.get_long()
+            .into_iter()
+            .chain(arg.get_all_aliases().unwrap_or_default())
+    };
+    let Some(arg) = command
         .get_arguments()
-        .flat_map(|a| {
-            a.get_long()
-                .into_iter()
-                .chain(a.get_all_aliases().unwrap_or_default())
-        })
-        .chain(["live"])
-        .collect();
-    let key = table.keys().find(|key| !known.contains(&key.as_str()))?;
-    let line = text
-        .lines()
+        .find(|arg| names(arg).any(|name| name == key))
+    else {
+        // `[live]` is the table of the `--voice`-style live settings.
+        let nearest = command
+            .get_arguments()
+            .flat_map(names)
+            .chain(["live"])
+            .map(|name| (strsim::damerau_levenshtein(key, name), name))
+            .min()
+            .filter(|(distance, _)| *distance <= 3)
+            .map(|(_, name)| name.to_owned());
+        return Err(Refused::Unknown { nearest });
+    };
+    let live =
+        crate::gateway::ws::live_settings::LiveArgs::augment_args(clap::Command::new("live"));
+    let is_live = live.get_arguments().any(|a| a.get_id() == arg.get_id());
+    match arg.get_id().as_str() {
+        "config" => Err(Refused::Config),
+        // The allow-list is the gateway's own, not a setting.
+        "client_settings" => Ok(arg),
+        _ if is_live => Err(Refused::Live),
+        _ => Ok(arg),
+    }
+}
+
+/// Where `key` is set in a config file's `text`: ` at line N`, or nothing if it cannot be told.
+fn line_of(key: &str, text: &str) -> String {
+    text.lines()
         .position(|line| {
             let line = line.trim_start().trim_start_matches('[').replace('_', "-");
-            line.strip_prefix(key.as_str())
+            line.strip_prefix(key)
                 .is_some_and(|rest| rest.trim_start().starts_with(['=', ']']))
         })
-        .map_or_else(String::new, |i| format!(" at line {}", i + 1));
-    let nearest = known
-        .iter()
-        .map(|name| (strsim::damerau_levenshtein(key, name), *name))
-        .min()
-        .filter(|(distance, _)| *distance <= 3)
-        .map_or_else(String::new, |(_, name)| format!(": did you mean {name:?}?"));
-    Some(format!("unknown option {key:?}{line}{nearest}"))
+        .map_or_else(String::new, |i| format!(" at line {}", i + 1))
+}
+
+/// A config file's value as a flag's values: a list only where the flag takes several (`many`);
+/// otherwise the kind of value expected.
+fn flag_values(value: toml::Value, many: bool) -> Result<Vec<String>, &'static str> {
+    let scalar = |value: toml::Value| match value {
+        toml::Value::String(s) => Ok(s),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Float(x) => Ok(x.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        toml::Value::Datetime(d) => Ok(d.to_string()),
+        toml::Value::Array(_) | toml::Value::Table(_) => Err("a string, a number or a boolean"),
+    };
+    match value {
+        toml::Value::Array(items) if many => items.into_iter().map(scalar).collect(),
+        toml::Value::Array(_) => Err("one value, not a list"),
+        value => scalar(value).map(|value| vec![value]),
+    }
+}
+
+/// What clap's error says is wrong with a value, without its usage text: the value parser's own
+/// error where there is one, else the values it takes.
+fn reason(error: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    if let Some(source) = std::error::Error::source(error) {
+        return source.to_string();
+    }
+    let value = match error.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => value.as_str(),
+        _ => "",
+    };
+    match error.get(ContextKind::ValidValue) {
+        Some(ContextValue::Strings(valid)) => {
+            format!("{value:?} is not one of {}", valid.join(", "))
+        }
+        _ => {
+            let text = error.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            first.trim_start_matches("error: ").to_owned()
+        }
+    }
 }
 
 /// How a listen address is written, for the errors that ask for one.
@@ -1077,6 +953,90 @@ mod tests {
                 .contains("at line 1: did you mean \"max-connections\""),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_file_sets_switches_lists_and_empty_values_as_their_flags_take_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let config = path.to_str().unwrap();
+        std::fs::write(
+            &path,
+            "allow_anonymous = true\ntelephony-state-prefix = \"\"\nlog-format = \"JSON\"\n\
+             trusted-proxies = \"10.0.0.0/8,192.0.2.1\"\notel = true\n",
+        )
+        .unwrap();
+        let args = parse(&["livegate", "--config", config]).unwrap();
+        assert!(args.allow_anonymous);
+        assert_eq!(args.telephony.telephony_state_prefix, "");
+        assert_eq!(args.log_format, LogFormat::Json, "any case, as before");
+        assert_eq!(args.trusted_proxies.len(), 2);
+        assert!(args.otel);
+        std::fs::write(
+            &path,
+            "allow-anonymous = false\nready-checks-model = true\n",
+        )
+        .unwrap();
+        let args = parse(&["livegate", "--config", config, "--allow-anonymous"]).unwrap();
+        assert!(args.allow_anonymous, "the switch wins");
+        assert!(args.ready_checks_model);
+    }
+
+    #[test]
+    fn keys_the_top_level_cannot_set_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("livegate.toml");
+        let config = path.to_str().unwrap();
+        for (text, says) in [
+            (
+                "voice = \"Kore\"\n",
+                "\"voice\" at line 1 is a live setting: set it in the [live] table",
+            ),
+            ("config = \"other.toml\"\n", "cannot name another"),
+            (
+                "bind = [\"127.0.0.1:1\"]\n",
+                "bind at line 1: expected one value, not a list",
+            ),
+            ("max-connections = [1]\n", "expected one value, not a list"),
+            (
+                "[otel]\n",
+                "otel at line 1: expected a string, a number or a boolean",
+            ),
+            (
+                "\nmax-connections = \"many\"\n",
+                "max_connections at line 2: invalid digit",
+            ),
+            (
+                "log-format = \"xml\"\n",
+                "log_format at line 1: \"xml\" is not one of text, json",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = parse(&["livegate", "--config", config])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(says), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_the_declared_ones() {
+        let args = ServeArgs::defaults();
+        assert_eq!(args.bind, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        assert_eq!(args.idle_timeout, Duration::from_secs(300));
+        assert_eq!(
+            args.model_reconnect_backoff,
+            crate::live::flow::DEFAULT_RECONNECT_BACKOFF
+        );
+        assert_eq!(
+            args.openai_silence_timeout,
+            crate::model::openai::DEFAULT_SILENCE_TIMEOUT
+        );
+        assert_eq!(args.telephony.telephony_dtmf_gap_ms, 1500);
+        assert!(args.save_live_blob && !args.otel && !args.allow_anonymous);
+        assert_eq!(args.session_store, None);
+        let live = crate::gateway::ws::live_settings::LiveArgs::default();
+        assert_eq!(args.live.client_settings, live.client_settings);
     }
 
     #[test]

@@ -54,7 +54,10 @@ pub enum StartError {
     Agent(#[from] AgentConfigError),
     /// The TLS certificate or key could not be used.
     #[error("TLS: {0}")]
-    Tls(String),
+    Tls(#[from] tls::TlsError),
+    /// One of `--tls-cert` and `--tls-key` without the other (one from the config file, say).
+    #[error("TLS: --tls-cert and --tls-key go together")]
+    TlsUnpaired,
     /// Authentication is misconfigured, or missing where it is required.
     #[error("authentication: {0}")]
     Auth(#[from] crate::gateway::auth::AuthError),
@@ -359,14 +362,13 @@ fn open_tls(
     metrics: &metrics::Metrics,
 ) -> Result<Option<Arc<tls::ReloadingTls>>, StartError> {
     match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Ok(Some(Arc::new(
-            tls::ReloadingTls::open(cert, key, metrics.limits.tls_reload_failures.clone())
-                .map_err(|e| StartError::Tls(e.to_string()))?,
-        ))),
+        (Some(cert), Some(key)) => Ok(Some(Arc::new(tls::ReloadingTls::open(
+            cert,
+            key,
+            metrics.limits.tls_reload_failures.clone(),
+        )?))),
         (None, None) => Ok(None),
-        _ => Err(StartError::Tls(
-            "--tls-cert and --tls-key go together".into(),
-        )),
+        _ => Err(StartError::TlsUnpaired),
     }
 }
 

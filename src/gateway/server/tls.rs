@@ -2,13 +2,12 @@
 //! files change (checked at most once a second, on accept), so renewed certificates take effect
 //! without a restart. A new pair that does not load keeps the old one in service.
 
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use prometheus_client::metrics::counter::Counter;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::TlsAcceptor;
@@ -47,7 +46,7 @@ impl std::fmt::Debug for ReloadingTls {
 impl ReloadingTls {
     /// Loads the certificate chain and key; an error names the file that is wrong.
     /// Failed reloads are counted in `failures`.
-    pub fn open(cert: &Path, key: &Path, failures: Counter) -> io::Result<Self> {
+    pub fn open(cert: &Path, key: &Path, failures: Counter) -> Result<Self, TlsError> {
         let stamp = stamp(cert, key);
         let acceptor = load(cert, key)?;
         Ok(ReloadingTls {
@@ -97,24 +96,57 @@ fn stamp(cert: &Path, key: &Path) -> Stamp {
     [one(cert), one(key)]
 }
 
-fn load(cert: &Path, key: &Path) -> io::Result<TlsAcceptor> {
-    let invalid = |what: &str, path: &Path, error: &dyn std::fmt::Display| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{what} {}: {error}", path.display()),
-        )
-    };
+/// Why a certificate and key could not be served; each names the file that is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The certificate file could not be read as PEM.
+    #[error("TLS certificate {}: {source}", path.display())]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: pem::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("TLS certificate {}: no certificate in the file", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file could not be read as a PEM private key.
+    #[error("TLS key {}: {source}", path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: pem::Error,
+    },
+    /// rustls refused the pair (a key that is not the certificate's, an unsupported algorithm).
+    #[error("TLS certificate {}: {source}", path.display())]
+    Refused {
+        /// The certificate file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::Error,
+    },
+}
+
+fn load(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
     let certs = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| invalid("TLS certificate", cert, &e))?;
+        .map_err(|source| TlsError::Certificate {
+            path: cert.to_owned(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(invalid(
-            "TLS certificate",
-            cert,
-            &"no certificate in the file",
-        ));
+        return Err(TlsError::NoCertificate {
+            path: cert.to_owned(),
+        });
     }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| invalid("TLS key", key, &e))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::Key {
+        path: key.to_owned(),
+        source,
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -123,7 +155,10 @@ fn load(cert: &Path, key: &Path) -> io::Result<TlsAcceptor> {
                 .with_no_client_auth()
                 .with_single_cert(certs, key_der)
         })
-        .map_err(|e| invalid("TLS certificate", cert, &e))?;
+        .map_err(|source| TlsError::Refused {
+            path: cert.to_owned(),
+            source,
+        })?;
     // WebSocket upgrades are HTTP/1.1 requests, and this server speaks only HTTP/1.1.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))

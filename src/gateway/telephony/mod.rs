@@ -128,16 +128,9 @@ pub struct TelephonyArgs {
 }
 
 impl Default for TelephonyArgs {
+    /// The declared defaults, as with no flags and no environment.
     fn default() -> Self {
-        TelephonyArgs {
-            telephony_public_url: None,
-            telephony_dtmf: DtmfMode::Turn,
-            telephony_dtmf_gap_ms: 1500,
-            telephony_state_prefix: "temp:".into(),
-            telephony_session_id: SessionFrom::Call,
-            telephony_goodbye: None,
-            secrets: TelephonySecrets::default(),
-        }
+        crate::cli::defaults_of()
     }
 }
 
