@@ -30,7 +30,7 @@ const DEFAULT_RATE: u32 = 16_000;
 
 /// PCM audio gathered for one upstream message.
 #[derive(Debug)]
-struct Held {
+struct Gathered {
     data: BytesMut,
     mime_type: String,
     /// When the newest frame in it was read from the client.
@@ -45,7 +45,7 @@ struct Held {
 #[derive(Debug)]
 pub(crate) struct AudioChunker {
     chunk: Duration,
-    held: Option<Held>,
+    held: Option<Gathered>,
 }
 
 /// What is ready to send after one input: held audio that had to go first, then the input or the
@@ -79,7 +79,7 @@ impl AudioChunker {
             }
             let mut data = BytesMut::with_capacity(target);
             data.extend_from_slice(&blob.data);
-            self.held = Some(Held {
+            self.held = Some(Gathered {
                 data,
                 mime_type: blob.mime_type,
                 received: blob.received,

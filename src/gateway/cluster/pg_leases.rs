@@ -74,7 +74,7 @@ pub struct PgLeases {
     node: String,
     ttl: Duration,
     /// Leases this node holds, with what to fire when they are taken away.
-    held: Mutex<HashMap<Key, Held>>,
+    held: Mutex<HashMap<Key, HeldLease>>,
     /// Takeover notices for leases of this node not registered yet, with when each came.
     early: Mutex<HashMap<Key, (i64, Instant)>>,
     /// Woken by every release notice (waiters look at their row again).
@@ -91,7 +91,7 @@ impl Drop for PgLeases {
 
 /// A lease this node holds.
 #[derive(Debug, Clone)]
-struct Held {
+struct HeldLease {
     lease: i64,
     /// Fired when another node takes the session.
     taken_over: Latch,
@@ -152,7 +152,7 @@ impl PgLeases {
         &self.node
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Held>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, HeldLease>> {
         self.held.lock_or_recover()
     }
 
@@ -161,7 +161,7 @@ impl PgLeases {
     }
 
     /// Registers a lease just taken; a takeover notice that came for it first fires it now.
-    fn hold(&self, key: Key, held: Held) {
+    fn hold(&self, key: Key, held: HeldLease) {
         let early = self.early().remove(&key);
         if early.is_some_and(|(lease, _)| lease == held.lease) {
             tracing::info!(
@@ -309,7 +309,7 @@ impl PgLeases {
     /// Renews every lease this node holds; fires those it no longer holds: taken over when
     /// another node has them, store lost once it could not renew for the time to live.
     async fn renew_once(&self, last_renewed: &mut Instant) {
-        let snapshot: Vec<(Key, Held)> = self
+        let snapshot: Vec<(Key, HeldLease)> = self
             .held()
             .iter()
             .map(|(key, held)| (key.clone(), held.clone()))
@@ -327,7 +327,7 @@ impl PgLeases {
         let renewed = tokio::time::timeout(self.ttl / 2, renewal)
             .await
             .unwrap_or(Err(sqlx::Error::PoolTimedOut));
-        let (lost, outage): (Vec<(Key, Held)>, bool) = match renewed {
+        let (lost, outage): (Vec<(Key, HeldLease)>, bool) = match renewed {
             Ok(rows) => {
                 *last_renewed = Instant::now();
                 let still: HashSet<(String, String, i64)> = rows
@@ -442,7 +442,7 @@ impl<'a> Acquiring<'a> {
                         "the other node did not let go in time; taking over anyway"
                     );
                 }
-                let held = Held {
+                let held = HeldLease {
                     lease: self.id,
                     taken_over: self.lease.taken_over.clone(),
                     store_lost: self.lease.store_lost.clone(),
@@ -647,9 +647,9 @@ mod tests {
         .unwrap()
     }
 
-    fn held(lease: i64) -> (Held, Latch) {
+    fn held(lease: i64) -> (HeldLease, Latch) {
         let taken_over = Latch::new();
-        let held = Held {
+        let held = HeldLease {
             lease,
             taken_over: taken_over.clone(),
             store_lost: Latch::new(),
