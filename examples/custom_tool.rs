@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use livegate::agent::{string_arg, Agent, Callbacks, FunctionTool, LlmAgent};
-use livegate::gateway::{self, ServeArgs};
+use livegate::gateway::{self, CustomizeError, ServeArgs};
 use serde_json::{json, Value};
 
 /// The tool: its name, what the model is told, its JSON schema, and what it does.
@@ -37,7 +37,7 @@ fn callbacks() -> Callbacks {
 }
 
 /// Adds both to the agent the gateway built from its flags.
-fn customize(agent: Agent) -> Result<Agent, String> {
+fn customize(agent: Agent) -> Result<Agent, CustomizeError> {
     let Agent::Llm(root) = agent else {
         return Err("the root agent must be an LLM agent to take a tool".into());
     };

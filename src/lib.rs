@@ -56,7 +56,7 @@
 //!     &args,
 //!     Box::new(move |agent| match agent {
 //!         Agent::Llm(root) => Ok(LlmAgent::clone(&root).with_tool(greet).into()),
-//!         other => Err(format!("{} takes no tools", other.name())),
+//!         other => Err(format!("{} takes no tools", other.name()).into()),
 //!     }),
 //! )
 //! .await?;

@@ -29,7 +29,7 @@ pub use server::config::{self, ServeArgs};
 pub use server::limits;
 pub use server::limits::SessionLimits;
 pub use server::start::{
-    build, start, start_with, Customize, Server, StartError, DEFAULT_INSTRUCTION,
+    build, start, start_with, Customize, CustomizeError, Server, StartError, DEFAULT_INSTRUCTION,
 };
 pub use state::Gateway;
 pub use telemetry::{metrics, process};

@@ -167,8 +167,11 @@ impl Gateway {
 
 /// Changes the agent tree a gateway built from its arguments (the agent file's, or the built-in
 /// one) before it serves: adds Rust tools, toolsets and callbacks, or replaces it. An error
-/// stops the start ([`StartError::Agent`]).
-pub type Customize<'a> = Box<dyn FnOnce(Agent) -> Result<Agent, String> + Send + 'a>;
+/// stops the start ([`StartError::Agent`]), its message said as the agent file's errors are.
+pub type Customize<'a> = Box<dyn FnOnce(Agent) -> Result<Agent, CustomizeError> + Send + 'a>;
+
+/// Why a [`Customize`] refused the agent tree: any error (`"…".into()` makes one of a message).
+pub type CustomizeError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Opens the stores, binds the address and starts serving: what the `livegate` binary does.
 pub async fn start(args: &ServeArgs) -> Result<Server, StartError> {
@@ -317,7 +320,7 @@ fn build_runner(
         warn_without_credentials(name, options, &warned);
         model_for_name(name, options)
     })?;
-    let agent = customize(agent).map_err(AgentConfigError::Invalid)?;
+    let agent = customize(agent).map_err(|e| AgentConfigError::Invalid(e.to_string()))?;
     agent
         .validate()
         .map_err(|e| AgentConfigError::Invalid(e.to_string()))?;
