@@ -10,6 +10,7 @@
 mod call;
 mod config;
 mod connect;
+mod shared;
 mod toolset;
 
 pub use config::{McpConfig, DEFAULT_TIMEOUT_MS};
