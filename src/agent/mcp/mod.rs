@@ -13,5 +13,5 @@ mod connect;
 mod shared;
 mod toolset;
 
-pub use config::{McpConfig, DEFAULT_TIMEOUT_MS};
+pub use config::{McpConfig, McpToolConfig, DEFAULT_TIMEOUT_MS};
 pub use toolset::McpToolset;

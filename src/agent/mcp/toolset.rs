@@ -108,9 +108,13 @@ impl Toolset for McpToolset {
             .map(|declaration| {
                 let shared = self.shared.clone();
                 let name = declaration.name.clone();
-                FunctionTool::from_declaration(declaration.clone(), move |args, ctx| {
+                let tool = FunctionTool::from_declaration(declaration.clone(), move |args, ctx| {
                     super::call::call(shared.clone(), name.clone(), args, ctx)
-                })
+                });
+                match self.shared.spec.mode_of(&declaration.name) {
+                    Some(scheduling) => tool.non_blocking(scheduling),
+                    None => tool,
+                }
             })
             .collect()
     }
@@ -231,6 +235,7 @@ impl Supervisor {
                 name: name.to_owned(),
                 description: cut(tool.description.as_deref().unwrap_or_default()),
                 parameters_json_schema: Some(Arc::new(schema)),
+                behavior: None,
             });
         }
         tracing::debug!(
