@@ -11,7 +11,8 @@
 //   .msg.system(.error)           connection notices and errors
 //   .msg.agent.voice              a spoken answer without a transcript (transcription off)
 //   .ended[data-ended]            an answer cut by a reconnect ("settings changed", "connection lost")
-//   .tool(.pending|.error|.cancelled)  a function call and its response (or its cancellation)
+//   .tool(.pending|.background|.error|.cancelled)  a function call and its response (or its
+//                                  cancellation); .background: the agent goes on while it runs
 //   .caption                      a turn's latency and token usage
 //   .caption .model               which model answered (the events' modelVersion)
 // A bubble's text lives in its span.text, so its textContent is exactly the message; icons, the
@@ -359,7 +360,9 @@ export class Conversation {
     head.append(icon("tool", "icon tool-icon"), label, sig);
     const result = document.createElement("div");
     result.className = "tool-result";
-    result.textContent = this.history ? "no result recorded" : "running…";
+    // A call the model does not wait for runs while the agent goes on talking.
+    if (call.background) card.classList.add("background");
+    result.textContent = this.history ? "no result recorded" : call.background ? "running in the background…" : "running…";
     const details = document.createElement("details");
     const summary = document.createElement("summary");
     summary.textContent = "JSON";
@@ -554,7 +557,7 @@ export class Conversation {
         }
         break;
       case "toolCall":
-        this.toolCall({ id: t.id, name: t.name, args: t.args });
+        this.toolCall({ id: t.id, name: t.name, args: t.args, background: t.background });
         break;
       case "toolResult":
         this.toolResponse({ id: t.id, name: t.name, response: t.response });

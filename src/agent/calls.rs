@@ -1,13 +1,17 @@
 //! Executing the function calls of one model message: concurrently, through the before/after-tool
 //! callbacks, errors turned into `{"error": ...}` responses, results merged into one event.
-//! Streaming tools start in the background and answer "pending" at once.
+//! Streaming tools start in the background and answer "pending" at once. Each call may have its
+//! own cancellation: a cancelled call stops (its future is dropped, so an MCP call tells its
+//! server) and has no response, while the others of its message go on.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::context::{merge_actions, Context, Invocation};
@@ -34,26 +38,76 @@ pub async fn call_tools(
     calls: &[FunctionCall],
     background: Option<(&BackgroundTools, &mpsc::Sender<LiveInput>)>,
 ) -> Option<Event> {
+    let run = ToolRun {
+        invocation,
+        agent_name,
+        tools,
+        callbacks,
+        background,
+    };
+    call_tools_cancellable(run, calls, &HashMap::new()).await
+}
+
+/// What a tool run needs besides its calls.
+#[derive(Clone, Copy)]
+pub struct ToolRun<'a> {
+    /// The invocation the calls belong to.
+    pub invocation: &'a Arc<Invocation>,
+    /// The agent whose tools run (the author of the response event).
+    pub agent_name: &'a str,
+    /// The tools the agent has.
+    pub tools: &'a [FunctionTool],
+    /// Its before- and after-tool callbacks.
+    pub callbacks: &'a Callbacks,
+    /// In a live run: where streaming tools run, and the way to the model.
+    pub background: Option<(&'a BackgroundTools, &'a mpsc::Sender<LiveInput>)>,
+}
+
+/// Like [`call_tools`], with a cancellation per call id: a call whose token is cancelled stops
+/// and is left out of the event (`None` when every call was).
+pub async fn call_tools_cancellable(
+    run: ToolRun<'_>,
+    calls: &[FunctionCall],
+    cancels: &HashMap<String, CancellationToken>,
+) -> Option<Event> {
     if calls.is_empty() {
         return None;
     }
     let runs = calls.iter().map(|call| {
-        let tool = tools.iter().find(|t| t.name() == call.name);
+        let tool = run.tools.iter().find(|t| t.name() == call.name);
         let span = tool_span(call);
         let outcome = span.clone();
-        call_one(invocation, agent_name, tool, callbacks, call, background)
-            .map(move |(response, actions)| {
-                if response.response.get("error").is_some() {
-                    outcome
-                        .record("error.type", "tool_error")
-                        .record("otel.status_code", "error");
-                }
-                (response, actions)
-            })
-            .instrument(span)
+        let cancel = call.id.as_ref().and_then(|id| cancels.get(id)).cloned();
+        let one = call_one(run, tool, call).map(move |(response, actions)| {
+            if response.response.get("error").is_some() {
+                outcome
+                    .record("error.type", "tool_error")
+                    .record("otel.status_code", "error");
+            }
+            (response, actions)
+        });
+        async move {
+            match cancel {
+                Some(cancel) => tokio::select! {
+                    // Dropping the call's future stops it where it is.
+                    () = cancel.cancelled() => None,
+                    done = one => Some(done),
+                },
+                None => Some(one.await),
+            }
+        }
+        .instrument(span)
     });
     // All at once: two slow tools take as long as the slower one.
-    let results = futures::future::join_all(runs).await;
+    let results: Vec<_> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if results.is_empty() {
+        return None;
+    }
+    let (invocation, agent_name) = (run.invocation, run.agent_name);
     let mut actions = EventActions::default();
     let mut parts = Vec::with_capacity(results.len());
     for (response, step_actions) in results {
@@ -73,14 +127,12 @@ pub async fn call_tools(
 }
 
 async fn call_one(
-    invocation: &Arc<Invocation>,
-    agent_name: &str,
+    run: ToolRun<'_>,
     tool: Option<&FunctionTool>,
-    callbacks: &Callbacks,
     call: &FunctionCall,
-    background: Option<(&BackgroundTools, &mpsc::Sender<LiveInput>)>,
 ) -> (FunctionResponse, EventActions) {
-    let ctx = Context::new(invocation.clone(), agent_name, call.id.clone());
+    let (callbacks, background) = (run.callbacks, run.background);
+    let ctx = Context::new(run.invocation.clone(), run.agent_name, call.id.clone());
     let args = call.args.clone().unwrap_or_else(|| json!({}));
     let result = match callbacks.run_before_tool(call, &ctx).await {
         Some(value) => value,
@@ -107,6 +159,8 @@ async fn call_one(
         id: call.id.clone(),
         name: call.name.clone(),
         response: as_object(result),
+        // A non-blocking tool's result says when the model takes it up.
+        scheduling: tool.and_then(FunctionTool::scheduling),
     };
     (response, ctx.take_actions())
 }
@@ -196,6 +250,7 @@ impl BackgroundTools {
                     id: id.clone(),
                     name: name.clone(),
                     response: as_object(value),
+                    scheduling: None,
                 };
                 if to_model
                     .send(LiveInput::ToolResponse(vec![response]))

@@ -35,9 +35,11 @@ use serde_json::Value;
 use super::builtin::{builtin_tool, BUILTIN_TOOLS};
 use super::http_tool::http_tool;
 use super::mcp::{McpConfig, McpToolset};
+use super::tool::{resolve_mode, scheduling_key};
 use super::{Agent, LlmAgent, SequentialAgent};
+use crate::event::Scheduling;
 use crate::live::settings::LiveSettings;
-use crate::model::{LiveModel, ModelError};
+use crate::model::{Behavior, LiveModel, ModelError};
 
 /// Resolves a model name to a backend.
 pub type ModelResolver<'a> = &'a dyn Fn(&str) -> Result<Arc<dyn LiveModel>, ModelError>;
@@ -96,6 +98,14 @@ pub struct HttpToolConfig {
     /// How long a call may take.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// `blocking` (the default: the model waits for the result) or `non_blocking` (the model
+    /// goes on talking while the call runs).
+    #[serde(default)]
+    pub behavior: Option<Behavior>,
+    /// For a non-blocking tool, when the model takes the result up: `interrupt`, `when_idle`
+    /// (the default) or `silent`.
+    #[serde(default, deserialize_with = "scheduling_key")]
+    pub scheduling: Option<Scheduling>,
 }
 
 fn empty_object_schema() -> Value {
@@ -244,14 +254,21 @@ impl AgentConfig {
                             http.name
                         )));
                     }
-                    agent = agent.with_tool(http_tool(
+                    let mode = resolve_mode(http.behavior, http.scheduling, None).map_err(|e| {
+                        AgentConfigError::Invalid(format!("HTTP tool {:?}: {e}", http.name))
+                    })?;
+                    let mut tool = http_tool(
                         &http.name,
                         &http.description,
                         http.parameters.clone(),
                         http.url.clone(),
                         Duration::from_millis(http.timeout_ms.max(1)),
                         client.clone(),
-                    ));
+                    );
+                    if let Some(scheduling) = mode {
+                        tool = tool.non_blocking(scheduling);
+                    }
+                    agent = agent.with_tool(tool);
                 }
                 for mcp in &self.mcp {
                     let toolset = McpToolset::start(mcp).map_err(AgentConfigError::Invalid)?;
@@ -316,9 +333,57 @@ mod tests {
         };
         let tools: Vec<&str> = root.tools.iter().map(|t| t.name()).collect();
         assert_eq!(tools, ["get_current_time", "calculate", "lookup"]);
+        assert_eq!(root.tools[2].behavior(), Behavior::Blocking);
         assert!(agent.in_sequence("two"));
         assert_eq!(agent.transfer_targets("root").len(), 1);
         assert!(agent.find("one").is_some());
+    }
+
+    #[test]
+    fn http_tools_are_blocking_unless_the_file_says_non_blocking() {
+        let config = AgentConfig::from_toml(
+            r#"
+            name = "root"
+            [[http_tools]]
+            name = "book"
+            url = "http://127.0.0.1:1/book"
+            behavior = "non_blocking"
+            [[http_tools]]
+            name = "notify"
+            url = "http://127.0.0.1:1/notify"
+            behavior = "non_blocking"
+            scheduling = "silent"
+            [[http_tools]]
+            name = "alert"
+            url = "http://127.0.0.1:1/alert"
+            scheduling = "interrupt"
+            [[http_tools]]
+            name = "lookup"
+            url = "http://127.0.0.1:1/lookup"
+            behavior = "blocking"
+            "#,
+        )
+        .unwrap();
+        let agent = config.build("sim", &sim).unwrap();
+        let Agent::Llm(root) = &agent else {
+            panic!("root is an LlmAgent")
+        };
+        let modes: Vec<(Behavior, Option<Scheduling>)> = root
+            .tools
+            .iter()
+            .map(|t| (t.behavior(), t.scheduling()))
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                (Behavior::NonBlocking, Some(Scheduling::WhenIdle)),
+                (Behavior::NonBlocking, Some(Scheduling::Silent)),
+                (Behavior::NonBlocking, Some(Scheduling::Interrupt)),
+                (Behavior::Blocking, None),
+            ]
+        );
+        assert!(root.tools[0].declaration().is_non_blocking());
+        assert!(!root.tools[3].declaration().is_non_blocking());
     }
 
     #[test]
@@ -341,6 +406,26 @@ mod tests {
             (
                 "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"file:///etc/passwd\"",
                 "http://",
+            ),
+            (
+                "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"http://x\"\nbehavior = \"async\"",
+                "line 5",
+            ),
+            (
+                "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"http://x\"\nbehavior = \"async\"",
+                "expected `blocking` or `non_blocking`",
+            ),
+            (
+                "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"http://x\"\nscheduling = \"later\"",
+                "unknown scheduling \"later\"",
+            ),
+            (
+                "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"http://x\"\nscheduling = \"later\"",
+                "scheduling = \"later\"",
+            ),
+            (
+                "name = \"a\"\n[[http_tools]]\nname = \"t\"\nurl = \"http://x\"\nbehavior = \"blocking\"\nscheduling = \"silent\"",
+                "HTTP tool \"t\": scheduling = \"silent\" is for non-blocking tools",
             ),
         ];
         for (text, expected) in cases {

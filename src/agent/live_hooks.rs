@@ -1,12 +1,14 @@
 //! An `LlmAgent` plugged into a live flow: its tools run on the model's calls, its before-model
 //! callbacks screen user content, its after-model callbacks screen the answers.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use super::calls::{call_tools, BackgroundTools};
+use super::calls::{call_tools_cancellable, BackgroundTools, ToolRun};
 use super::context::{Context, Invocation};
 use super::{FunctionTool, LlmAgent};
 use crate::event::{Content, Event, FunctionCall};
@@ -65,13 +67,14 @@ impl AgentHooks {
 
 #[async_trait]
 impl FlowHooks for AgentHooks {
+    /// Long-running and non-blocking tools' calls: the model does not wait for either.
     fn long_running_ids(&self, calls: &[&FunctionCall]) -> Vec<String> {
         let mut ids: Vec<String> = calls
             .iter()
             .filter(|call| {
-                self.tools
-                    .iter()
-                    .any(|t| t.name() == call.name && t.is_long_running())
+                self.tools.iter().any(|t| {
+                    t.name() == call.name && (t.is_long_running() || t.scheduling().is_some())
+                })
             })
             .filter_map(|call| call.id.clone())
             .collect();
@@ -79,21 +82,42 @@ impl FlowHooks for AgentHooks {
         ids
     }
 
+    fn non_blocking_ids(&self, calls: &[&FunctionCall]) -> Vec<String> {
+        calls
+            .iter()
+            .filter(|call| {
+                self.tools
+                    .iter()
+                    .any(|t| t.name() == call.name && t.scheduling().is_some())
+            })
+            .filter_map(|call| call.id.clone())
+            .collect()
+    }
+
     async fn call_tools(
         &self,
         call_event: Event,
         to_model: mpsc::Sender<LiveInput>,
     ) -> Option<Event> {
+        self.call_tools_cancellable(call_event, to_model, HashMap::new())
+            .await
+    }
+
+    async fn call_tools_cancellable(
+        &self,
+        call_event: Event,
+        to_model: mpsc::Sender<LiveInput>,
+        cancels: HashMap<String, CancellationToken>,
+    ) -> Option<Event> {
         let calls: Vec<FunctionCall> = call_event.function_calls().into_iter().cloned().collect();
-        let mut event = call_tools(
-            &self.invocation,
-            &self.agent.name,
-            &self.tools,
-            &self.agent.callbacks,
-            &calls,
-            Some((&self.background, &to_model)),
-        )
-        .await?;
+        let run = ToolRun {
+            invocation: &self.invocation,
+            agent_name: &self.agent.name,
+            tools: &self.tools,
+            callbacks: &self.agent.callbacks,
+            background: Some((&self.background, &to_model)),
+        };
+        let mut event = call_tools_cancellable(run, &calls, &cancels).await?;
         event.live_session_id = call_event.live_session_id;
         Some(event)
     }

@@ -18,14 +18,19 @@ mod transfer;
 
 use std::sync::Arc;
 
+pub use crate::event::Scheduling;
+pub use crate::model::Behavior;
 pub use callbacks::Callbacks;
-pub use calls::call_tools;
+pub use calls::{call_tools, call_tools_cancellable, ToolRun};
 pub use context::{merge_actions, Context, Invocation};
 pub use http_tool::http_tool;
 pub use live_hooks::AgentHooks;
 pub use llm::LlmAgent;
 pub use sequential::SequentialAgent;
-pub use tool::{string_arg, FunctionTool, ToolBody, ToolError, ToolResult};
+pub use tool::{
+    resolve_mode, scheduling_key, string_arg, FunctionTool, SchedulingOnBlocking, ToolBody,
+    ToolError, ToolResult,
+};
 pub use toolset::{Toolset, ToolsetStats};
 pub use transfer::{task_completed_tool, transfer_to_agent_tool, TRANSFER_TO_AGENT};
 

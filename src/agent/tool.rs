@@ -10,8 +10,9 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::context::Context;
+use crate::event::Scheduling;
 use crate::live::LiveRequestReceiver;
-use crate::model::FunctionDeclaration;
+use crate::model::{Behavior, FunctionDeclaration};
 
 /// Why a tool call failed; the model receives it as `{"error": "<message>"}`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,6 +61,8 @@ pub enum ToolBody {
 pub struct FunctionTool {
     declaration: FunctionDeclaration,
     long_running: bool,
+    /// Some for a non-blocking tool: when the model takes its result up.
+    scheduling: Option<Scheduling>,
     body: ToolBody,
 }
 
@@ -74,6 +77,7 @@ impl std::fmt::Debug for FunctionTool {
             .field("name", &self.declaration.name)
             .field("kind", &kind)
             .field("long_running", &self.long_running)
+            .field("scheduling", &self.scheduling)
             .finish()
     }
 }
@@ -83,6 +87,7 @@ fn declaration(name: &str, description: &str, parameters: Value) -> FunctionDecl
         name: name.to_owned(),
         description: description.to_owned(),
         parameters_json_schema: Some(parameters.into()),
+        behavior: None,
     }
 }
 
@@ -96,6 +101,7 @@ impl FunctionTool {
         FunctionTool {
             declaration: declaration(name, description, parameters),
             long_running: false,
+            scheduling: None,
             body: ToolBody::Async(Arc::new(move |args, ctx| Box::pin(run(args, ctx)))),
         }
     }
@@ -106,9 +112,14 @@ impl FunctionTool {
         F: Fn(Value, Context) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = ToolResult> + Send + 'static,
     {
+        // A declaration that says non-blocking makes the tool so, with Gemini's default.
+        let scheduling = declaration
+            .is_non_blocking()
+            .then_some(Scheduling::default());
         FunctionTool {
             declaration,
             long_running: false,
+            scheduling,
             body: ToolBody::Async(Arc::new(move |args, ctx| Box::pin(run(args, ctx)))),
         }
     }
@@ -121,6 +132,7 @@ impl FunctionTool {
         FunctionTool {
             declaration: declaration(name, description, parameters),
             long_running: false,
+            scheduling: None,
             body: ToolBody::Sync(Arc::new(run)),
         }
     }
@@ -144,6 +156,7 @@ impl FunctionTool {
         FunctionTool {
             declaration: declaration(name, description, parameters),
             long_running: false,
+            scheduling: None,
             body: ToolBody::Streaming {
                 start: Arc::new(start),
                 input,
@@ -155,6 +168,37 @@ impl FunctionTool {
     pub fn long_running(mut self) -> Self {
         self.long_running = true;
         self
+    }
+
+    /// Makes the tool non-blocking: the model goes on talking while a call runs, and takes the
+    /// result up when the call ends, as `scheduling` says. Gemini Live is told so
+    /// (`behavior: NON_BLOCKING`, `scheduling` on the response); OpenAI Realtime and sim are
+    /// given the same behaviour by the gateway (docs/MODELS.md, "Non-blocking tools").
+    pub fn non_blocking(mut self, scheduling: Scheduling) -> Self {
+        self.declaration.behavior = Some(Behavior::NonBlocking);
+        self.scheduling = Some(scheduling);
+        self
+    }
+
+    /// Makes the tool blocking (the default): the model waits for a call's result.
+    pub fn blocking(mut self) -> Self {
+        self.declaration.behavior = None;
+        self.scheduling = None;
+        self
+    }
+
+    /// Whether the model waits for the tool's results.
+    pub fn behavior(&self) -> Behavior {
+        if self.scheduling.is_some() {
+            Behavior::NonBlocking
+        } else {
+            Behavior::Blocking
+        }
+    }
+
+    /// When the model takes a result up: Some for a non-blocking tool only.
+    pub fn scheduling(&self) -> Option<Scheduling> {
+        self.scheduling
     }
 
     /// The tool's name.
@@ -200,4 +244,42 @@ pub fn string_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, ToolError>
     args.get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| ToolError::InvalidArguments(format!("`{name}` (a string) is required")))
+}
+
+/// A `scheduling` key on a tool the agent file makes blocking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("scheduling = \"{}\" is for non-blocking tools: set behavior = \"non_blocking\" or leave scheduling out", .0.as_config())]
+pub struct SchedulingOnBlocking(pub Scheduling);
+
+/// What an agent file's `behavior` and `scheduling` keys make of a tool: Some(scheduling) for a
+/// non-blocking one. A `scheduling` alone makes it non-blocking (as ADK reads a tool with a
+/// response scheduling and no behavior); `inherited` is the scheduling of the table above it
+/// (an MCP server's, for one of its tools).
+pub fn resolve_mode(
+    behavior: Option<Behavior>,
+    scheduling: Option<Scheduling>,
+    inherited: Option<Scheduling>,
+) -> Result<Option<Scheduling>, SchedulingOnBlocking> {
+    match (behavior, scheduling) {
+        (Some(Behavior::Blocking), Some(scheduling)) => Err(SchedulingOnBlocking(scheduling)),
+        (Some(Behavior::Blocking), None) => Ok(None),
+        (Some(Behavior::NonBlocking), scheduling) => {
+            Ok(Some(scheduling.or(inherited).unwrap_or_default()))
+        }
+        (None, Some(scheduling)) => Ok(Some(scheduling)),
+        (None, None) => Ok(inherited),
+    }
+}
+
+/// Reads a `scheduling` key of the agent file: `interrupt`, `when_idle` or `silent`.
+pub fn scheduling_key<'de, D>(deserializer: D) -> Result<Option<Scheduling>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let name = <String as serde::Deserialize>::deserialize(deserializer)?;
+    Scheduling::from_config(&name).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "unknown scheduling {name:?}: expected \"interrupt\", \"when_idle\" or \"silent\""
+        ))
+    })
 }

@@ -245,6 +245,55 @@ pub struct FunctionResponse {
     /// The result as a JSON object.
     #[serde(default)]
     pub response: Value,
+    /// For the result of a non-blocking call: when the model takes it up (Gemini's
+    /// `FunctionResponse.scheduling`). None for a blocking call's, which the model waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<Scheduling>,
+}
+
+/// When the model takes up the result of a non-blocking tool call, as Gemini Live's
+/// `FunctionResponse.scheduling` (and ADK's events) name it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Scheduling {
+    /// At once: the model stops what it is saying and reports the result.
+    Interrupt,
+    /// Once the model has finished what it is saying (Gemini's default).
+    #[default]
+    WhenIdle,
+    /// Into the model's context without an answer of its own.
+    Silent,
+}
+
+impl Scheduling {
+    /// Every value, with its name in agent files.
+    pub const ALL: [(Scheduling, &'static str); 3] = [
+        (Scheduling::Interrupt, "interrupt"),
+        (Scheduling::WhenIdle, "when_idle"),
+        (Scheduling::Silent, "silent"),
+    ];
+
+    /// Its name on Gemini's wire: `INTERRUPT`, `WHEN_IDLE` or `SILENT`.
+    pub fn as_wire(self) -> &'static str {
+        match self {
+            Scheduling::Interrupt => "INTERRUPT",
+            Scheduling::WhenIdle => "WHEN_IDLE",
+            Scheduling::Silent => "SILENT",
+        }
+    }
+
+    /// Its name in agent files: `interrupt`, `when_idle` or `silent`.
+    pub fn as_config(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map_or("when_idle", |(_, name)| name)
+    }
+
+    /// The value an agent file names (`interrupt`, `when_idle`, `silent`).
+    pub fn from_config(name: &str) -> Option<Self> {
+        Self::ALL.iter().find(|(_, n)| *n == name).map(|(s, _)| *s)
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ mod content;
 mod event;
 
 pub use b64::{decode_base64, encode_base64};
-pub use content::{Blob, Content, FileData, FunctionCall, FunctionResponse, Part};
+pub use content::{Blob, Content, FileData, FunctionCall, FunctionResponse, Part, Scheduling};
 pub use event::{
     new_event_id, new_invocation_id, now_timestamp, Event, EventActions, ModalityTokenCount,
     NodeInfo, SessionResumptionUpdate, Transcription, UsageMetadata,

@@ -14,7 +14,7 @@ use tokio::time::{Duration, Instant};
 use super::LiveInput;
 use crate::event::Blob;
 
-/// Default of [`AudioChunker`]'s chunk length: the low-latency end of Google's range. A 20 ms
+/// Default of the audio chunker's chunk length: the low-latency end of Google's range. A 20 ms
 /// frame (this gateway's page, most clients) is a chunk already and goes out as it came; 8 ms
 /// browser frames (ADK's bidi-demo page) go out three to a message, the first held at most 16 ms.
 /// Longer chunks trade latency for CPU: 40 ms saved a gateway in front of a model server about a

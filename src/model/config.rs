@@ -47,6 +47,39 @@ pub struct FunctionDeclaration {
     /// JSON schema of the arguments; shared, since every connection's config carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters_json_schema: Option<Arc<Value>>,
+    /// Whether the model waits for the call's result (Gemini's `FunctionDeclaration.behavior`);
+    /// None is blocking, and is sent as nothing, as before tools had a behavior.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behavior: Option<Behavior>,
+}
+
+impl FunctionDeclaration {
+    /// True when the model goes on while the call runs.
+    pub fn is_non_blocking(&self) -> bool {
+        self.behavior == Some(Behavior::NonBlocking)
+    }
+}
+
+/// Whether the model waits for a tool's result before it goes on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behavior {
+    /// The model waits for the result (the default).
+    #[default]
+    Blocking,
+    /// The model goes on talking; the result is given when the call ends, as its
+    /// [`Scheduling`](crate::event::Scheduling) says.
+    NonBlocking,
+}
+
+impl Behavior {
+    /// Its name on Gemini's wire: `BLOCKING` or `NON_BLOCKING`.
+    pub fn as_wire(self) -> &'static str {
+        match self {
+            Behavior::Blocking => "BLOCKING",
+            Behavior::NonBlocking => "NON_BLOCKING",
+        }
+    }
 }
 
 /// Voice activity detection settings.

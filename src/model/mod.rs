@@ -24,8 +24,8 @@ use crate::byte_channel;
 
 pub use chunker::{DEFAULT_AUDIO_CHUNK, MAX_AUDIO_CHUNK};
 pub use config::{
-    ActivityHandling, AutomaticActivityDetection, ContextWindowCompression, EndSensitivity,
-    FunctionDeclaration, LiveConnectConfig, LiveInput, Modality, ProactivityConfig,
+    ActivityHandling, AutomaticActivityDetection, Behavior, ContextWindowCompression,
+    EndSensitivity, FunctionDeclaration, LiveConnectConfig, LiveInput, Modality, ProactivityConfig,
     RealtimeInputConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig, StartSensitivity,
     UnknownModality,
 };

@@ -304,3 +304,175 @@ async fn run_sse_without_streaming_sends_only_final_events() {
         .collect();
     assert_eq!(events.len(), 1, "{body}");
 }
+
+/// A loopback endpoint whose `/book` answers `{"booked": <arguments>}` only once the test lets
+/// it: one call a permit.
+async fn gated_endpoint() -> (SocketAddr, std::sync::Arc<tokio::sync::Semaphore>) {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let open = gate.clone();
+    let app = Router::new().route(
+        "/book",
+        post(move |Json(args): Json<Value>| {
+            let open = open.clone();
+            async move {
+                if let Ok(permit) = open.acquire().await {
+                    permit.forget();
+                }
+                Json(json!({ "booked": args }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, gate)
+}
+
+/// A gateway whose agent has the non-blocking HTTP tool `book` (with `scheduling`), on `args`'
+/// model; the endpoint's gate holds each call until the test opens it.
+async fn gateway_with_booking(
+    mut args: livegate::gateway::ServeArgs,
+    scheduling: &str,
+) -> (
+    livegate::gateway::Server,
+    std::sync::Arc<tokio::sync::Semaphore>,
+    tempfile::TempDir,
+) {
+    let (endpoint, gate) = gated_endpoint().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent.toml");
+    let text = format!(
+        "name = \"helper\"\ninstruction = \"Book what is asked.\"\n[[http_tools]]\nname = \"book\"\n\
+         url = \"http://{endpoint}/book\"\nbehavior = \"non_blocking\"\nscheduling = \"{scheduling}\"\n"
+    );
+    std::fs::write(&file, text).unwrap();
+    args.agent = Some(file);
+    (start(args).await, gate, dir)
+}
+
+/// Asks for a booking: the call event, then the model going on with the call still running
+/// (the endpoint has not answered: its gate is shut), then, once the gate opens, the result's
+/// event. Returns the call's id.
+async fn booking_runs_while_the_model_talks(
+    client: &mut Client,
+    gate: &tokio::sync::Semaphore,
+    scheduling: &str,
+    going_on: &str,
+) -> String {
+    client.send_text("book seat=12A").await;
+    let events = client.events_until_turn_complete().await;
+    let call = calls_of(&events)
+        .first()
+        .map(|c| (*c).clone())
+        .unwrap_or_else(|| panic!("a call in {events:#?}"));
+    assert_eq!(call["name"], "book");
+    assert!(
+        responses_of(&events).is_empty(),
+        "the turn ends before the result: {events:#?}"
+    );
+    let said: String = events.iter().map(text_of).collect();
+    assert!(said.contains(going_on), "the model goes on: {said}");
+    gate.add_permits(1);
+    let is_response = |e: &Value| !responses_of(std::slice::from_ref(e)).is_empty();
+    client.frames_until(is_response).await;
+    let response = client.events.iter().rev().find(|e| is_response(e)).unwrap();
+    let response = responses_of(std::slice::from_ref(response))[0];
+    assert_eq!(response["id"], call["id"]);
+    assert_eq!(response["response"], json!({"booked": {"seat": "12A"}}));
+    assert_eq!(response["scheduling"], scheduling);
+    call["id"].as_str().unwrap().to_owned()
+}
+
+/// `when_idle`: the model reads the result out once it is free; `silent`: it only knows it (the
+/// next turn's answer is the user's, with no word of the booking before it).
+/// What the model says on going on without the result, and on reading it.
+struct Says {
+    going_on: &'static str,
+    read: &'static str,
+}
+
+/// sim (and mock-gemini's) go on at once and read the result as a tool answer.
+const SIM_SAYS: Says = Says {
+    going_on: "book is running",
+    read: "book returned {\"booked\"",
+};
+
+async fn non_blocking_results_are_taken_up_as_scheduled(
+    args: livegate::gateway::ServeArgs,
+    says: Says,
+) {
+    let (server, gate, _dir) = gateway_with_booking(args.clone(), "when_idle").await;
+    let mut client = Client::connect(server.addr, "u", "s", "modality=TEXT").await;
+    booking_runs_while_the_model_talks(&mut client, &gate, "WHEN_IDLE", says.going_on).await;
+    let events = client.events_until_turn_complete().await;
+    let said: String = events.iter().map(text_of).collect();
+    assert!(said.contains(says.read), "the result is read: {said}");
+    client.close().await;
+    server.shutdown(WAIT).await;
+
+    let (server, gate, _dir) = gateway_with_booking(args, "silent").await;
+    let mut client = Client::connect(server.addr, "u", "s", "modality=TEXT").await;
+    booking_runs_while_the_model_talks(&mut client, &gate, "SILENT", says.going_on).await;
+    let seen = client.events.len();
+    client.send_text("hello there").await;
+    client
+        .frames_until(|e| text_of(e).contains("hello there") && e["partial"] != true)
+        .await;
+    let said: String = client.events[seen..].iter().map(text_of).collect();
+    assert!(
+        !said.contains(says.read),
+        "a silent result is not read: {said}"
+    );
+    client.close().await;
+    server.shutdown(WAIT).await;
+}
+
+#[tokio::test]
+async fn non_blocking_tools_run_while_sim_talks_and_answer_as_scheduled() {
+    non_blocking_results_are_taken_up_as_scheduled(test_args(), SIM_SAYS).await;
+}
+
+#[tokio::test]
+async fn non_blocking_tools_run_while_gemini_talks_and_answer_as_scheduled() {
+    // mock-gemini's sim goes on only if the setup declared the tool NON_BLOCKING, and reads
+    // or keeps the result only as the response's `scheduling` says.
+    let upstream = livegate_mock::gemini::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate_mock::gemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut args = test_args();
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    non_blocking_results_are_taken_up_as_scheduled(args, SIM_SAYS).await;
+}
+
+#[tokio::test]
+async fn non_blocking_tools_are_emulated_on_openai() {
+    // mock-openai's sim knows nothing of non-blocking tools: it goes on because the gateway
+    // answered the call "running" at once, and reads the result from the system message the
+    // gateway adds when the call ends (and asks a response for only when not silent).
+    // mock-openai refuses a second output for a call, and a response asked for while one is
+    // under way.
+    let upstream = livegate_mock::openai::start(
+        "127.0.0.1:0".parse().unwrap(),
+        livegate_mock::openai::MockOpenAiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut args = test_args();
+    args.model = "gpt-realtime".into();
+    args.openai_base_url = format!("ws://{}", upstream.addr);
+    let says = Says {
+        going_on: "\"status\":\"running\"",
+        read: "Noted: The background function call book",
+    };
+    non_blocking_results_are_taken_up_as_scheduled(args, says).await;
+}

@@ -584,3 +584,68 @@ async fn a_new_turn_cancels_a_running_mcp_call_on_gemini() {
     args.gemini_base_url = format!("ws://{}", upstream.addr);
     a_new_turn_cancels_a_running_mcp_call(args).await;
 }
+
+/// Two calls in one model message, one of them cancelled by the model: only that one stops (the
+/// MCP server hears `notifications/cancelled` for it, the client the event naming it alone);
+/// the other's result reaches the client and the model, without the cancelled one's.
+#[tokio::test]
+async fn cancelling_one_of_two_calls_in_a_message_leaves_the_other_to_answer() {
+    use crate::common::hostile::{Act, Fault, Hostile, Provider};
+    let mcp = serve_http(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let upstream = Hostile::start(
+        Provider::Gemini,
+        vec![Act::OnTurn(Fault::CancelOneOfTwo(go.clone()))],
+    )
+    .await;
+    let mut args = test_args();
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let (server, _dir) = gateway_on(args, &mcp.url(), "allowed_tools = [\"slow\", \"echo\"]").await;
+
+    let mut client = Client::connect(server.addr, "u", "s", "modality=TEXT").await;
+    let calls = mcp.state.calls.load(Ordering::SeqCst);
+    let cancelled = mcp.state.cancelled_notify.notified();
+    client.send_text("both please").await;
+    eventually(WAIT, "the server runs both calls", || async {
+        mcp.state.calls.load(Ordering::SeqCst) >= calls + 2
+    })
+    .await;
+    go.notify_one();
+    let is_told = |e: &Value| e["customMetadata"].get("toolCallCancellation").is_some();
+    client.frames_until(is_told).await;
+    let told = client.events.iter().rev().find(|e| is_told(e)).unwrap();
+    assert_eq!(
+        told["customMetadata"]["toolCallCancellation"],
+        json!({ "ids": ["call-slow"] })
+    );
+    timeout(WAIT, cancelled)
+        .await
+        .expect("the server hears notifications/cancelled");
+    let is_response = |e: &Value| e["content"]["parts"][0].get("functionResponse").is_some();
+    client.frames_until(is_response).await;
+    let response = client.events.iter().rev().find(|e| is_response(e)).unwrap();
+    let parts = response["content"]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 1, "{response:#}");
+    assert_eq!(parts[0]["functionResponse"]["id"], "call-echo");
+    assert_eq!(parts[0]["functionResponse"]["response"]["result"], "kept");
+    client.frames_until(|e| text_of(e).contains("fine")).await;
+    let sent: Vec<Value> = upstream
+        .received(0)
+        .into_iter()
+        .filter_map(|m| m.get("toolResponse").cloned())
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let ids: Vec<&Value> = sent[0]["functionResponses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["id"])
+        .collect();
+    assert_eq!(ids, [&json!("call-echo")]);
+    assert_eq!(mcp.state.cancelled.load(Ordering::SeqCst), 1);
+    client.close().await;
+    server.shutdown(WAIT).await;
+}

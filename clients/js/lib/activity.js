@@ -26,8 +26,9 @@ export class AgentActivity {
       session.on("text", (t) => !t.fromUser && answer()),
       session.on("outputTranscription", answer),
       session.on("audio", answer),
-      session.on("toolCall", () => this.set({ tool: true })),
-      session.on("toolResult", () => this.set({ tool: false })),
+      // The agent waits only for the calls that do not run in the background.
+      session.on("toolCall", (t) => !t.background && this.set({ tool: true })),
+      session.on("toolResult", (t) => !t.scheduling && this.set({ tool: false })),
       session.on("interrupted", end),
       session.on("turnComplete", end),
       session.on("turnAborted", end),

@@ -75,11 +75,13 @@ export function typedEvents(ev) {
     }
     if (p.functionCall) {
       const c = p.functionCall;
-      out.push({ type: "toolCall", id: c.id || null, name: c.name || "", args: c.args && typeof c.args === "object" ? c.args : {}, event });
+      // A call the model does not wait for (a non-blocking or long-running tool) runs in the background.
+      const background = Boolean(c.id) && Array.isArray(ev.longRunningToolIds) && ev.longRunningToolIds.includes(c.id);
+      out.push({ type: "toolCall", id: c.id || null, name: c.name || "", args: c.args && typeof c.args === "object" ? c.args : {}, background, event });
     }
     if (p.functionResponse) {
       const r = p.functionResponse;
-      out.push({ type: "toolResult", id: r.id || null, name: r.name || "", response: r.response, event });
+      out.push({ type: "toolResult", id: r.id || null, name: r.name || "", response: r.response, scheduling: r.scheduling || null, event });
     }
     if (p.fileData) {
       const uri = p.fileData.fileUri || "";

@@ -105,8 +105,10 @@ interface Of<E> {
 export interface TextEvent extends Of<AdkEvent> { type: "text"; text: string; partial: boolean; author: string; fromUser: boolean }
 export interface AudioEvent extends Of<AdkEvent | null> { type: "audio"; pcm: ArrayBuffer; sampleRate: number }
 export interface TranscriptionEvent extends Of<AdkEvent> { type: "inputTranscription" | "outputTranscription"; text: string; finished: boolean }
-export interface ToolCallEvent extends Of<AdkEvent> { type: "toolCall"; id: string | null; name: string; args: Record<string, unknown> }
-export interface ToolResultEvent extends Of<AdkEvent> { type: "toolResult"; id: string | null; name: string; response: unknown }
+/** `background`: the model goes on while the call runs (its id is in `longRunningToolIds`: a non-blocking or long-running tool). */
+export interface ToolCallEvent extends Of<AdkEvent> { type: "toolCall"; id: string | null; name: string; args: Record<string, unknown>; background: boolean }
+/** `scheduling`: for a non-blocking call's result, when the model takes it up. */
+export interface ToolResultEvent extends Of<AdkEvent> { type: "toolResult"; id: string | null; name: string; response: unknown; scheduling: "INTERRUPT" | "WHEN_IDLE" | "SILENT" | null }
 export interface ToolCancelledEvent extends Of<AdkEvent> { type: "toolCancelled"; ids: string[] }
 export interface RecordingEvent extends Of<AdkEvent> {
   type: "recording";

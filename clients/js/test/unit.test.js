@@ -107,3 +107,12 @@ test("helpers: rates, base64 both ways, recordings, token claims", () => {
   assert.equal(tokenExpired(claims, 2000_000), true);
   assert.equal(tokenExpired(claims, 1990_000, 30), true, "early by the skew");
 });
+
+test("a call the model does not wait for is a background one, and its result says its scheduling", () => {
+  const call = { longRunningToolIds: ["c1"], content: { role: "model", parts: [{ functionCall: { id: "c1", name: "book", args: {} } }, { functionCall: { id: "c2", name: "lookup", args: {} } }] } };
+  assert.deepEqual(typedEvents(call).map((t) => [t.id, t.background]), [["c1", true], ["c2", false]]);
+  const result = { content: { role: "user", parts: [{ functionResponse: { id: "c1", name: "book", response: { ok: true }, scheduling: "WHEN_IDLE" } }] } };
+  assert.equal(typedEvents(result)[0].scheduling, "WHEN_IDLE");
+  const blocking = { content: { role: "user", parts: [{ functionResponse: { id: "c2", name: "lookup", response: {} } }] } };
+  assert.equal(typedEvents(blocking)[0].scheduling, null);
+});

@@ -13,7 +13,7 @@ use rmcp::ServiceError;
 use serde_json::{json, Map, Value};
 
 use super::connect::{META_CLAIMS, META_SESSION_ID, META_USER_ID};
-use super::toolset::{Counters, NoPeer, Shared};
+use super::shared::{Counters, NoPeer, Shared};
 use crate::agent::{Context, ToolError, ToolResult};
 use crate::artifact::Artifact;
 

@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::agent::tool::{resolve_mode, scheduling_key};
+use crate::event::Scheduling;
+use crate::model::Behavior;
+
 /// Default time a call may take.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 /// Longest name of a server or a tool (what Gemini and OpenAI accept for function names).
@@ -50,6 +54,29 @@ pub struct McpConfig {
     /// their JSON in base64url without padding).
     #[serde(default)]
     pub forward_identity: bool,
+    /// Whether the model waits for the results of this server's tools: `blocking` (the
+    /// default) or `non_blocking`; `[mcp.tools.NAME]` overrides it for one tool.
+    #[serde(default)]
+    pub behavior: Option<Behavior>,
+    /// For non-blocking tools, when the model takes a result up: `interrupt`, `when_idle` (the
+    /// default) or `silent`.
+    #[serde(default, deserialize_with = "scheduling_key")]
+    pub scheduling: Option<Scheduling>,
+    /// Per-tool settings over the server's (`[mcp.tools.lookup_order] behavior = "blocking"`).
+    #[serde(default)]
+    pub tools: BTreeMap<String, McpToolConfig>,
+}
+
+/// One MCP tool's own settings (`[mcp.tools.NAME]`), over its server's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpToolConfig {
+    /// `blocking` or `non_blocking`.
+    #[serde(default)]
+    pub behavior: Option<Behavior>,
+    /// `interrupt`, `when_idle` or `silent`, for a non-blocking tool.
+    #[serde(default, deserialize_with = "scheduling_key")]
+    pub scheduling: Option<Scheduling>,
 }
 
 // By hand: header and environment values may hold secrets.
@@ -64,6 +91,9 @@ impl std::fmt::Debug for McpConfig {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("timeout_ms", &self.timeout_ms)
             .field("forward_identity", &self.forward_identity)
+            .field("behavior", &self.behavior)
+            .field("scheduling", &self.scheduling)
+            .field("tools", &self.tools)
             .finish()
     }
 }
@@ -97,6 +127,10 @@ pub(crate) struct Spec {
     pub denied: Vec<String>,
     pub timeout: Duration,
     pub forward_identity: bool,
+    /// The scheduling of the server's non-blocking tools (None: blocking).
+    pub mode: Option<Scheduling>,
+    /// Tools whose mode is not the server's.
+    pub tool_modes: BTreeMap<String, Option<Scheduling>>,
 }
 
 impl std::fmt::Debug for Spec {
@@ -114,6 +148,11 @@ impl std::fmt::Debug for Spec {
 }
 
 impl Spec {
+    /// Some(scheduling) when the tool `name` is non-blocking.
+    pub fn mode_of(&self, name: &str) -> Option<Scheduling> {
+        self.tool_modes.get(name).copied().unwrap_or(self.mode)
+    }
+
     /// True when the filters let the tool `name` through.
     pub fn allows(&self, name: &str) -> bool {
         self.allowed
@@ -200,7 +239,26 @@ impl McpConfig {
                 ))
             }
         };
+        let mode = resolve_mode(self.behavior, self.scheduling, None)
+            .map_err(|e| format!("MCP server {name:?}: {e}"))?;
+        let tool_modes = self
+            .tools
+            .iter()
+            .map(|(tool, c)| {
+                let inherited = if c.behavior.is_none() && c.scheduling.is_none() {
+                    mode
+                } else {
+                    // A tool made non-blocking alone takes its server's scheduling, if any.
+                    self.scheduling.filter(|_| c.scheduling.is_none())
+                };
+                resolve_mode(c.behavior, c.scheduling, inherited)
+                    .map(|m| (tool.clone(), m))
+                    .map_err(|e| format!("MCP server {name:?}, tool {tool:?}: {e}"))
+            })
+            .collect::<Result<BTreeMap<_, _>, String>>()?;
         Ok(Spec {
+            mode,
+            tool_modes,
             name: name.clone(),
             transport,
             allowed: self.allowed_tools.clone(),
@@ -301,6 +359,51 @@ mod tests {
             (
                 "name = \"a\"\nurl = \"http://x\"\ncolour = 1",
                 "unknown field",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = spec(text).expect_err(text);
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_servers_tools_take_its_behavior_unless_their_own_table_says_otherwise() {
+        let s = spec(
+            "name = \"a\"\nurl = \"http://x\"\nbehavior = \"non_blocking\"\nscheduling = \"silent\"\n\
+             [tools.lookup]\nbehavior = \"blocking\"\n\
+             [tools.alert]\nscheduling = \"interrupt\"\n\
+             [tools.book]\nbehavior = \"non_blocking\"",
+        )
+        .unwrap();
+        assert_eq!(s.mode_of("other"), Some(Scheduling::Silent));
+        assert_eq!(s.mode_of("lookup"), None);
+        assert_eq!(s.mode_of("alert"), Some(Scheduling::Interrupt));
+        assert_eq!(s.mode_of("book"), Some(Scheduling::Silent));
+        let s = spec("name = \"a\"\nurl = \"http://x\"\n[tools.book]\nbehavior = \"non_blocking\"")
+            .unwrap();
+        assert_eq!(s.mode_of("other"), None);
+        assert_eq!(s.mode_of("book"), Some(Scheduling::WhenIdle));
+    }
+
+    #[test]
+    fn bad_behaviors_are_named_with_their_key_and_line() {
+        let cases = [
+            (
+                "name = \"a\"\nurl = \"http://x\"\nbehavior = \"later\"",
+                "line 3",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\n[tools.t]\nscheduling = \"soon\"",
+                "unknown scheduling \"soon\"",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\n[tools.t]\nbehaviour = \"blocking\"",
+                "unknown field `behaviour`",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://x\"\n[tools.t]\nbehavior = \"blocking\"\nscheduling = \"silent\"",
+                "tool \"t\": scheduling = \"silent\" is for non-blocking tools",
             ),
         ];
         for (text, expected) in cases {

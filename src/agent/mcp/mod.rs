@@ -10,7 +10,8 @@
 mod call;
 mod config;
 mod connect;
+mod shared;
 mod toolset;
 
-pub use config::{McpConfig, DEFAULT_TIMEOUT_MS};
+pub use config::{McpConfig, McpToolConfig, DEFAULT_TIMEOUT_MS};
 pub use toolset::McpToolset;

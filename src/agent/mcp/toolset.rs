@@ -3,7 +3,7 @@
 //! connection is up when they are called.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::service::{Peer, RoleClient};
@@ -11,10 +11,10 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::config::{is_valid_name, McpConfig, Spec};
+use super::config::{is_valid_name, McpConfig};
 use super::connect::{connect, Handler};
+use super::shared::Shared;
 use crate::agent::{FunctionTool, Toolset, ToolsetStats};
-use crate::lock::RecoverRw;
 use crate::model::FunctionDeclaration;
 
 /// The first wait before connecting again; it doubles up to [`MAX_BACKOFF`].
@@ -41,121 +41,6 @@ pub struct McpToolset {
     _stop: DropGuard,
 }
 
-/// What the supervisor and the tools share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub spec: Spec,
-    state: RwLock<State>,
-    pub counters: Counters,
-    /// Bumped at each change of the connection or the tool list, for those who wait on one.
-    changes: tokio::sync::watch::Sender<u64>,
-}
-
-#[derive(Debug)]
-struct State {
-    peer: Option<Peer<RoleClient>>,
-    tools: Arc<Vec<FunctionDeclaration>>,
-    /// Why the server is not connected (None while it is).
-    down: Option<String>,
-    ever_up: bool,
-}
-
-/// Counts for `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub calls: AtomicU64,
-    pub tool_errors: AtomicU64,
-    pub timeouts: AtomicU64,
-    pub unavailable: AtomicU64,
-    pub protocol_errors: AtomicU64,
-    pub reconnects: AtomicU64,
-}
-
-impl Counters {
-    pub fn add(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Why a call cannot start.
-pub(crate) enum NoPeer {
-    /// The server is not connected.
-    Down(String),
-    /// The server no longer lists the tool.
-    Removed,
-}
-
-impl Shared {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state.read_or_recover()
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state.write_or_recover()
-    }
-
-    fn changed(&self) {
-        self.changes.send_modify(|n| *n += 1);
-    }
-
-    /// The connection to call `tool` through.
-    pub fn peer_for(&self, tool: &str) -> Result<Peer<RoleClient>, NoPeer> {
-        let state = self.read();
-        match &state.peer {
-            None => Err(NoPeer::Down(
-                state.down.clone().unwrap_or_else(|| "not connected".into()),
-            )),
-            Some(_) if !state.tools.iter().any(|t| t.name == tool) => Err(NoPeer::Removed),
-            Some(peer) => Ok(peer.clone()),
-        }
-    }
-
-    fn set_up(&self, peer: Peer<RoleClient>) {
-        let mut state = self.write();
-        if state.ever_up {
-            Counters::add(&self.counters.reconnects);
-        }
-        state.peer = Some(peer);
-        state.down = None;
-        state.ever_up = true;
-        let tools = state.tools.len();
-        drop(state);
-        self.changed();
-        tracing::info!(mcp_server = self.spec.name, tools, "MCP server connected");
-    }
-
-    /// Marks the server down; logged at warning once per outage, then at debug.
-    fn set_down(&self, why: String) {
-        let mut state = self.write();
-        let was_up = state.down.is_none();
-        let first = !state.ever_up && state.down.as_deref() == Some(CONNECTING);
-        state.peer = None;
-        state.down = Some(why.clone());
-        drop(state);
-        self.changed();
-        if was_up || first {
-            tracing::warn!(
-                mcp_server = self.spec.name,
-                reason = why,
-                "MCP server unavailable; retrying with backoff"
-            );
-        } else {
-            tracing::debug!(
-                mcp_server = self.spec.name,
-                reason = why,
-                "MCP server still unavailable"
-            );
-        }
-    }
-
-    fn set_tools(&self, tools: Vec<FunctionDeclaration>) {
-        self.write().tools = Arc::new(tools);
-        self.changed();
-    }
-}
-
-const CONNECTING: &str = "connecting";
-
 impl McpToolset {
     /// Starts the toolset of `config` on the current tokio runtime, reading `${NAME}`s from the
     /// process environment. It connects in the background: a server that is down does not fail
@@ -164,17 +49,7 @@ impl McpToolset {
         let spec = config.spec(&|name| std::env::var(name).ok())?;
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| format!("MCP server {:?}: needs a tokio runtime", spec.name))?;
-        let shared = Arc::new(Shared {
-            spec,
-            state: RwLock::new(State {
-                peer: None,
-                tools: Arc::default(),
-                down: Some(CONNECTING.into()),
-                ever_up: false,
-            }),
-            counters: Counters::default(),
-            changes: tokio::sync::watch::Sender::new(0),
-        });
+        let shared = Arc::new(Shared::new(spec));
         let stop = CancellationToken::new();
         let supervisor = Supervisor {
             shared: shared.clone(),
@@ -233,9 +108,13 @@ impl Toolset for McpToolset {
             .map(|declaration| {
                 let shared = self.shared.clone();
                 let name = declaration.name.clone();
-                FunctionTool::from_declaration(declaration.clone(), move |args, ctx| {
+                let tool = FunctionTool::from_declaration(declaration.clone(), move |args, ctx| {
                     super::call::call(shared.clone(), name.clone(), args, ctx)
-                })
+                });
+                match self.shared.spec.mode_of(&declaration.name) {
+                    Some(scheduling) => tool.non_blocking(scheduling),
+                    None => tool,
+                }
             })
             .collect()
     }
@@ -356,6 +235,7 @@ impl Supervisor {
                 name: name.to_owned(),
                 description: cut(tool.description.as_deref().unwrap_or_default()),
                 parameters_json_schema: Some(Arc::new(schema)),
+                behavior: None,
             });
         }
         tracing::debug!(

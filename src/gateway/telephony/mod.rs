@@ -10,7 +10,7 @@
 //! | `call.rs` | one call whatever the carrier: start, state, audio in, DTMF, marks, the ends |
 //! | `output.rs` | the run's events as carrier messages: audio to 8 kHz μ-law with marks, `clear` on barge-in |
 //!
-//! Adding a carrier is a file implementing [`Carrier`] and its line in [`carrier`].
+//! Adding a carrier is a file implementing [`Carrier`] and its line in [`carrier()`].
 
 mod call;
 pub mod carrier;

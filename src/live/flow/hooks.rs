@@ -1,8 +1,11 @@
 //! What an agent plugs into its live flow: tool execution and the callbacks that screen traffic.
 //! The flow knows when to ask; the agent layer knows what tools and callbacks there are.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::event::{Content, Event, FunctionCall};
 use crate::live::LiveRequest;
@@ -16,6 +19,12 @@ pub trait FlowHooks: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Ids of the calls that are non-blocking: each runs on its own and is answered when it ends,
+    /// while the model goes on; the blocking calls of a message are answered together.
+    fn non_blocking_ids(&self, _calls: &[&FunctionCall]) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Runs the calls of a function-call event. Returns the merged function-response event, or
     /// `None` when no call answers now. Streaming tools send later results through `to_model`.
     async fn call_tools(
@@ -23,6 +32,29 @@ pub trait FlowHooks: Send + Sync + std::fmt::Debug {
         call_event: Event,
         to_model: mpsc::Sender<LiveInput>,
     ) -> Option<Event>;
+
+    /// Runs the calls as [`FlowHooks::call_tools`] does, each of them stopped (and left out of
+    /// the event) once its token in `cancels` is cancelled. By default (hooks that cannot stop
+    /// one call alone) the calls stop together once every one of them is cancelled.
+    async fn call_tools_cancellable(
+        &self,
+        call_event: Event,
+        to_model: mpsc::Sender<LiveInput>,
+        cancels: HashMap<String, CancellationToken>,
+    ) -> Option<Event> {
+        if cancels.is_empty() {
+            return self.call_tools(call_event, to_model).await;
+        }
+        let all_cancelled = async {
+            for cancel in cancels.values() {
+                cancel.cancelled().await;
+            }
+        };
+        tokio::select! {
+            event = self.call_tools(call_event, to_model) => event,
+            () = all_cancelled => None,
+        }
+    }
 
     /// True when user content must be screened (there are before-model callbacks).
     fn screens_user(&self) -> bool {

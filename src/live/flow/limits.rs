@@ -10,7 +10,7 @@ pub struct FlowLimits {
     /// Reconnects in a row without progress (a finished answer, or a connection that stayed up
     /// [`STABLE_CONNECTION`]) before the run ends with `UNAVAILABLE`.
     pub max_reconnects: u32,
-    /// The first reconnect's delay; each next one doubles it (up to [`MAX_BACKOFF`]), less a
+    /// The first reconnect's delay; each next one doubles it (up to 10 s, `MAX_BACKOFF`), less a
     /// random part of up to half (jitter), so many sessions dropped at once do not come back at
     /// once.
     pub reconnect_backoff: Duration,

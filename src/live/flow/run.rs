@@ -2,15 +2,16 @@
 //! step and leaves the events to yield in `out`; what must wait until they are taken (and so
 //! committed by the runner) waits in `then` until the next call.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::{AbortHandle, JoinHandle, JoinSet};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::audio_cache::{AudioCache, AudioSide, RecordingTarget};
@@ -181,8 +182,11 @@ pub(super) struct FlowRun {
     internal_tx: mpsc::Sender<LiveInput>,
     inputs: Option<SendInputs>,
     tools: JoinSet<Option<Event>>,
-    /// Which tool task runs which call, so a `toolCallCancellation` can stop it.
-    running: HashMap<String, AbortHandle>,
+    /// The tasks of non-blocking calls: the model goes on while they run, so they hold no turn.
+    non_blocking: HashSet<tokio::task::Id>,
+    /// Each running call's own cancellation, so a `toolCallCancellation` stops only the calls
+    /// it names.
+    running: HashMap<String, CancellationToken>,
     handle: Option<String>,
     /// A handle the run started with (stored with the session) may have expired or come from a
     /// model that no longer knows it: refused, the history is replayed instead.
@@ -258,6 +262,7 @@ impl FlowRun {
                 internal: internal_rx,
             }),
             tools: JoinSet::new(),
+            non_blocking: HashSet::new(),
             running: HashMap::new(),
             failures: 0,
             first_connect: true,
@@ -487,11 +492,16 @@ impl FlowRun {
         loop {
             return tokio::select! {
                 Some(request) = self.persist_rx.recv() => Wake::Persist(request),
-                Some(done) = self.tools.join_next(), if !self.tools.is_empty() => match done {
-                    Ok(event) => Wake::ToolsDone(event),
-                    Err(error) if error.is_cancelled() => continue,
+                Some(done) = self.tools.join_next_with_id(), if !self.tools.is_empty() => match done {
+                    Ok((id, event)) => {
+                        self.non_blocking.remove(&id);
+                        Wake::ToolsDone(event)
+                    }
                     Err(error) => {
-                        tracing::error!(%error, invocation_id = self.target.invocation_id, "a tool task failed");
+                        self.non_blocking.remove(&error.id());
+                        if !error.is_cancelled() {
+                            tracing::error!(%error, invocation_id = self.target.invocation_id, "a tool task failed");
+                        }
                         continue;
                     }
                 },
@@ -707,7 +717,8 @@ impl FlowRun {
         let conn = self.conn.as_mut()?;
         let answered = conn.awaiting_answer && said.answering;
         // The answer's turn is over (not a tool call's turn, which the results' answer follows).
-        if said.turn_over && (answered || !conn.awaiting_answer) && self.tools.is_empty() {
+        let tools_hold = self.tools.len() > self.non_blocking.len();
+        if said.turn_over && (answered || !conn.awaiting_answer) && !tools_hold {
             self.traced.end();
         }
         if said.answer_ends {
@@ -725,7 +736,7 @@ impl FlowRun {
         if answered {
             conn.awaiting_answer = false;
         }
-        if said.turn_over && !conn.awaiting_answer && self.tools.is_empty() {
+        if said.turn_over && !conn.awaiting_answer && !tools_hold {
             if let Some((next_reason, _)) = self.handoff.take() {
                 return Some(ConnectionEnd::Done(next_reason));
             }
@@ -736,15 +747,16 @@ impl FlowRun {
         None
     }
 
-    /// The model cancelled these calls (`toolCallCancellation`): the tasks running them are
-    /// aborted (an MCP call tells its server, `notifications/cancelled`), and the client is told
-    /// by an event whose `customMetadata.toolCallCancellation.ids` names every call that stopped
-    /// (the calls of one model message run in one task, so a cancelled call's siblings stop
-    /// too). No response goes to the model for them.
+    /// The model cancelled these calls (`toolCallCancellation`, which the OpenAI backend also
+    /// gives when the user speaks over calls the model waits for): each call named stops (its
+    /// future is dropped; an MCP call tells its server, `notifications/cancelled`) and the
+    /// client is told by an event whose `customMetadata.toolCallCancellation.ids` names them.
+    /// The other calls of the same model message go on, and are answered without these. No
+    /// response goes to the model for them.
     fn cancel_tools(&mut self, ids: &[String]) {
         let mut stopped: Vec<String> = Vec::new();
         for id in ids {
-            let Some(task) = self.running.remove(id) else {
+            let Some(cancel) = self.running.remove(id) else {
                 continue;
             };
             tracing::info!(
@@ -752,18 +764,8 @@ impl FlowRun {
                 call_id = id,
                 "the model cancelled a tool call"
             );
-            task.abort();
+            cancel.cancel();
             stopped.push(id.clone());
-            let siblings: Vec<String> = self
-                .running
-                .iter()
-                .filter(|(_, other)| other.id() == task.id())
-                .map(|(sibling, _)| sibling.clone())
-                .collect();
-            for sibling in siblings {
-                self.running.remove(&sibling);
-                stopped.push(sibling);
-            }
         }
         if stopped.is_empty() {
             return;
@@ -784,7 +786,8 @@ impl FlowRun {
             self.running
                 .remove(response.id.as_deref().unwrap_or_default());
         }
-        let responses = event.function_responses().into_iter().cloned().collect();
+        let responses: Vec<FunctionResponse> =
+            event.function_responses().into_iter().cloned().collect();
         self.then = Some(Then::ToolsAnswered {
             responses,
             handoff: handoff_of(&event),
@@ -804,6 +807,7 @@ impl FlowRun {
                 None
             }
             Then::ToolsAnswered { responses, handoff } => {
+                let blocking = responses.iter().any(|r| r.scheduling.is_none());
                 // Committed: now the model may go on.
                 let sent = self.internal_tx.send(LiveInput::ToolResponse(responses));
                 if sent.await.is_err() {
@@ -812,7 +816,9 @@ impl FlowRun {
                         "tool response after the send loop ended"
                     );
                 }
-                if let Some(conn) = self.conn.as_mut() {
+                // A non-blocking call's result is taken up when the model sees fit (or never, if
+                // silent): no answer to it is awaited.
+                if let Some(conn) = self.conn.as_mut().filter(|_| blocking) {
                     conn.awaiting_answer = true;
                 }
                 if self.hooks.invocation_ended() {
@@ -826,16 +832,49 @@ impl FlowRun {
         }
     }
 
-    /// Runs the calls off the receive loop: audio keeps flowing while tools run.
+    /// Runs the calls off the receive loop: audio keeps flowing while tools run. The blocking
+    /// calls of the message run in one task, answered together; each non-blocking call in a
+    /// task of its own, answered when it ends. Every call has its own cancellation.
     fn call_tools(&mut self, call_event: Event, ids: Vec<String>) {
+        let non_blocking = self.hooks.non_blocking_ids(&call_event.function_calls());
+        let (later, now): (Vec<String>, Vec<String>) =
+            ids.into_iter().partition(|id| non_blocking.contains(id));
+        // Calls without an id cannot be cancelled, and run with the blocking ones.
+        let without_id = call_event.function_calls().iter().any(|c| c.id.is_none());
+        if !now.is_empty() || without_id {
+            self.spawn_calls(&call_event, now, false);
+        }
+        for id in later {
+            self.spawn_calls(&call_event, vec![id], true);
+        }
+    }
+
+    /// Spawns one task for the calls `ids` of `call_event` (with those without an id, unless
+    /// `non_blocking`).
+    fn spawn_calls(&mut self, call_event: &Event, ids: Vec<String>, non_blocking: bool) {
+        let mut event = call_event.clone();
+        if let Some(content) = event.content.as_mut() {
+            content.parts.retain(|p| match &p.function_call {
+                Some(call) => match &call.id {
+                    Some(id) => ids.contains(id),
+                    None => !non_blocking,
+                },
+                None => false,
+            });
+        }
+        let cancels: HashMap<String, CancellationToken> = ids
+            .iter()
+            .map(|id| (id.clone(), CancellationToken::new()))
+            .collect();
+        self.running.extend(cancels.clone());
         let hooks = self.hooks.clone();
         let to_model = self.internal_tx.clone();
         let task = self.tools.spawn(
-            async move { hooks.call_tools(call_event, to_model).await }
+            async move { hooks.call_tools_cancellable(event, to_model, cancels).await }
                 .instrument(self.traced.span()),
         );
-        for id in ids {
-            self.running.insert(id, task.clone());
+        if non_blocking {
+            self.non_blocking.insert(task.id());
         }
     }
 

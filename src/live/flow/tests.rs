@@ -411,6 +411,7 @@ impl FlowHooks for InstantTools {
                     id: c.id.clone(),
                     name: c.name.clone(),
                     response: serde_json::json!({"ok": true}),
+                    scheduling: None,
                 }),
                 ..crate::event::Part::default()
             })

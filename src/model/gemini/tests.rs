@@ -9,7 +9,7 @@ use super::wire::{
     history_message, input_text, parse_server_message, setup_message, text_as_realtime, ServerEvent,
 };
 use super::*;
-use crate::event::{Blob, Content, FunctionResponse, Transcription};
+use crate::event::{Blob, Content, FunctionResponse, Scheduling, Transcription};
 use crate::model::{
     ContextWindowCompression, FunctionDeclaration, LiveInput, LlmResponse, Modality,
     ProactivityConfig, SessionResumptionConfig, SlidingWindow, SpeechConfig,
@@ -187,6 +187,7 @@ fn config() -> LiveConnectConfig {
             name: "get_current_time".into(),
             description: "time".into(),
             parameters_json_schema: Some(json!({"type": "object"}).into()),
+            ..FunctionDeclaration::default()
         }],
         response_modalities: vec![Modality::Audio],
         speech_config: Some(SpeechConfig {
@@ -339,6 +340,7 @@ fn client_messages_for_every_input() {
             id: Some("function-call-1".into()),
             name: "f".into(),
             response: json!({"output": 1}),
+            ..FunctionResponse::default()
         }]),
         true,
     );
@@ -414,5 +416,60 @@ fn urls_paths_and_credentials() {
         is_gemini_model(MODEL)
             && is_gemini_model("models/gemini-3.8-live")
             && !is_gemini_model("sim")
+    );
+}
+
+#[test]
+fn non_blocking_tools_are_declared_so_and_their_results_scheduled() {
+    let mut config = config();
+    config.tools.push(FunctionDeclaration {
+        name: "book_ticket".into(),
+        description: "Books a ticket.".into(),
+        parameters_json_schema: None,
+        behavior: Some(crate::model::Behavior::NonBlocking),
+    });
+    let setup = setup_message(&config, &format!("models/{MODEL}"));
+    let declarations = &setup["setup"]["tools"][0]["functionDeclarations"];
+    assert_eq!(
+        declarations[1],
+        json!({"name": "book_ticket", "description": "Books a ticket.", "behavior": "NON_BLOCKING"})
+    );
+    // A blocking tool is declared as before non-blocking ones existed.
+    assert!(declarations[0].get("behavior").is_none(), "{declarations}");
+
+    let response = |id: &str, scheduling| FunctionResponse {
+        id: Some(id.into()),
+        name: "book_ticket".into(),
+        response: json!({"booked": true}),
+        scheduling,
+    };
+    let text = input_text(
+        &LiveInput::ToolResponse(vec![
+            response("function-call-1", Some(Scheduling::Interrupt)),
+            response("function-call-2", Some(Scheduling::WhenIdle)),
+            response("function-call-3", Some(Scheduling::Silent)),
+            response("function-call-4", None),
+        ]),
+        false,
+    );
+    let sent: Value = serde_json::from_str(&text).unwrap();
+    let schedulings: Vec<&Value> = sent["toolResponse"]["functionResponses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["scheduling"])
+        .collect();
+    assert_eq!(
+        schedulings,
+        [
+            &json!("INTERRUPT"),
+            &json!("WHEN_IDLE"),
+            &json!("SILENT"),
+            &Value::Null
+        ]
+    );
+    assert_eq!(
+        sent["toolResponse"]["functionResponses"][0],
+        json!({"id": "function-call-1", "name": "book_ticket", "response": {"booked": true}, "scheduling": "INTERRUPT"})
     );
 }

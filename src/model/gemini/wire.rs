@@ -10,7 +10,9 @@ use crate::event::{
     Blob, Content, FunctionCall, ModalityTokenCount, SessionResumptionUpdate, Transcription,
     UsageMetadata,
 };
-use crate::model::{schema, GoAway, LiveConnectConfig, LiveInput, LlmResponse, ModelError};
+use crate::model::{
+    schema, Behavior, GoAway, LiveConnectConfig, LiveInput, LlmResponse, ModelError,
+};
 
 /// The `setup` message: the first thing a client sends.
 pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
@@ -54,6 +56,10 @@ pub fn setup_message(config: &LiveConnectConfig, model_path: &str) -> Value {
                 if let Some(schema) = &t.parameters_json_schema {
                     d["parametersJsonSchema"] =
                         schema::for_backend(Some(schema), schema::Backend::Gemini);
+                }
+                // Only a non-blocking tool says so: a blocking one is declared as it always was.
+                if let Some(behavior) = t.behavior.filter(|b| *b == Behavior::NonBlocking) {
+                    d["behavior"] = json!(behavior.as_wire());
                 }
                 d
             })
@@ -142,7 +148,14 @@ pub fn input_text(input: &LiveInput, realtime_text: bool) -> String {
         LiveInput::ToolResponse(responses) => {
             let responses: Vec<Value> = responses
                 .iter()
-                .map(|r| json!({ "id": r.id, "name": r.name, "response": r.response }))
+                .map(|r| {
+                    let mut response =
+                        json!({ "id": r.id, "name": r.name, "response": r.response });
+                    if let Some(scheduling) = r.scheduling {
+                        response["scheduling"] = json!(scheduling.as_wire());
+                    }
+                    response
+                })
                 .collect();
             json!({ "toolResponse": { "functionResponses": responses } })
         }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::wire::{Action, Decoder, Encoder, LastAudio};
+use super::wire::{Action, Decoder, Encoder, LastAudio, ToolExchange};
 use crate::latch::Latch;
 use crate::model::upstream::{
     dial, ping_interval, read_until_end, send_json, ReadHandler, Socket, UpstreamWriter,
@@ -47,6 +47,7 @@ pub(super) struct Setup {
     pub manual: bool,
     pub decoder: Decoder,
     pub last_audio: LastAudio,
+    pub tools: ToolExchange,
 }
 
 /// Opens a session: connects, waits for `session.created`, sends `session.update` and waits for
@@ -60,6 +61,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         manual,
         mut decoder,
         last_audio,
+        tools,
     } = setup;
     let handshake = async {
         wait_for_session(&mut socket, &mut decoder).await?;
@@ -82,7 +84,7 @@ pub(super) async fn open(endpoint: Endpoint, setup: Setup) -> Result<LiveConnect
         UpstreamWriter::new(sink, endpoint.audio_chunk),
         input_rx,
         upstream_rx,
-        Encoder::new(manual, last_audio),
+        Encoder::new(manual, last_audio).with_tools(tools),
         ping_interval(PING_INTERVAL, endpoint.silence_timeout),
         done.clone(),
     ));
@@ -200,6 +202,11 @@ impl ReadHandler for Reader {
         for action in actions {
             match action {
                 Action::Session => {}
+                Action::Emulate(event) => {
+                    if self.upstream.send(event).await.is_err() {
+                        return false;
+                    }
+                }
                 Action::Send(event) => {
                     if self.upstream.try_send(event).is_err() {
                         self.dropped_truncates += 1;

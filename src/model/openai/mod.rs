@@ -22,7 +22,7 @@ use super::gemini::Secret;
 use super::{LiveConnectConfig, LiveConnection, LiveModel, ModelError};
 use connection::{open, Endpoint, Setup};
 pub use wire::Vad;
-use wire::{history_events, manual_activity, session_update, Decoder, LastAudio};
+use wire::{history_events, manual_activity, session_update, Decoder, LastAudio, ToolExchange};
 
 /// OpenAI's API base.
 pub const DEFAULT_BASE_URL: &str = "wss://api.openai.com/v1";
@@ -176,6 +176,7 @@ impl LiveModel for OpenAiModel {
             "connecting to OpenAI Realtime"
         );
         let last_audio = LastAudio::default();
+        let tools = ToolExchange::default();
         let setup = Setup {
             session_update: session_update(&config, self.options.vad),
             history: history_events(&config),
@@ -186,8 +187,10 @@ impl LiveModel for OpenAiModel {
                 self.options.playout_lead,
                 last_audio.clone(),
             )
-            .with_playout(config.playout.clone()),
+            .with_playout(config.playout.clone())
+            .with_tools(&config, tools.clone()),
             last_audio,
+            tools,
         };
         open(endpoint, setup).await
     }

@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use super::wire::{history_events, session_update, Action, Decoder, Encoder, LastAudio, Vad};
 use super::*;
-use crate::event::{Content, FunctionResponse};
+use crate::event::{Content, FunctionResponse, Scheduling};
 use crate::model::{
-    AutomaticActivityDetection, FunctionDeclaration, LiveInput, LlmResponse, Modality,
-    RealtimeInputConfig,
+    AutomaticActivityDetection, FunctionDeclaration, LiveConnectConfig, LiveInput, LlmResponse,
+    Modality, RealtimeInputConfig,
 };
 
 const LEAD: Duration = Duration::from_millis(500);
@@ -111,6 +111,7 @@ fn session_update_carries_the_agent_and_the_live_settings() {
             parameters_json_schema: Some(Arc::new(
                 json!({"type": "object", "properties": {"city": {"type": "string"}}}),
             )),
+            behavior: None,
         }],
         response_modalities: vec![Modality::Audio],
         speech_config: Some(crate::model::SpeechConfig {
@@ -221,18 +222,23 @@ fn text_turns_tool_results_and_manual_activity_ask_for_responses() {
     }));
     assert_eq!(partial.len(), 1, "no answer for a partial turn");
 
-    let results = parsed(encoder.encode(LiveInput::ToolResponse(vec![
-        FunctionResponse {
-            id: Some("call_1".into()),
-            name: "a".into(),
-            response: json!({"temp_c": 12}),
-        },
-        FunctionResponse {
-            id: Some("call_2".into()),
-            name: "b".into(),
-            response: json!({"ok": true}),
-        },
-    ])));
+    // With no response under way (a connection's decoder says when one is).
+    let results = parsed(
+        Encoder::new(true, LastAudio::default()).encode(LiveInput::ToolResponse(vec![
+            FunctionResponse {
+                id: Some("call_1".into()),
+                name: "a".into(),
+                response: json!({"temp_c": 12}),
+                scheduling: None,
+            },
+            FunctionResponse {
+                id: Some("call_2".into()),
+                name: "b".into(),
+                response: json!({"ok": true}),
+                scheduling: None,
+            },
+        ])),
+    );
     assert_eq!(
         results.len(),
         3,
@@ -619,4 +625,200 @@ fn the_answer_to_an_utterance_carries_when_its_last_audio_was_read() {
         None,
         "only the first"
     );
+}
+
+fn tool_config() -> LiveConnectConfig {
+    let tool = |name: &str, behavior| FunctionDeclaration {
+        name: name.into(),
+        behavior,
+        ..FunctionDeclaration::default()
+    };
+    LiveConnectConfig {
+        tools: vec![
+            tool("book", Some(crate::model::Behavior::NonBlocking)),
+            tool("lookup", None),
+        ],
+        ..LiveConnectConfig::default()
+    }
+}
+
+/// A decoder and an encoder sharing their tool exchange, as one connection's do.
+fn emulating() -> (Decoder, Encoder) {
+    let exchange = wire::ToolExchange::default();
+    let decoder = decoder().with_tools(&tool_config(), exchange.clone());
+    let encoder = Encoder::new(false, LastAudio::default()).with_tools(exchange);
+    (decoder, encoder)
+}
+
+/// A response calling `name` as `call_id`, decoded.
+fn calling(d: &mut Decoder, name: &str, call_id: &str) -> Vec<Action> {
+    let now = Instant::now();
+    feed(
+        d,
+        json!({"type": "response.created", "response": {"id": "r1"}}),
+        now,
+    );
+    feed(
+        d,
+        json!({"type": "response.function_call_arguments.done", "call_id": call_id, "name": name, "arguments": "{}"}),
+        now,
+    );
+    feed(
+        d,
+        json!({"type": "response.done", "response": {"id": "r1", "status": "completed"}}),
+        now,
+    )
+}
+
+fn emulated(actions: &[Action]) -> Vec<Value> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emulate(v) => Some(v.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn result(id: &str, scheduling: Option<Scheduling>) -> LiveInput {
+    LiveInput::ToolResponse(vec![FunctionResponse {
+        id: Some(id.into()),
+        name: "book".into(),
+        response: json!({"booked": true}),
+        scheduling,
+    }])
+}
+
+fn kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| match e["type"].as_str() {
+            Some("conversation.item.create") => format!(
+                "item.{}",
+                e["item"]["role"]
+                    .as_str()
+                    .unwrap_or(e["item"]["type"].as_str().unwrap_or("?"))
+            ),
+            other => other.unwrap_or("?").to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_non_blocking_call_is_answered_running_at_once_and_the_model_asked_to_go_on() {
+    let (mut d, _) = emulating();
+    let actions = calling(&mut d, "book", "c1");
+    assert_eq!(responses(actions.clone())[0].tool_calls[0].name, "book");
+    let sent = emulated(&actions);
+    assert_eq!(
+        kinds(&sent),
+        ["item.function_call_output", "response.create"]
+    );
+    assert_eq!(sent[0]["item"]["call_id"], "c1");
+    let output: Value = serde_json::from_str(sent[0]["item"]["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output["status"], "running");
+    // A blocking call is left to its result.
+    let (mut d, _) = emulating();
+    assert!(emulated(&calling(&mut d, "lookup", "c2")).is_empty());
+}
+
+#[test]
+fn results_are_system_messages_whose_response_follows_the_scheduling() {
+    let (mut d, mut e) = emulating();
+    calling(&mut d, "book", "c1");
+    let now = Instant::now();
+    // The model goes on: a response is under way when the results come.
+    feed(
+        &mut d,
+        json!({"type": "response.created", "response": {"id": "r2"}}),
+        now,
+    );
+    let idle = parsed(e.encode(result("c1", Some(Scheduling::WhenIdle))));
+    assert_eq!(
+        kinds(&idle),
+        ["item.system"],
+        "held while a response is under way"
+    );
+    let text = idle[0]["item"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("book") && text.contains("c1") && text.contains("{\"booked\":true}"),
+        "{text}"
+    );
+    let done = feed(
+        &mut d,
+        json!({"type": "response.done", "response": {"id": "r2", "status": "completed"}}),
+        now,
+    );
+    assert_eq!(
+        kinds(&emulated(&done)),
+        ["response.create"],
+        "asked for once idle"
+    );
+
+    let silent = parsed(e.encode(result("c1", Some(Scheduling::Silent))));
+    assert_eq!(kinds(&silent), ["item.system"]);
+
+    feed(
+        &mut d,
+        json!({"type": "response.created", "response": {"id": "r3"}}),
+        now,
+    );
+    let interrupt = parsed(e.encode(result("c1", Some(Scheduling::Interrupt))));
+    assert_eq!(
+        kinds(&interrupt),
+        ["item.system", "response.cancel", "response.create"]
+    );
+    // The cancelled response's end asks for nothing more: the new one is under way.
+    let cancelled = feed(
+        &mut d,
+        json!({"type": "response.done", "response": {"id": "r3", "status": "cancelled"}}),
+        now,
+    );
+    assert!(emulated(&cancelled).is_empty());
+    // With no response under way, WHEN_IDLE asks at once.
+    feed(
+        &mut d,
+        json!({"type": "response.done", "response": {"id": "r4", "status": "completed"}}),
+        now,
+    );
+    assert_eq!(
+        kinds(&parsed(e.encode(result("c1", Some(Scheduling::WhenIdle))))),
+        ["item.system", "response.create"]
+    );
+}
+
+#[test]
+fn user_speech_cancels_the_blocking_calls_the_model_waits_for() {
+    let (mut d, mut e) = emulating();
+    calling(&mut d, "lookup", "c2");
+    let spoke = feed(
+        &mut d,
+        json!({"type": "input_audio_buffer.speech_started", "item_id": "u1"}),
+        Instant::now(),
+    );
+    assert_eq!(
+        responses(spoke.clone())[0].tool_call_cancellations,
+        ["c2".to_owned()]
+    );
+    let sent = emulated(&spoke);
+    assert_eq!(kinds(&sent), ["item.function_call_output"]);
+    assert!(sent[0]["item"]["output"]
+        .as_str()
+        .unwrap()
+        .contains("cancelled"));
+    // An answered call is not cancelled.
+    calling(&mut d, "lookup", "c3");
+    e.encode(LiveInput::ToolResponse(vec![FunctionResponse {
+        id: Some("c3".into()),
+        name: "lookup".into(),
+        ..FunctionResponse::default()
+    }]));
+    let spoke = feed(
+        &mut d,
+        json!({"type": "input_audio_buffer.speech_started", "item_id": "u2"}),
+        Instant::now(),
+    );
+    assert!(responses(spoke)
+        .iter()
+        .all(|r| r.tool_call_cancellations.is_empty()));
 }

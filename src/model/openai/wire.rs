@@ -3,7 +3,8 @@
 //! by a small per-connection state machine (responses, playing audio, transcripts).
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
@@ -15,7 +16,8 @@ use tokio::time::Instant;
 
 use crate::audio::resample::Resampler;
 use crate::event::{
-    Blob, Content, FunctionCall, FunctionResponse, ModalityTokenCount, Transcription, UsageMetadata,
+    Blob, Content, FunctionCall, FunctionResponse, ModalityTokenCount, Scheduling, Transcription,
+    UsageMetadata,
 };
 use crate::lock::Recover;
 use crate::model::{
@@ -238,6 +240,125 @@ fn function_call_output(response: &FunctionResponse) -> Value {
     })
 }
 
+/// What a non-blocking call is answered with at once, so the model goes on (OpenAI takes one
+/// output per call: the result comes later as a message, [`result_message`]).
+pub fn running_output(call_id: &str) -> Value {
+    let output = json!({
+        "status": "running",
+        "note": "The function runs in the background; its result follows in a system message.",
+    });
+    json!({
+        "type": "conversation.item.create",
+        "item": { "type": "function_call_output", "call_id": call_id, "output": output.to_string() },
+    })
+}
+
+/// What a blocking call the user's speech cancelled is answered with, so the conversation
+/// holds no call without an output.
+pub fn cancelled_output(call_id: &str) -> Value {
+    let output = json!({ "status": "cancelled", "reason": "the user spoke before it finished" });
+    json!({
+        "type": "conversation.item.create",
+        "item": { "type": "function_call_output", "call_id": call_id, "output": output.to_string() },
+    })
+}
+
+/// A non-blocking call's result, as a system message naming the call.
+pub fn result_message(response: &FunctionResponse) -> Value {
+    let text = format!(
+        "The background function call {} (call_id {}) has finished. Its result: {}",
+        response.name,
+        response.id.as_deref().unwrap_or("unknown"),
+        response.response
+    );
+    json!({
+        "type": "conversation.item.create",
+        "item": { "type": "message", "role": "system", "content": [{ "type": "input_text", "text": text }] },
+    })
+}
+
+/// What the reader and the writer of one connection share to give OpenAI Realtime the
+/// non-blocking tools it does not have (docs/MODELS.md, "Non-blocking tools"): whether a
+/// response is under way, a `response.create` held until it ends, and the blocking calls the
+/// model waits for (cancelled when the user speaks over them, as Gemini cancels its own).
+#[derive(Debug, Clone, Default)]
+pub struct ToolExchange(Arc<Mutex<Exchange>>);
+
+#[derive(Debug, Default)]
+struct Exchange {
+    responding: bool,
+    /// A `response.create` waits for the response under way to end.
+    create_held: bool,
+    /// Responses cancelled by the writer whose `response.done` has not come yet.
+    cancelled: u32,
+    /// Blocking calls handed on and not answered.
+    awaiting: Vec<String>,
+}
+
+impl ToolExchange {
+    fn lock(&self) -> MutexGuard<'_, Exchange> {
+        self.0.lock_or_recover()
+    }
+
+    /// A response was asked for (`response.create` sent) or began (`response.created`).
+    fn started(&self) {
+        self.lock().responding = true;
+    }
+
+    /// A response is wanted: true when `response.create` may go now (then it is counted as
+    /// under way); otherwise it goes when the response under way ends.
+    fn want_response(&self) -> bool {
+        let mut state = self.lock();
+        if state.responding {
+            state.create_held = true;
+            return false;
+        }
+        state.responding = true;
+        true
+    }
+
+    /// The response under way is to be cancelled and another made: true when there is one.
+    fn interrupt(&self) -> bool {
+        let mut state = self.lock();
+        if !state.responding {
+            state.responding = true;
+            return false;
+        }
+        state.cancelled += 1;
+        state.create_held = false;
+        true
+    }
+
+    /// `response.done`: true when a held `response.create` must go now.
+    fn done(&self) -> bool {
+        let mut state = self.lock();
+        if state.cancelled > 0 {
+            // The end of a response the writer cancelled: the one it asked for is under way.
+            state.cancelled -= 1;
+            return false;
+        }
+        state.responding = std::mem::take(&mut state.create_held);
+        state.responding
+    }
+
+    fn awaiting(&self, ids: impl IntoIterator<Item = String>) {
+        let mut state = self.lock();
+        state.awaiting.extend(ids);
+        let over = state.awaiting.len().saturating_sub(MAX_CALLS);
+        state.awaiting.drain(..over);
+    }
+
+    fn answered(&self, id: Option<&str>) {
+        if let Some(id) = id {
+            self.lock().awaiting.retain(|a| a != id);
+        }
+    }
+
+    fn take_awaiting(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().awaiting)
+    }
+}
+
 /// `conversation.item.truncate`: the assistant's audio item played only up to `audio_end_ms`.
 pub fn truncate(item_id: &str, audio_end_ms: u64) -> Value {
     json!({
@@ -272,6 +393,7 @@ pub struct Encoder {
     manual: bool,
     upsampler: Option<Resampler>,
     last_audio: LastAudio,
+    tools: ToolExchange,
 }
 
 impl Encoder {
@@ -281,6 +403,44 @@ impl Encoder {
             manual,
             upsampler: None,
             last_audio,
+            tools: ToolExchange::default(),
+        }
+    }
+
+    /// Shares `tools` with the connection's decoder.
+    pub fn with_tools(mut self, tools: ToolExchange) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Tool results: a blocking call's as its output, then `response.create` (held while a
+    /// response is under way); a non-blocking call's as a system message, then, as its
+    /// scheduling says, `response.cancel` of the response under way and `response.create`
+    /// (`INTERRUPT`), `response.create` once none is under way (`WHEN_IDLE`), or nothing
+    /// (`SILENT`).
+    fn tool_responses(&mut self, responses: &[FunctionResponse], out: &mut Vec<String>) {
+        let (mut create, mut interrupt) = (false, false);
+        for response in responses {
+            match response.scheduling {
+                None => {
+                    self.tools.answered(response.id.as_deref());
+                    out.push(function_call_output(response).to_string());
+                    create = true;
+                }
+                Some(scheduling) => {
+                    out.push(result_message(response).to_string());
+                    interrupt |= scheduling == Scheduling::Interrupt;
+                    create |= scheduling != Scheduling::Silent;
+                }
+            }
+        }
+        if interrupt {
+            if self.tools.interrupt() {
+                out.push(json!({ "type": "response.cancel" }).to_string());
+            }
+            out.push(response_create().to_string());
+        } else if create && self.tools.want_response() {
+            out.push(response_create().to_string());
         }
     }
 
@@ -317,19 +477,11 @@ impl Encoder {
                     );
                 }
                 if turn_complete {
+                    self.tools.started();
                     out.push(response_create().to_string());
                 }
             }
-            LiveInput::ToolResponse(responses) => {
-                out.extend(
-                    responses
-                        .iter()
-                        .map(|r| function_call_output(r).to_string()),
-                );
-                if !out.is_empty() {
-                    out.push(response_create().to_string());
-                }
-            }
+            LiveInput::ToolResponse(responses) => self.tool_responses(&responses, &mut out),
             LiveInput::ActivityStart if self.manual => {
                 self.upsampler = None;
                 out.push(json!({ "type": "input_audio_buffer.clear" }).to_string());
@@ -337,6 +489,7 @@ impl Encoder {
             LiveInput::ActivityEnd if self.manual => {
                 out.extend(self.flush());
                 out.push(json!({ "type": "input_audio_buffer.commit" }).to_string());
+                self.tools.started();
                 out.push(response_create().to_string());
             }
             LiveInput::AudioStreamEnd => out.extend(self.flush()),
@@ -392,8 +545,11 @@ pub enum Action {
     Session,
     /// A response for the flow.
     Respond(Box<LlmResponse>),
-    /// A client event to send upstream (the truncate after a barge-in).
+    /// A client event to send upstream (the truncate after a barge-in); dropped if the writer
+    /// is busy.
     Send(Value),
+    /// A client event the gateway's emulation of non-blocking tools sends; never dropped.
+    Emulate(Value),
 }
 
 /// A server event's fields of interest. `delta` is borrowed from the frame when it has no JSON
@@ -521,6 +677,11 @@ pub struct Decoder {
     prompted_by: Option<std::time::Instant>,
     /// What the listener heard of the answer, where the transport reports it.
     playout: Option<crate::model::Playout>,
+    /// The tools declared non-blocking, by name.
+    non_blocking: HashSet<String>,
+    /// User speech cancels the blocking calls the model waits for (barge-in is on).
+    speech_cancels: bool,
+    tools: ToolExchange,
 }
 
 impl Decoder {
@@ -541,7 +702,27 @@ impl Decoder {
             last_audio,
             prompted_by: None,
             playout: None,
+            non_blocking: HashSet::new(),
+            speech_cancels: true,
+            tools: ToolExchange::default(),
         }
+    }
+
+    /// The connection's tools: those of `config` that are non-blocking are emulated, with
+    /// `tools` shared with the encoder.
+    pub fn with_tools(mut self, config: &LiveConnectConfig, tools: ToolExchange) -> Self {
+        self.non_blocking = config
+            .tools
+            .iter()
+            .filter(|t| t.is_non_blocking())
+            .map(|t| t.name.clone())
+            .collect();
+        self.speech_cancels = config
+            .realtime_input_config
+            .as_ref()
+            .is_none_or(|r| r.activity_interrupts());
+        self.tools = tools;
+        self
     }
 
     /// Truncates an interrupted answer where `playout` says the listener stopped hearing it,
@@ -571,7 +752,10 @@ impl Decoder {
         let mut response = self.response();
         match kind.as_ref() {
             "session.created" | "session.updated" => return Ok(vec![Action::Session]),
-            "response.created" => self.answer = Some(Answer::default()),
+            "response.created" => {
+                self.tools.started();
+                self.answer = Some(Answer::default());
+            }
             "response.output_audio.delta" | "response.audio.delta" => {
                 self.audio_delta(event, now, &mut response)?;
             }
@@ -755,7 +939,7 @@ impl Decoder {
     /// The user started speaking: if an answer is under way or still playing, it is interrupted,
     /// and the model is told how much of its audio the client was sent.
     fn barge_in(&mut self, now: Instant) -> Vec<Action> {
-        let mut actions = Vec::new();
+        let mut actions = self.cancel_awaited_calls();
         let generating = self.answer.as_ref().is_some_and(|a| !a.interrupted);
         // The answer's own audio counts while it is being generated, even if it came slower
         // than it plays; earlier audio only while the clock says it is still playing.
@@ -791,9 +975,58 @@ impl Decoder {
         actions
     }
 
+    /// The user spoke over blocking calls the model waits for: they are void, as Gemini voids
+    /// them (`toolCallCancellation` for the flow, a "cancelled" output for the conversation).
+    fn cancel_awaited_calls(&mut self) -> Vec<Action> {
+        if !self.speech_cancels {
+            return Vec::new();
+        }
+        let ids = self.tools.take_awaiting();
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        tracing::debug!(
+            calls = ids.len(),
+            "user speech cancels the calls the model waits for"
+        );
+        let mut actions: Vec<Action> = ids
+            .iter()
+            .map(|id| Action::Emulate(cancelled_output(id)))
+            .collect();
+        actions.push(Action::Respond(Box::new(LlmResponse {
+            tool_call_cancellations: ids,
+            ..self.response()
+        })));
+        actions
+    }
+
+    /// What follows a response's calls upstream: each non-blocking one is answered "running"
+    /// at once, and when every call is, the model is asked to go on (as it would on Gemini);
+    /// the blocking ones are awaited. `create` says a held `response.create` is due anyway.
+    fn emulate_calls(&mut self, calls: &[FunctionCall], create: bool) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let mut blocking = Vec::new();
+        for call in calls {
+            let id = call.id.clone().unwrap_or_default();
+            if self.non_blocking.contains(&call.name) {
+                actions.push(Action::Emulate(running_output(&id)));
+            } else {
+                blocking.push(id);
+            }
+        }
+        let goes_on = !calls.is_empty() && blocking.is_empty();
+        self.tools.awaiting(blocking);
+        if goes_on || create {
+            self.tools.started();
+            actions.push(Action::Emulate(response_create()));
+        }
+        actions
+    }
+
     /// `response.done`: usage, the held function calls, and the end of the turn (unless the
     /// model goes on after the calls' results, as Gemini's does).
     fn response_done(&mut self, done: ResponseObject) -> Vec<Action> {
+        let create = self.tools.done();
         let answer = self.answer.take().unwrap_or_default();
         let mut response = self.response();
         response.usage_metadata = done.usage.as_ref().map(usage_metadata);
@@ -822,7 +1055,10 @@ impl Decoder {
             }
         }
         tracing::trace!(id = done.id, "response done");
-        vec![Action::Respond(Box::new(response))]
+        let then = self.emulate_calls(&response.tool_calls, create);
+        let mut actions = vec![Action::Respond(Box::new(response))];
+        actions.extend(then);
+        actions
     }
 }
 

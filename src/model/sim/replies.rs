@@ -184,6 +184,21 @@ pub fn tool_answer(asked: &str, calls: &[FunctionCall], responses: &[FunctionRes
     sentences.join(" ")
 }
 
+/// What the sim says at once after calling only non-blocking tools: it goes on while they run.
+pub fn running_answer(calls: &[FunctionCall]) -> String {
+    let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+    let verb = if names.len() == 1 { "is" } else { "are" };
+    format!(
+        "{} {verb} running; I'll tell you when it's done.",
+        names.join(" and ")
+    )
+}
+
+/// The sim's answer to a system notice: it reads it out.
+pub fn notice_reply(text: &str) -> String {
+    format!("Noted: {}", text.trim())
+}
+
 /// Words of the user's text quoted back at most.
 const QUOTE_WORDS: usize = 12;
 
@@ -315,6 +330,7 @@ mod tests {
                     name: (*name).to_owned(),
                     description: String::new(),
                     parameters_json_schema: Some(schema.clone().into()),
+                    behavior: None,
                 })
                 .collect(),
             ..LiveConnectConfig::default()
@@ -373,16 +389,19 @@ mod tests {
                 id: calls[0].id.clone(),
                 name: "get_current_time".into(),
                 response: json!({"time": "14:03", "weekday": "Monday", "date": "2026-11-23", "timezone": "Asia/Tokyo"}),
+                scheduling: None,
             },
             FunctionResponse {
                 id: calls[1].id.clone(),
                 name: "calculate".into(),
                 response: json!({"error": "division by zero"}),
+                scheduling: None,
             },
             FunctionResponse {
                 id: calls[2].id.clone(),
                 name: TASK_COMPLETED.into(),
                 response: json!({"result": "Task completion signaled."}),
+                scheduling: None,
             },
         ];
         assert_eq!(

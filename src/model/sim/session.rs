@@ -13,12 +13,15 @@ use tokio::time::Instant;
 use super::answer::{Answer, AnswerStyle, PromptTokens};
 use super::pcm::{whole_samples, Track};
 use super::replies::{
-    audio_tokens, plan_reply, speech_transcript, text_tokens, tool_answer, Heard, Reply,
+    audio_tokens, notice_reply, plan_reply, running_answer, speech_transcript, text_tokens,
+    tool_answer, Heard, Reply,
 };
 use super::vad::{Vad, VadEvent, VadSettings};
 use super::voice::{voice_pitch, Echo, Voice, OUTPUT_RATE};
 use super::{Pacing, SimConfig};
-use crate::event::{Blob, FunctionCall, FunctionResponse, SessionResumptionUpdate, Transcription};
+use crate::event::{
+    Blob, FunctionCall, FunctionResponse, Scheduling, SessionResumptionUpdate, Transcription,
+};
 use crate::latch::receiver_gone;
 use crate::lock::Recover;
 use crate::model::{
@@ -140,7 +143,12 @@ struct Session {
     ignored_media: u64,
     /// Tool calls sent and not yet answered, with the text that asked for them.
     awaiting: Option<AwaitingTools>,
+    /// Non-blocking calls running while the sim goes on, with the text that asked for each.
+    background: VecDeque<(FunctionCall, String)>,
 }
+
+/// Most non-blocking calls the sim keeps waiting for; the oldest are forgotten first.
+const MAX_BACKGROUND_CALLS: usize = 64;
 
 /// A turn waiting for its tool responses.
 struct AwaitingTools {
@@ -339,6 +347,7 @@ impl Session {
             resumption,
             ignored_media: 0,
             awaiting: None,
+            background: VecDeque::new(),
             config,
         }
     }
@@ -389,7 +398,16 @@ impl Session {
                 if !text.trim().is_empty() {
                     self.pending_text.push(text);
                 }
-                if turn_complete {
+                if turn_complete && content.role.as_deref() == Some("system") {
+                    // A notice (a background result OpenAI is told of): read, no tool called.
+                    let text = std::mem::take(&mut self.pending_text).join(" ");
+                    let prompt = PromptTokens {
+                        text: text_tokens(&text),
+                        audio: 0,
+                    };
+                    self.end_answers();
+                    self.speak(&notice_reply(&text), None, prompt);
+                } else if turn_complete {
                     // A new client turn always interrupts the answer in progress (as Gemini does).
                     self.stop_answers();
                     let text = std::mem::take(&mut self.pending_text).join(" ");
@@ -508,10 +526,15 @@ impl Session {
         }
     }
 
-    /// Drops every answer not yet given. One under way ends as Gemini ends it: `interrupted`,
-    /// then `turnComplete` with the usage of what was generated.
+    /// Drops every answer not yet given and voids the calls the sim waits for.
     fn stop_answers(&mut self) {
         self.cancel_tool_calls();
+        self.end_answers();
+    }
+
+    /// Drops every answer not yet given. One under way ends as Gemini ends it: `interrupted`,
+    /// then `turnComplete` with the usage of what was generated.
+    fn end_answers(&mut self) {
         let under_way = self
             .answers
             .front()
@@ -593,8 +616,13 @@ impl Session {
         self.answer(&Heard::Speech { seconds }, Some(echo), prompt);
     }
 
-    /// Tool results: once every call is answered, the answer that reads them.
-    fn tool_responses(&mut self, responses: Vec<FunctionResponse>) {
+    /// Tool results: a non-blocking call's as its scheduling says; once every blocking call is
+    /// answered, the answer that reads them.
+    fn tool_responses(&mut self, mut responses: Vec<FunctionResponse>) {
+        responses.retain(|r| !self.background_result(r));
+        if responses.is_empty() {
+            return;
+        }
         let Some(awaiting) = &mut self.awaiting else {
             // Streaming tools keep reporting after their first response; the sim just listens.
             tracing::debug!(
@@ -629,6 +657,47 @@ impl Session {
         self.speak(&text, None, prompt);
     }
 
+    /// Takes the result of a non-blocking call it made (false for any other), as Gemini does:
+    /// `INTERRUPT` stops the answer under way and reads it out, `WHEN_IDLE` reads it once the
+    /// answers queued are given, `SILENT` only adds it to the context.
+    fn background_result(&mut self, response: &FunctionResponse) -> bool {
+        let Some(at) = self
+            .background
+            .iter()
+            .position(|(call, _)| call.id.is_some() && call.id == response.id)
+        else {
+            return false;
+        };
+        let Some((call, asked)) = self.background.remove(at) else {
+            return false;
+        };
+        let tokens = text_tokens(&response.response.to_string());
+        let scheduling = response.scheduling.unwrap_or_default();
+        tracing::debug!(
+            tool = call.name,
+            ?scheduling,
+            "sim got a non-blocking result"
+        );
+        let text = tool_answer(
+            &asked,
+            std::slice::from_ref(&call),
+            std::slice::from_ref(response),
+        );
+        let turn = PromptTokens {
+            text: tokens,
+            audio: 0,
+        };
+        match scheduling {
+            Scheduling::Silent => self.context.text += tokens,
+            Scheduling::WhenIdle => self.speak(&text, None, turn),
+            Scheduling::Interrupt => {
+                self.end_answers();
+                self.speak(&text, None, turn);
+            }
+        }
+        true
+    }
+
     /// Schedules the answer to a turn after the reply delay (and after answers still queued).
     fn answer(&mut self, heard: &Heard<'_>, echo: Option<Voice>, turn: PromptTokens) {
         let text = match plan_reply(heard, &self.config) {
@@ -646,16 +715,39 @@ impl Session {
                         ..sim_message()
                     },
                 ));
-                self.awaiting = Some(AwaitingTools {
-                    asked,
-                    calls,
-                    responses: Vec::new(),
-                    prompt: turn,
-                });
+                // Non-blocking calls run on while the sim goes on; it waits for the others.
+                let (later, now): (Vec<FunctionCall>, Vec<FunctionCall>) = calls
+                    .into_iter()
+                    .partition(|c| self.is_non_blocking(&c.name));
+                if !later.is_empty() && now.is_empty() {
+                    self.speak(&running_answer(&later), None, turn);
+                }
+                for call in later {
+                    if self.background.len() == MAX_BACKGROUND_CALLS {
+                        self.background.pop_front();
+                    }
+                    self.background.push_back((call, asked.clone()));
+                }
+                if !now.is_empty() {
+                    self.awaiting = Some(AwaitingTools {
+                        asked,
+                        calls: now,
+                        responses: Vec::new(),
+                        prompt: turn,
+                    });
+                }
                 return;
             }
         };
         self.speak(&text, echo, turn);
+    }
+
+    /// True for a tool the session declared non-blocking.
+    fn is_non_blocking(&self, name: &str) -> bool {
+        self.config
+            .tools
+            .iter()
+            .any(|t| t.name == name && t.is_non_blocking())
     }
 
     /// Schedules `text` as an answer after the reply delay (and after answers still queued).

@@ -731,3 +731,62 @@ async fn answer_with_stamped_input(modality: Modality) -> (Vec<LlmResponse>, std
     let messages = turn(&mut connection).await;
     (messages, t0 + Duration::from_millis(ended_on as u64))
 }
+
+#[tokio::test]
+async fn a_non_blocking_call_outlives_new_turns_and_an_interrupt_result_cuts_the_answer() {
+    let config = SimConfig {
+        reply_delay: Duration::ZERO,
+        ..SimConfig::default()
+    };
+    let mut connect = connect_config(Modality::Audio);
+    connect.tools = vec![crate::model::FunctionDeclaration {
+        name: "book".into(),
+        behavior: Some(crate::model::Behavior::NonBlocking),
+        ..Default::default()
+    }];
+    let mut connection = SimModel::new(config).connect(connect).await.unwrap();
+    send(&connection, text_turn("book seat=1")).await;
+    let call = loop {
+        let message = recv(&mut connection).await;
+        if let Some(call) = message.tool_calls.first() {
+            break call.clone();
+        }
+    };
+    // It goes on at once, saying the call is running.
+    let said = output_transcript(&turn(&mut connection).await);
+    assert!(said.contains("book is running"), "{said}");
+    // A new turn does not cancel the call: the sim was not waiting for it.
+    send(
+        &connection,
+        text_turn("tell me a long story about a lighthouse keeper please"),
+    )
+    .await;
+    loop {
+        let message = recv(&mut connection).await;
+        assert!(message.tool_call_cancellations.is_empty(), "{message:?}");
+        if audio_of(&message).is_some() {
+            break;
+        }
+    }
+    // The story is under way: an INTERRUPT result cuts it and is read out.
+    send(
+        &connection,
+        LiveInput::ToolResponse(vec![FunctionResponse {
+            id: call.id.clone(),
+            name: "book".into(),
+            response: serde_json::json!({"seat": "1"}),
+            scheduling: Some(crate::event::Scheduling::Interrupt),
+        }]),
+    )
+    .await;
+    while !recv(&mut connection).await.interrupted {}
+    let mut said = String::new();
+    loop {
+        let message = recv(&mut connection).await;
+        said += &output_transcript(std::slice::from_ref(&message));
+        if message.turn_complete && !said.is_empty() {
+            break;
+        }
+    }
+    assert!(said.contains("book returned"), "{said}");
+}

@@ -70,6 +70,10 @@ pub enum Fault {
     Errors { count: usize },
     /// A tool call for every turn and every tool response, for ever (Gemini).
     ToolLoop,
+    /// (Gemini) one message calling `echo` (id `call-echo`) and `slow` (id `call-slow`); once
+    /// the test says so, `toolCallCancellation` of `call-slow` alone; then the answer after the
+    /// tool response.
+    CancelOneOfTwo(Arc<tokio::sync::Notify>),
 }
 
 /// A running stand-in.
@@ -285,6 +289,20 @@ async fn misbehave(ws: &mut Ws, provider: Provider, fault: Fault) -> Option<()> 
                 send(ws, error).await?;
             }
             answer(ws, provider, "after errors").await?;
+            while read(ws).await.is_some() {}
+            Some(())
+        }
+        Fault::CancelOneOfTwo(go) => {
+            let calls = json!({"toolCall": {"functionCalls": [
+                {"id": "call-echo", "name": "echo", "args": {"text": "kept"}},
+                {"id": "call-slow", "name": "slow", "args": {}},
+            ]}});
+            send(ws, calls).await?;
+            go.notified().await;
+            send(ws, json!({"toolCallCancellation": {"ids": ["call-slow"]}})).await?;
+            if next_turn(ws, provider).await? == Turn::Tool {
+                answer(ws, provider, "fine").await?;
+            }
             while read(ws).await.is_some() {}
             Some(())
         }

@@ -221,6 +221,7 @@ fn python_genai_setup_becomes_a_live_connect_config() {
                 parameters_json_schema: Some(
                     json!({"properties": {"city": {"type": "STRING"}}, "type": "OBJECT"}).into()
                 ),
+                behavior: None,
             }],
             response_modalities: vec![Modality::Audio],
             speech_config: Some(SpeechConfig {
@@ -406,6 +407,7 @@ fn tool_responses_in_both_spellings_keep_their_own_keys() {
         id: Some("fc-1".into()),
         name: "get_weather".into(),
         response: json!({"output": {"temp_c": 12}}),
+        scheduling: None,
     }]);
     assert_eq!(
         parsed(
@@ -659,6 +661,7 @@ fn tool_call_ids_are_gemini_style_and_translate_back() {
         id: Some(id.into()),
         name: "get_current_time".into(),
         response: json!({"output": "12:00"}),
+        scheduling: None,
     };
     let back = outbound
         .tool_responses(vec![answer(&ids[0]), answer(&ids[1])])

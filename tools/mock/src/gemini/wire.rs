@@ -11,10 +11,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
-use livegate::event::{Blob, Content, FunctionResponse, Part, UsageMetadata};
+use livegate::event::{Blob, Content, FunctionResponse, Part, Scheduling, UsageMetadata};
 use livegate::model::{
-    ContextWindowCompression, FunctionDeclaration, LiveConnectConfig, LiveInput, LlmResponse,
-    Modality, ProactivityConfig, RealtimeInputConfig, SessionResumptionConfig, SpeechConfig,
+    Behavior, ContextWindowCompression, FunctionDeclaration, LiveConnectConfig, LiveInput,
+    LlmResponse, Modality, ProactivityConfig, RealtimeInputConfig, SessionResumptionConfig,
+    SpeechConfig,
 };
 
 /// Close code: normal closure (after `goAway`).
@@ -302,6 +303,21 @@ struct FunctionDeclarationWire {
     description: String,
     parameters: Option<Value>,
     parameters_json_schema: Option<Value>,
+    /// `BLOCKING` or `NON_BLOCKING`; anything else is refused, as Gemini refuses it.
+    behavior: Option<String>,
+}
+
+/// A declaration's `behavior`, checked.
+fn behavior_of(d: &FunctionDeclarationWire) -> Result<Option<Behavior>, Close> {
+    match d.behavior.as_deref() {
+        None | Some("UNSPECIFIED") => Ok(None),
+        Some("BLOCKING") => Ok(Some(Behavior::Blocking)),
+        Some("NON_BLOCKING") => Ok(Some(Behavior::NonBlocking)),
+        Some(other) => Err(Close::invalid(format!(
+            "Invalid value at 'setup.tools[0].function_declarations' ({}): invalid value \"{other}\" for enum type.Behavior",
+            d.name
+        ))),
+    }
 }
 
 /// The model id in `models/X` or `projects/…/models/X`.
@@ -336,12 +352,15 @@ fn parse_setup(body: Value, endpoint: &Endpoint) -> Result<LiveConnectConfig, Cl
         .tools
         .into_iter()
         .flat_map(|t| t.function_declarations)
-        .map(|d| FunctionDeclaration {
-            name: d.name,
-            description: d.description,
-            parameters_json_schema: d.parameters_json_schema.or(d.parameters).map(Arc::new),
+        .map(|d| {
+            Ok(FunctionDeclaration {
+                behavior: behavior_of(&d)?,
+                name: d.name,
+                description: d.description,
+                parameters_json_schema: d.parameters_json_schema.or(d.parameters).map(Arc::new),
+            })
         })
-        .collect();
+        .collect::<Result<_, Close>>()?;
     Ok(LiveConnectConfig {
         model: model.to_owned(),
         system_instruction: setup
@@ -440,6 +459,9 @@ struct FunctionResponseWire {
     name: String,
     #[serde(default)]
     response: Value,
+    /// `SILENT`, `WHEN_IDLE` or `INTERRUPT` (for a non-blocking call's result).
+    scheduling: Option<String>,
+    will_continue: Option<bool>,
 }
 
 impl FunctionResponseWire {
@@ -450,10 +472,25 @@ impl FunctionResponseWire {
                 self.name
             )));
         }
+        let scheduling = match self.scheduling.as_deref() {
+            None | Some("SCHEDULING_UNSPECIFIED") => None,
+            Some("SILENT") => Some(Scheduling::Silent),
+            Some("WHEN_IDLE") => Some(Scheduling::WhenIdle),
+            Some("INTERRUPT") => Some(Scheduling::Interrupt),
+            Some(other) => {
+                return Err(Close::invalid(format!(
+                    "Invalid value at 'toolResponse.functionResponses' ({}): invalid value \"{other}\" for enum type.Scheduling",
+                    self.name
+                )))
+            }
+        };
+        // Streaming results (`willContinue`) are taken as any other; the flag says nothing here.
+        let _ = self.will_continue;
         Ok(FunctionResponse {
             id: self.id,
             name: self.name,
             response: self.response,
+            scheduling,
         })
     }
 }

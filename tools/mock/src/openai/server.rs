@@ -221,6 +221,8 @@ struct Connection<'a> {
     outputs: Vec<FunctionResponse>,
     /// Calls handed out: wire id to the function's name and the sim's own id.
     calls: HashMap<String, (String, Option<String>)>,
+    /// Calls given their output: OpenAI takes one output per call.
+    answered: std::collections::HashSet<String>,
     /// Calls the client put in the conversation itself (`function_call` items, as a history is
     /// seeded): an output for one is context, as OpenAI takes it, not an answer for the sim.
     seeded_calls: std::collections::HashSet<String>,
@@ -256,6 +258,7 @@ impl<'a> Connection<'a> {
             pending: Vec::new(),
             outputs: Vec::new(),
             calls: HashMap::new(),
+            answered: std::collections::HashSet::new(),
             seeded_calls: std::collections::HashSet::new(),
             buffered: 0,
             activity_open: false,
@@ -459,6 +462,16 @@ impl<'a> Connection<'a> {
                         ),
                     )));
                 };
+                if !self.answered.insert(call_id.clone()) {
+                    return Ok(Err(ApiError::param(
+                        "invalid_value",
+                        "item.call_id",
+                        format!(
+                            "Tool call ID '{}' already has an output.",
+                            call_id.chars().take(64).collect::<String>()
+                        ),
+                    )));
+                }
                 let response = match serde_json::from_str::<Value>(output) {
                     Ok(Value::Object(map)) => Value::Object(map),
                     _ => json!({ "output": output }),
@@ -467,6 +480,7 @@ impl<'a> Connection<'a> {
                     id: sim_id,
                     name,
                     response,
+                    scheduling: None,
                 });
                 json!({ "type": "function_call_output", "call_id": call_id, "output": output })
             }
@@ -590,6 +604,15 @@ impl<'a> Connection<'a> {
                 _ => None,
             })
             .collect();
+        // System messages since the last answer (the gateway's results of non-blocking calls)
+        // are what this response reads, when no user turn came with them.
+        let notices: Vec<String> = pending
+            .iter()
+            .filter_map(|i| match i {
+                Item::Message { role, text } if role == "system" => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
         self.connect(history).await?;
         let outputs = std::mem::take(&mut self.outputs);
         let had_outputs = !outputs.is_empty();
@@ -597,7 +620,13 @@ impl<'a> Connection<'a> {
             self.forward(LiveInput::ToolResponse(outputs)).await?;
         }
         let answered_by_audio = std::mem::take(&mut self.commit_answered);
-        if !turn.is_empty() || (!had_outputs && !answered_by_audio) {
+        if turn.is_empty() && !had_outputs && !answered_by_audio && !notices.is_empty() {
+            self.forward(LiveInput::Content {
+                content: Content::text("system", notices.join(" ")),
+                turn_complete: true,
+            })
+            .await?;
+        } else if !turn.is_empty() || (!had_outputs && !answered_by_audio) {
             self.forward(LiveInput::Content {
                 content: Content::text("user", turn.join(" ")),
                 turn_complete: true,

@@ -555,6 +555,7 @@ fn parse_tools(tools: &Value) -> Result<Vec<FunctionDeclaration>, ApiError> {
                         .unwrap_or_default()
                         .to_owned(),
                     parameters_json_schema: tool.get("parameters").cloned().map(Arc::new),
+                    behavior: None,
                 }),
                 _ => Err(ApiError::param(
                     "invalid_value",
