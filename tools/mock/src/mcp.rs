@@ -256,6 +256,13 @@ pub async fn serve_http(addr: SocketAddr) -> anyhow::Result<McpHttp> {
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
+    // An answer streams as server-sent events in several writes: with Nagle's algorithm on, a
+    // later write waits for the client's delayed ACK of the first (about 40 ms a call).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY not set");
+        }
+    });
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
