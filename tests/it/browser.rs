@@ -1448,3 +1448,39 @@ async fn the_chat_example_reconnects_after_a_restart_and_shows_nothing_twice() {
         server.shutdown(WAIT).await;
     }
 }
+
+/// A non-blocking tool's card: "running in the background…" while the agent goes on and its
+/// turn ends, then the call's result once the tool answers.
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver"]
+async fn a_background_tool_s_card_runs_then_shows_its_result() {
+    let (server, gate, _dir) =
+        crate::live_tools::gateway_with_booking(test_args(), "when_idle").await;
+    let addr = server.addr;
+    with_browser(|page| async move {
+        open(&page, addr, "user=b7&session=background-1").await;
+        send_text(&page, "book seat=12A").await;
+        wait_until(&page, "the turn to end with the call running", &format!("{TURNS_COMPLETE} === 1"), WAIT).await;
+        let running = eval(
+            &page,
+            "(() => { const t = document.querySelector('#messages .tool.background'); return t && [t.className, t.querySelector('.tool-result').textContent]; })()",
+        )
+        .await;
+        assert!(
+            running[0].as_str().is_some_and(|c| c.contains("pending")),
+            "the card runs: {running}"
+        );
+        assert_eq!(running[1], "running in the background…", "{running}");
+        gate.add_permits(1);
+        let done = wait_until(
+            &page,
+            "the call's result on its card",
+            "(() => { const t = document.querySelector('#messages .tool.background:not(.pending)'); return t && t.querySelector('.tool-result').textContent; })()",
+            WAIT,
+        )
+        .await;
+        assert!(done.as_str().is_some_and(|r| r.contains("12A")), "{done}");
+    })
+    .await;
+    server.shutdown(WAIT).await;
+}

@@ -330,7 +330,7 @@ async fn gated_endpoint() -> (SocketAddr, std::sync::Arc<tokio::sync::Semaphore>
 
 /// A gateway whose agent has the non-blocking HTTP tool `book` (with `scheduling`), on `args`'
 /// model; the endpoint's gate holds each call until the test opens it.
-async fn gateway_with_booking(
+pub(crate) async fn gateway_with_booking(
     mut args: livegate::gateway::ServeArgs,
     scheduling: &str,
 ) -> (
