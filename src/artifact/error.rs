@@ -18,13 +18,6 @@ pub enum ArtifactError {
     /// The store did not finish a save within its bound.
     #[error("the artifact store did not finish within {0:?}")]
     TimedOut(std::time::Duration),
-    /// The writing run lost its session's lease: another run owns the session now.
-    #[error("the session is held by another run now")]
-    Fenced,
-    /// Whether the writing run still holds its session's lease could not be learned (the
-    /// session store is out of reach).
-    #[error("the session's lease could not be checked: {0}")]
-    LeaseUnknown(String),
 }
 
 impl ArtifactError {
@@ -33,10 +26,7 @@ impl ArtifactError {
         match self {
             ArtifactError::InvalidName(_) | ArtifactError::InvalidArgument(_) => "INVALID_ARGUMENT",
             ArtifactError::Io(_) => "INTERNAL",
-            ArtifactError::Store(_)
-            | ArtifactError::TimedOut(_)
-            | ArtifactError::LeaseUnknown(_) => "UNAVAILABLE",
-            ArtifactError::Fenced => "ABORTED",
+            ArtifactError::Store(_) | ArtifactError::TimedOut(_) => "UNAVAILABLE",
         }
     }
 }

@@ -3,7 +3,6 @@
 //! session before it is yielded (and before the agent resumes).
 
 mod drive;
-mod fenced_artifacts;
 mod handles;
 mod history;
 mod traced;
@@ -242,22 +241,14 @@ impl Runner {
         prompt: Option<Content>,
         resume: Option<String>,
     ) -> LiveRun {
-        let scope = ArtifactScope {
-            app_name: &session.app_name,
-            user_id: &session.user_id,
-            session_id: &session.id,
-        };
-        // The run's recordings and its tools' artifacts are its writes as much as its events.
-        let artifacts = fenced_artifacts::FencedArtifacts::wrap(
-            self.artifacts.clone(),
-            self.sessions.clone(),
-            scope,
-            &session.fence,
-        );
         let mut invocation = Invocation::new(
             invocation_id.clone(),
-            scope,
-            artifacts,
+            ArtifactScope {
+                app_name: &session.app_name,
+                user_id: &session.user_id,
+                session_id: &session.id,
+            },
+            self.artifacts.clone(),
             session.state.clone(),
         );
         invocation.user_content = prompt.clone();

@@ -570,15 +570,8 @@ impl AudioCache {
                 }
                 None => continue,
             };
-            match kept {
-                Ok(()) => {}
-                Err(ArtifactError::Fenced) => tracing::warn!(
-                    filename,
-                    "a live audio recording is dropped: its run lost the session's lease"
-                ),
-                Err(error) => {
-                    tracing::error!(%error, filename, "a recording whose save failed ends with its run");
-                }
+            if let Err(error) = kept {
+                tracing::error!(%error, filename, "a recording whose save failed ends with its run");
             }
         }
     }
@@ -624,15 +617,6 @@ impl AudioCache {
                     role: Some(role.into()),
                 });
                 (Some(event), None)
-            }
-            Err((ArtifactError::Fenced, recording)) => {
-                // Another run owns the session now; this one's audio is not its to save.
-                tracing::warn!(
-                    filename,
-                    "a live audio recording is dropped: its run lost the session's lease"
-                );
-                drop(recording);
-                (None, None)
             }
             Err((error, mut recording)) => {
                 tracing::warn!(%error, filename, "saving a live audio recording failed; keeping it cached");
