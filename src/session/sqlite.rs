@@ -497,7 +497,7 @@ async fn not_inserted(conn: &mut SqliteConnection, append: &Append) -> Result<bo
 }
 
 /// Applies a freshly inserted event's state delta: app and user parts to their tables, the
-/// session part merged into the session's state.
+/// session part merged into the session's state (as a batch's are, for one session).
 async fn apply_session_delta(
     conn: &mut SqliteConnection,
     app_name: &str,
@@ -509,23 +509,7 @@ async fn apply_session_delta(
     if session_delta.is_empty() {
         return Ok(());
     }
-    let row =
-        sqlx::query("SELECT state FROM sessions WHERE app_name = ? AND user_id = ? AND id = ?")
-            .bind(app_name)
-            .bind(user_id)
-            .bind(session_id)
-            .fetch_one(&mut *conn)
-            .await?;
-    let mut state = parse_map(row.try_get("state")?)?;
-    state.extend(session_delta);
-    sqlx::query("UPDATE sessions SET state = ? WHERE app_name = ? AND user_id = ? AND id = ?")
-        .bind(serde_json::to_string(&state)?)
-        .bind(app_name)
-        .bind(user_id)
-        .bind(session_id)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+    merge_session_states(conn, vec![((app_name, user_id, session_id), session_delta)]).await
 }
 
 #[async_trait]
