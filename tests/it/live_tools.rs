@@ -436,18 +436,7 @@ async fn non_blocking_tools_run_while_sim_talks_and_answer_as_scheduled() {
 async fn non_blocking_tools_run_while_gemini_talks_and_answer_as_scheduled() {
     // mock-gemini's sim goes on only if the setup declared the tool NON_BLOCKING, and reads
     // or keeps the result only as the response's `scheduling` says.
-    let upstream = livegate_mock::gemini::start(
-        "127.0.0.1:0".parse().unwrap(),
-        livegate_mock::gemini::MockGeminiConfig {
-            sim: livegate::model::sim::SimConfig::instant(),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut args = test_args();
-    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
-    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let (_upstream, args) = on_mock_gemini(test_args()).await;
     non_blocking_results_are_taken_up_as_scheduled(args, SIM_SAYS).await;
 }
 
@@ -458,18 +447,7 @@ async fn non_blocking_tools_are_emulated_on_openai() {
     // gateway adds when the call ends (and asks a response for only when not silent).
     // mock-openai refuses a second output for a call, and a response asked for while one is
     // under way.
-    let upstream = livegate_mock::openai::start(
-        "127.0.0.1:0".parse().unwrap(),
-        livegate_mock::openai::MockOpenAiConfig {
-            sim: livegate::model::sim::SimConfig::instant(),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut args = test_args();
-    args.model = "gpt-realtime".into();
-    args.openai_base_url = format!("ws://{}", upstream.addr);
+    let (_upstream, args) = on_mock_openai(test_args()).await;
     let says = Says {
         going_on: "\"status\":\"running\"",
         read: "Noted: The background function call book",

@@ -16,7 +16,9 @@ use livegate_mock::mcp::serve_http;
 use serde_json::{json, Value};
 use tokio::time::timeout;
 
-use crate::common::{eventually, http_get, metric, start, test_args, text_of, Client, WAIT};
+use crate::common::{
+    eventually, http_get, metric, on_mock_gemini, start, test_args, text_of, Client, WAIT,
+};
 
 fn config(text: &str) -> McpConfig {
     toml::from_str(text).unwrap()
@@ -570,18 +572,7 @@ async fn a_new_turn_cancels_a_running_mcp_call_on_sim() {
 
 #[tokio::test]
 async fn a_new_turn_cancels_a_running_mcp_call_on_gemini() {
-    let upstream = livegate_mock::gemini::start(
-        "127.0.0.1:0".parse().unwrap(),
-        livegate_mock::gemini::MockGeminiConfig {
-            sim: livegate::model::sim::SimConfig::instant(),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut args = test_args();
-    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
-    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let (_upstream, args) = on_mock_gemini(test_args()).await;
     a_new_turn_cancels_a_running_mcp_call(args).await;
 }
 

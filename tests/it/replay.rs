@@ -247,18 +247,8 @@ async fn a_speech_call_replays_through_mock_gemini() {
     let out = dir.path().join("bundles");
     export_all(recorder.addr, &out).await;
 
-    let upstream = livegate_mock::gemini::start(
-        "127.0.0.1:0".parse().unwrap(),
-        livegate_mock::gemini::MockGeminiConfig {
-            sim: livegate::model::sim::SimConfig::instant(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("mock-gemini starts");
-    let mut args = gateway_args(agent_file(dir.path(), "a.toml", true));
-    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
-    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    let (_upstream, args) =
+        on_mock_gemini(gateway_args(agent_file(dir.path(), "a.toml", true))).await;
     let target = start(args).await;
     let report = run(&run_args(vec![out], target.addr)).await;
     assert!(report.passed(), "{}", report.table());

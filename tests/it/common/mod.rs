@@ -505,3 +505,36 @@ pub async fn s3_bucket() -> Option<(String, String)> {
     );
     Some((endpoint, bucket))
 }
+
+/// `args` pointed at a `mock-gemini` of its own, whose sim answers at once: the server (keep it
+/// while the gateway runs) and the arguments.
+pub async fn on_mock_gemini(mut args: ServeArgs) -> (livegate_mock::gemini::MockGemini, ServeArgs) {
+    let upstream = livegate_mock::gemini::start(
+        "127.0.0.1:0".parse().expect("an address"),
+        livegate_mock::gemini::MockGeminiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("mock-gemini starts");
+    args.model = "gemini-2.5-flash-native-audio-preview-12-2025".into();
+    args.gemini_base_url = format!("ws://{}", upstream.addr);
+    (upstream, args)
+}
+
+/// `args` pointed at a `mock-openai` of its own, whose sim answers at once.
+pub async fn on_mock_openai(mut args: ServeArgs) -> (livegate_mock::openai::MockOpenAi, ServeArgs) {
+    let upstream = livegate_mock::openai::start(
+        "127.0.0.1:0".parse().expect("an address"),
+        livegate_mock::openai::MockOpenAiConfig {
+            sim: livegate::model::sim::SimConfig::instant(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("mock-openai starts");
+    args.model = "gpt-realtime".into();
+    args.openai_base_url = format!("ws://{}", upstream.addr);
+    (upstream, args)
+}
